@@ -1,0 +1,21 @@
+//! Records the git revision and rustc version for `rdma_exporter_build_info`.
+use std::process::Command;
+
+fn output_of(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn main() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let rustc_version = output_of(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
+    let revision =
+        output_of("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=RFE_RUSTC_VERSION={rustc_version}");
+    println!("cargo:rustc-env=RFE_GIT_REVISION={revision}");
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/refs/heads");
+}

@@ -1,0 +1,178 @@
+//! Command-line interface: Prometheus-style flags, which override the config file.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use crate::config::{self, Config, ConfigError, EthtoolSourceKind, Pattern};
+use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
+use crate::node::sysfs::DeviceFilter;
+use crate::node::{NodeCollector, NodeCollectorConfig};
+use crate::server::AppState;
+
+#[derive(Debug, Parser)]
+#[command(name = "rdma-fabric-exporter", version, about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags of `serve`, the default subcommand.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the per-node agent and serve /metrics (the default).
+    Serve(ServeArgs),
+    /// Validate a config file; errors name the key, line and column.
+    CheckConfig {
+        /// Config file to check (`-` for standard input).
+        #[arg(long = "config.file", value_name = "FILE")]
+        config_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct LogArgs {
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long = "log.level", global = true, default_value = "info")]
+    pub level: String,
+    /// Log format: logfmt-like text or json.
+    #[arg(long = "log.format", global = true, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct ServeArgs {
+    /// YAML config file; flags given here override its values.
+    #[arg(long = "config.file", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// Address to listen on, `host:port` or `:port` [default: :9866].
+    #[arg(long = "web.listen-address", value_name = "ADDR")]
+    pub listen_address: Option<String>,
+    /// Path under which metrics are exposed [default: /metrics].
+    #[arg(long = "web.telemetry-path", value_name = "PATH")]
+    pub telemetry_path: Option<String>,
+    /// sysfs mount point [default: /sys].
+    #[arg(long = "path.sysfs", value_name = "DIR")]
+    pub sysfs_path: Option<PathBuf>,
+    /// Only RDMA devices whose name matches this regex.
+    #[arg(long = "collector.infiniband.device-include", value_name = "REGEX")]
+    pub device_include: Option<Pattern>,
+    /// Never read RDMA devices whose name matches this regex.
+    #[arg(long = "collector.infiniband.device-exclude", value_name = "REGEX")]
+    pub device_exclude: Option<Pattern>,
+    /// Where driver statistics come from [default: ioctl].
+    #[arg(long = "collector.ethtool.source", value_enum, value_name = "SOURCE")]
+    pub ethtool_source: Option<EthtoolSourceKind>,
+    /// Directory of `<netdev>.txt` files in `ethtool -S` format (with --collector.ethtool.source=files).
+    #[arg(long = "collector.ethtool.stats-dir", value_name = "DIR")]
+    pub ethtool_stats_dir: Option<PathBuf>,
+    /// Also export untyped driver statistics whose name matches this regex.
+    #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
+    pub ethtool_include: Option<Pattern>,
+}
+
+impl ServeArgs {
+    /// Loads the config file (if any) and applies flag overrides.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut config = match &self.config_file {
+            Some(path) => config::load(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = &self.listen_address {
+            config.web.listen_address = Some(v.clone());
+        }
+        if let Some(v) = &self.telemetry_path {
+            config.web.telemetry_path = Some(v.clone());
+        }
+        let node = &mut config.node;
+        if let Some(v) = &self.sysfs_path {
+            node.sysfs_path = v.clone();
+        }
+        if let Some(v) = &self.device_include {
+            node.devices.include = Some(v.clone());
+        }
+        if let Some(v) = &self.device_exclude {
+            node.devices.exclude = Some(v.clone());
+        }
+        if let Some(v) = self.ethtool_source {
+            node.ethtool.source = v;
+        }
+        if let Some(v) = &self.ethtool_stats_dir {
+            node.ethtool.stats_dir = Some(v.clone());
+            // A stats dir on the command line selects the file source explicitly.
+            if self.ethtool_source.is_none() {
+                node.ethtool.source = EthtoolSourceKind::Files;
+            }
+        }
+        if let Some(v) = &self.ethtool_include {
+            node.ethtool.include = Some(v.clone());
+        }
+        let origin = self
+            .config_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("<command line>"));
+        config::validate(&origin, &config)?;
+        Ok(config)
+    }
+}
+
+/// Builds the node collector a config asks for.
+pub fn node_collector(config: &Config) -> Option<NodeCollector> {
+    let node = &config.node;
+    if !node.enabled {
+        return None;
+    }
+    let ethtool: Option<Box<dyn EthtoolSource>> = match node.ethtool.source {
+        EthtoolSourceKind::Ioctl => Some(Box::new(IoctlSource)),
+        EthtoolSourceKind::Files => node
+            .ethtool
+            .stats_dir
+            .as_ref()
+            .map(|dir| Box::new(FileSource::new(dir)) as Box<dyn EthtoolSource>),
+        EthtoolSourceKind::None => None,
+    };
+    Some(NodeCollector::new(NodeCollectorConfig {
+        sysfs_root: node.sysfs_path.clone(),
+        devices: DeviceFilter {
+            include: node.devices.include.as_ref().map(|p| p.0.clone()),
+            exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
+        },
+        ethtool,
+        ethtool_include: node.ethtool.include.as_ref().map(|p| p.0.clone()),
+    }))
+}
+
+/// Registry and HTTP state for a resolved config.
+pub fn app_state(config: &Config) -> AppState {
+    let mut registry = Registry::default();
+    registry.register(
+        "rdma_exporter_build",
+        "Build facts of the running rdma-fabric-exporter; value is always 1",
+        Info::new(vec![
+            ("version", crate::build::VERSION),
+            ("revision", crate::build::REVISION),
+            ("rustc_version", crate::build::RUSTC),
+        ]),
+    );
+    let node = node_collector(config).map(Arc::new);
+    if let Some(node) = &node {
+        registry.register_collector(Box::new(node.clone()));
+    }
+    AppState {
+        registry,
+        node,
+        telemetry_path: config
+            .web
+            .telemetry_path
+            .clone()
+            .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
+        scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
+    }
+}

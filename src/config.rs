@@ -1,0 +1,247 @@
+//! The YAML configuration file: typed, strict (`deny_unknown_fields`), and every error names the
+//! file, line and column. Command-line flags override values from the file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use serde::{Deserialize, Deserializer};
+
+/// The default port, registered nowhere else in the exporter ecosystem we know of (node_exporter
+/// 9100, snmp_exporter 9116, DOCA telemetry 9189, infiniband_exporter 9315, dcgm-exporter 9400
+/// and rdma_exporter 9879 are all avoided). Every default address derives from this constant.
+pub const DEFAULT_PORT: u16 = 9866;
+
+pub fn default_listen_address() -> String {
+    format!(":{DEFAULT_PORT}")
+}
+
+pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub web: WebConfig,
+    pub node: NodeConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    /// `host:port` or `:port`.
+    pub listen_address: Option<String>,
+    pub telemetry_path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub enabled: bool,
+    /// Root of sysfs; `/sys` unless testing on a fixture tree.
+    pub sysfs_path: PathBuf,
+    pub devices: DeviceSelection,
+    pub ethtool: EthtoolConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            enabled: true,
+            sysfs_path: PathBuf::from("/sys"),
+            devices: DeviceSelection::default(),
+            ethtool: EthtoolConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeviceSelection {
+    /// Only devices whose name matches (unanchored, as node_exporter's device-include).
+    pub include: Option<Pattern>,
+    /// Devices whose name matches are never read, not even listed below their directory.
+    pub exclude: Option<Pattern>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EthtoolSourceKind {
+    /// SIOCETHTOOL on the netdev (the real kernel).
+    #[default]
+    Ioctl,
+    /// `<stats_dir>/<netdev>.txt` files in `ethtool -S` format (fixtures, simulation).
+    Files,
+    /// Do not read driver statistics.
+    None,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EthtoolConfig {
+    pub source: EthtoolSourceKind,
+    /// Required with `source: files`.
+    pub stats_dir: Option<PathBuf>,
+    /// Driver statistics without a typed metric to export as `rdma_ethtool_stat{stat=...}`.
+    pub include: Option<Pattern>,
+}
+
+/// A regular expression, compiled while the file is parsed so that a bad pattern is reported
+/// at its line and column.
+#[derive(Clone)]
+pub struct Pattern(pub Regex);
+
+impl fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0.as_str())
+    }
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = regex::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Regex::new(s).map(Pattern)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Regex::new(&text)
+            .map(Pattern)
+            .map_err(|e| serde::de::Error::custom(format!("invalid regular expression: {e}")))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(path, &text)
+}
+
+/// Parses config text; `path` is only used in error messages.
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    // An empty file is a valid, all-defaults config.
+    if text.trim().is_empty() {
+        return Ok(Config::default());
+    }
+    let config: Config = serde_yaml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map_or((0, 0), |l| (l.line(), l.column()));
+        // yaml_serde appends " at line L column C"; the prefix already says where.
+        let message = e.to_string();
+        let message = message
+            .split(" at line ")
+            .next()
+            .unwrap_or(&message)
+            .to_string();
+        ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        }
+    })?;
+    validate(path, &config)?;
+    Ok(config)
+}
+
+pub fn validate(path: &Path, config: &Config) -> Result<(), ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let ethtool = &config.node.ethtool;
+    if ethtool.source == EthtoolSourceKind::Files && ethtool.stats_dir.is_none() {
+        return Err(invalid(
+            "node.ethtool.stats_dir is required when node.ethtool.source is `files`".into(),
+        ));
+    }
+    if ethtool.source != EthtoolSourceKind::Files && ethtool.stats_dir.is_some() {
+        return Err(invalid(
+            "node.ethtool.stats_dir is only used with node.ethtool.source: files; set the source explicitly".into(),
+        ));
+    }
+    if let Some(telemetry_path) = &config.web.telemetry_path {
+        if !telemetry_path.starts_with('/') {
+            return Err(invalid(format!(
+                "web.telemetry_path must start with `/`, got {telemetry_path:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_err(text: &str) -> String {
+        parse(Path::new("c.yml"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn empty_is_defaults() {
+        let config = parse(Path::new("c.yml"), "").unwrap();
+        assert!(config.node.enabled);
+        assert_eq!(config.node.sysfs_path, PathBuf::from("/sys"));
+        assert_eq!(config.node.ethtool.source, EthtoolSourceKind::Ioctl);
+    }
+
+    #[test]
+    fn full_config() {
+        let text = "web:\n  listen_address: 127.0.0.1:9999\nnode:\n  sysfs_path: /tmp/sys\n  devices:\n    exclude: '^mlx5_[01]$'\n  ethtool:\n    source: files\n    stats_dir: /tmp/stats\n    include: '^rx_vport'\n";
+        let config = parse(Path::new("c.yml"), text).unwrap();
+        assert_eq!(config.web.listen_address.as_deref(), Some("127.0.0.1:9999"));
+        assert!(config.node.devices.exclude.unwrap().0.is_match("mlx5_1"));
+        assert_eq!(config.node.ethtool.source, EthtoolSourceKind::Files);
+    }
+
+    #[test]
+    fn unknown_key_names_key_line_and_column() {
+        let err = parse_err("node:\n  sysfs_path: /sys\n  devcies: {}\n");
+        assert!(err.starts_with("c.yml:3:3: "), "{err}");
+        assert!(err.contains("unknown field `devcies`"), "{err}");
+    }
+
+    #[test]
+    fn bad_regex_has_location() {
+        let err = parse_err("node:\n  devices:\n    include: 'mlx5_('\n");
+        assert!(err.starts_with("c.yml:3:"), "{err}");
+        assert!(err.contains("invalid regular expression"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_has_location() {
+        let err = parse_err("node:\n  enabled: maybe\n");
+        assert!(err.starts_with("c.yml:2:"), "{err}");
+    }
+
+    #[test]
+    fn files_source_needs_a_dir() {
+        let err = parse_err("node:\n  ethtool:\n    source: files\n");
+        assert!(err.contains("stats_dir is required"), "{err}");
+    }
+}

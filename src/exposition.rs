@@ -1,0 +1,225 @@
+//! Metric families built fresh at each scrape and encoded with prometheus-client, plus content
+//! negotiation between OpenMetrics and the Prometheus text format 0.0.4.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// Exposed as `<base>_info ... 1`.
+    Info,
+    Untyped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    U64(u64),
+    F64(f64),
+}
+
+pub type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug)]
+struct Family {
+    base: String,
+    help: Cow<'static, str>,
+    kind: Kind,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// Families keyed by their exposed name (`_total`/`_info` included), so output is sorted and a
+/// counter `x_total` can never merge with a gauge `x`.
+#[derive(Debug, Default)]
+pub struct Families {
+    by_name: BTreeMap<String, Family>,
+}
+
+/// A sample was dropped because its family already exists with another type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metric {0} already exists with another type")]
+pub struct TypeConflict(pub String);
+
+impl Families {
+    /// The name a family of `kind` with base name `base` is exposed under.
+    pub fn exposed_name(base: &str, kind: Kind) -> String {
+        match kind {
+            Kind::Counter => format!("{base}_total"),
+            Kind::Info => format!("{base}_info"),
+            Kind::Gauge | Kind::Untyped => base.to_string(),
+        }
+    }
+
+    pub fn add(
+        &mut self,
+        base: impl Into<String>,
+        kind: Kind,
+        help: impl Into<Cow<'static, str>>,
+        labels: Labels,
+        value: Value,
+    ) -> Result<(), TypeConflict> {
+        let base = base.into();
+        let exposed = Self::exposed_name(&base, kind);
+        let family = self.by_name.entry(exposed).or_insert_with(|| Family {
+            base,
+            help: help.into(),
+            kind,
+            samples: Vec::new(),
+        });
+        if family.kind != kind {
+            return Err(TypeConflict(family.base.clone()));
+        }
+        family.samples.push((labels, value));
+        Ok(())
+    }
+
+    pub fn counter(&mut self, base: &str, help: &'static str, labels: Labels, value: Value) {
+        // Static names never conflict; a conflict here is a programming error caught by tests.
+        let added = self.add(base, Kind::Counter, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    pub fn gauge(&mut self, base: &str, help: &'static str, labels: Labels, value: Value) {
+        let added = self.add(base, Kind::Gauge, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    pub fn contains(&self, exposed: &str) -> bool {
+        self.by_name.contains_key(exposed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.values().map(|f| f.samples.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in self.by_name.values() {
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Info => MetricType::Info,
+                Kind::Untyped => MetricType::Unknown,
+            };
+            let mut metric = encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
+            for (labels, value) in &family.samples {
+                match family.kind {
+                    Kind::Info => metric.encode_info(labels)?,
+                    Kind::Counter => {
+                        let sample = metric.encode_family(labels)?;
+                        match *value {
+                            Value::U64(v) => ConstCounter::new(v).encode(sample)?,
+                            Value::F64(v) => ConstCounter::new(v).encode(sample)?,
+                        }
+                    }
+                    Kind::Gauge | Kind::Untyped => {
+                        let sample = metric.encode_family(labels)?;
+                        match *value {
+                            Value::U64(v) => ConstGauge::new(v).encode(sample)?,
+                            Value::F64(v) => ConstGauge::new(v).encode(sample)?,
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lowercases and replaces every character outside `[a-z0-9_]` with `_`, so that driver counter
+/// names (`SDMAIdInt1,32`, `VL15_dropped`) become valid metric name parts.
+pub fn sanitize_name_part(raw: &str) -> String {
+    raw.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// Exposition formats a scraper can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    PrometheusText,
+}
+
+impl Format {
+    /// Picks OpenMetrics when the `Accept` header asks for it, as Prometheus does by default;
+    /// everything else (curl, browsers, old scrapers) gets text 0.0.4.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(accept) if accept.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::PrometheusText,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Format::PrometheusText => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+
+    pub fn encode(self, registry: &Registry) -> Result<String, std::fmt::Error> {
+        let mut body = String::with_capacity(64 * 1024);
+        match self {
+            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut body, registry)?,
+            Format::PrometheusText => {
+                prometheus_client::encoding::prometheus_text::encode(&mut body, registry)?
+            }
+        }
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitizes_driver_names() {
+        assert_eq!(sanitize_name_part("VL15_dropped"), "vl15_dropped");
+        assert_eq!(sanitize_name_part("SDMAIdInt1,32"), "sdmaidint1_32");
+        assert_eq!(sanitize_name_part("vport_rx-bytes"), "vport_rx_bytes");
+    }
+
+    #[test]
+    fn type_conflict_is_refused() {
+        let mut families = Families::default();
+        families
+            .add("x", Kind::Gauge, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert!(families
+            .add("x", Kind::Untyped, "h", vec![], Value::U64(1))
+            .is_err());
+        // A counter `x` is exposed as `x_total`: a different family.
+        families
+            .add("x", Kind::Counter, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert_eq!(families.len(), 2);
+    }
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(Format::negotiate(None), Format::PrometheusText);
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::PrometheusText);
+    }
+}

@@ -1,0 +1,18 @@
+//! rdma-fabric-exporter: Prometheus metrics for RoCE/InfiniBand fabric health.
+//!
+//! The binary (`main.rs`) is thin; everything lives here so tests and benches use the same code.
+
+pub mod cli;
+pub mod config;
+pub mod exposition;
+pub mod landing;
+pub mod node;
+pub mod server;
+// pub mod sim; (tmp)
+
+/// Version and build facts for `rdma_exporter_build_info`.
+pub mod build {
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    pub const REVISION: &str = env!("RFE_GIT_REVISION");
+    pub const RUSTC: &str = env!("RFE_RUSTC_VERSION");
+}

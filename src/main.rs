@@ -1,0 +1,106 @@
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use rdma_fabric_exporter::cli::{self, Cli, Command, LogArgs, ServeArgs};
+use rdma_fabric_exporter::config::{self, ConfigError};
+
+/// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
+const EXIT_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log);
+    let result = match cli.command {
+        Some(Command::Serve(args)) => serve(args),
+        Some(Command::CheckConfig { config_file }) => check_config(&config_file),
+        None => serve(cli.serve),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(log: &LogArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if log.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let result = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading config from standard input")?;
+        config::parse(std::path::Path::new("<stdin>"), &text)
+    } else {
+        config::load(path)
+    };
+    match result {
+        Ok(_) => {
+            println!("{}: OK", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(config_error(&e)),
+    }
+}
+
+fn config_error(e: &ConfigError) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = match args.resolve() {
+        Ok(config) => config,
+        Err(e) => return Ok(config_error(&e)),
+    };
+    let state = Arc::new(cli::app_state(&config));
+    let listen_address = config
+        .web
+        .listen_address
+        .clone()
+        .unwrap_or_else(config::default_listen_address);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = rdma_fabric_exporter::server::bind(&listen_address)
+            .await
+            .with_context(|| format!("listening on {listen_address}"))?;
+        tracing::info!(
+            address = %listener.local_addr()?,
+            telemetry_path = %state.telemetry_path,
+            sysfs = %config.node.sysfs_path.display(),
+            "rdma-fabric-exporter listening"
+        );
+        let app = rdma_fabric_exporter::server::router(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("serving HTTP")?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

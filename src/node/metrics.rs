@@ -1,0 +1,503 @@
+//! The one place where node snapshots become metric families: names, help texts and units.
+
+use std::collections::HashSet;
+
+use regex::Regex;
+
+use super::ethtool_map::{classify, TypedStat};
+use super::sysfs::{Device, NodeSnapshot, Port};
+use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
+
+/// `counters/*`: kernel name, help. Names without an entry still pass through.
+const PORT_COUNTER_HELP: &[(&str, &str)] = &[
+    ("excessive_buffer_overrun_errors", "Times that OverrunErrors consecutive flow control update periods occurred with at least one overrun error (saturating 4-bit PMA counter)."),
+    ("link_downed", "Times the link failed to recover from an error state and went down (saturating 8-bit PMA counter)."),
+    ("link_error_recovery", "Times the link successfully completed the link error recovery process (saturating 8-bit PMA counter)."),
+    ("local_link_integrity_errors", "Times the count of local physical errors exceeded the LocalPhyErrors threshold (saturating 4-bit PMA counter)."),
+    ("multicast_rcv_packets", "Multicast packets received, including errors."),
+    ("multicast_xmit_packets", "Multicast packets transmitted, including errors."),
+    ("port_rcv_constraint_errors", "Packets received that were discarded for partition key or raw packet constraints."),
+    ("port_rcv_data", "Data octets received on all VLs (the kernel counts 4-octet words; converted to bytes)."),
+    ("port_rcv_discards", "Inbound packets discarded by the port because it was down or congested."),
+    ("port_rcv_errors", "Packets containing an error received on the port (saturating 16-bit PMA counter)."),
+    ("port_rcv_packets", "Packets received on all VLs, including errors."),
+    ("port_rcv_remote_physical_errors", "Packets received marked with the EBP delimiter (errored upstream)."),
+    ("port_rcv_switch_relay_errors", "Packets received that could not be forwarded by the switch."),
+    ("port_xmit_constraint_errors", "Packets not transmitted because of partition key or raw packet constraints."),
+    ("port_xmit_data", "Data octets transmitted on all VLs (the kernel counts 4-octet words; converted to bytes)."),
+    ("port_xmit_discards", "Outbound packets discarded because the port was down or congested."),
+    ("port_xmit_packets", "Packets transmitted on all VLs, including errors."),
+    ("port_xmit_wait", "Ticks during which the port had data to transmit but sent none (32-bit PMA counter, often saturated)."),
+    ("symbol_error", "Minor link errors detected on one or more physical lanes (saturating 16-bit PMA counter)."),
+    ("unicast_rcv_packets", "Unicast packets received, including errors."),
+    ("unicast_xmit_packets", "Unicast packets transmitted, including errors."),
+    ("VL15_dropped", "Incoming VL15 (subnet management) packets dropped for lack of buffers."),
+];
+
+/// `hw_counters/*` of mlx5 (drivers/infiniband/hw/mlx5/counters.c): name, help.
+const HW_COUNTER_HELP: &[(&str, &str)] = &[
+    ("duplicate_request", "Duplicate requests received: the peer retransmitted (mlx5 hw counter)."),
+    ("implied_nak_seq_err", "Times the requester inferred a NAK sequence error from an ACK with a PSN larger than expected for READ or ATOMIC (mlx5 hw counter)."),
+    ("local_ack_timeout_err", "Times the ACK timer expired for RC, XRC or DCT QPs at the sender; recoverable, a symptom of drops or congestion (mlx5 hw counter)."),
+    ("np_cnp_sent", "CNP packets sent by the notification point when ECN-marked RoCEv2 packets arrived (mlx5 hw counter)."),
+    ("np_ecn_marked_roce_packets", "RoCEv2 packets received with the ECN congestion-experienced mark at the notification point (mlx5 hw counter)."),
+    ("out_of_buffer", "Packets dropped because no receive WQE was posted (receive queue empty) (mlx5 hw counter)."),
+    ("out_of_sequence", "Out-of-sequence packets received: loss or reordering on the path (mlx5 hw counter)."),
+    ("packet_seq_err", "NAK sequence error packets received (mlx5 hw counter)."),
+    ("req_cqe_error", "Requester completions with an error (mlx5 hw counter)."),
+    ("req_cqe_flush_error", "Requester completions flushed with error (mlx5 hw counter)."),
+    ("req_remote_access_errors", "Remote access errors seen by the requester (mlx5 hw counter)."),
+    ("req_remote_invalid_request", "Remote invalid request errors seen by the requester (mlx5 hw counter)."),
+    ("req_rnr_retries_exceeded", "Times the RNR retry count was exceeded: the QP moved to error (mlx5 hw counter)."),
+    ("req_transport_retries_exceeded", "Times the transport retry count was exceeded: the QP moved to error after severe loss (mlx5 hw counter)."),
+    ("resp_cqe_error", "Responder completions with an error (mlx5 hw counter)."),
+    ("resp_cqe_flush_error", "Responder completions flushed with error (mlx5 hw counter)."),
+    ("resp_local_length_error", "Responder local length errors (mlx5 hw counter)."),
+    ("resp_remote_access_errors", "Remote access errors seen by the responder (mlx5 hw counter)."),
+    ("rnr_nak_retry_err", "RNR NAKs received without exceeding the retry limit (mlx5 hw counter)."),
+    ("roce_adp_retrans", "RoCE adaptive retransmissions (mlx5 hw counter)."),
+    ("roce_adp_retrans_to", "RoCE adaptive retransmission timeouts (mlx5 hw counter)."),
+    ("roce_slow_restart", "Times RoCE slow restart was used (mlx5 hw counter)."),
+    ("roce_slow_restart_cnps", "CNPs generated by RoCE slow restart (mlx5 hw counter)."),
+    ("roce_slow_restart_trans", "Transitions into the RoCE slow restart state (mlx5 hw counter)."),
+    ("rp_cnp_handled", "CNPs handled by the reaction point, which throttled its rate (DCQCN acting) (mlx5 hw counter)."),
+    ("rp_cnp_ignored", "CNPs received and ignored by the reaction point: congestion control is not enabled for the priority (mlx5 hw counter)."),
+    ("rx_atomic_requests", "ATOMIC requests received by the responder (mlx5 hw counter)."),
+    ("rx_dct_connect", "DCT connect requests received (mlx5 hw counter)."),
+    ("rx_icrc_encapsulated", "RoCE packets received with an ICRC error (mlx5 hw counter)."),
+    ("rx_read_requests", "RDMA READ requests received by the responder (mlx5 hw counter)."),
+    ("rx_write_requests", "RDMA WRITE requests received by the responder (mlx5 hw counter)."),
+];
+
+const UNKNOWN_PORT_COUNTER_HELP: &str =
+    "Port counter from ports/<port>/counters as reported by the kernel (no description known).";
+const UNKNOWN_HW_COUNTER_HELP: &str =
+    "Driver hardware counter from ports/<port>/hw_counters as reported by the driver (no description known).";
+const DEVICE_HW_COUNTER_HELP: &str =
+    "Device-level driver hardware counter from <device>/hw_counters as reported by the driver.";
+
+/// Kernel data counters count 4-octet words (IBA PortCounters); exported in bytes.
+const DATA_COUNTERS: &[&str] = &["port_rcv_data", "port_xmit_data"];
+
+/// A counter that could not be exported, for `rdma_exporter_read_errors_total`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodeIssue {
+    pub device: String,
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option<&'static str> {
+    table.iter().find(|(n, _)| *n == name).map(|(_, h)| *h)
+}
+
+/// Metric base name of a `counters/` file: lowercased, leading `port_` dropped, data in bytes.
+pub fn port_counter_base(kernel_name: &str) -> String {
+    let lower = sanitize_name_part(kernel_name);
+    let short = lower.strip_prefix("port_").unwrap_or(&lower);
+    if DATA_COUNTERS.contains(&kernel_name) {
+        format!("rdma_port_{short}_bytes")
+    } else {
+        format!("rdma_port_{short}")
+    }
+}
+
+/// The `counters/` name a legacy `counters_ext/` file stands for (`port_rcv_data_64` ->
+/// `port_rcv_data`, `port_unicast_xmit_packets` -> `unicast_xmit_packets`).
+pub fn counters_ext_equivalent(ext_name: &str) -> &str {
+    let name = ext_name.strip_suffix("_64").unwrap_or(ext_name);
+    if name.starts_with("port_unicast_") || name.starts_with("port_multicast_") {
+        &name["port_".len()..]
+    } else {
+        name
+    }
+}
+
+fn port_labels(device: &Device, port: &Port) -> Labels {
+    vec![
+        ("device", device.name.clone()),
+        ("port", port.number.to_string()),
+    ]
+}
+
+/// Adds every node metric of `snapshot` to `families`. Returns what had to be dropped.
+pub fn add_node_metrics(
+    families: &mut Families,
+    snapshot: &NodeSnapshot,
+    ethtool_include: Option<&Regex>,
+) -> Vec<EncodeIssue> {
+    let mut issues = Vec::new();
+    families.gauge(
+        "rdma_devices",
+        "RDMA devices found in /sys/class/infiniband after device filtering.",
+        vec![],
+        Value::U64(snapshot.devices.len() as u64),
+    );
+    for device in &snapshot.devices {
+        add_device_hw_counters(families, device, &mut issues);
+        for port in &device.ports {
+            add_port_identity(families, device, port);
+            add_port_counters(families, device, port);
+            add_hw_counters(families, device, port, &mut issues);
+            add_ethtool(families, device, port, ethtool_include, &mut issues);
+        }
+    }
+    issues
+}
+
+fn add_port_identity(families: &mut Families, device: &Device, port: &Port) {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let info_labels = vec![
+        ("device", device.name.clone()),
+        ("port", port.number.to_string()),
+        ("link_layer", text(&port.link_layer)),
+        ("netdev", text(&port.netdev)),
+        ("hca_type", text(&device.hca_type)),
+        ("fw_ver", text(&device.fw_ver)),
+        ("board_id", text(&device.board_id)),
+        ("node_guid", text(&device.node_guid)),
+    ];
+    let added = families.add(
+        "rdma_port",
+        Kind::Info,
+        "Identity of an RDMA port: link layer, netdev behind it and device facts.",
+        info_labels,
+        Value::U64(1),
+    );
+    debug_assert!(added.is_ok());
+    let labels = port_labels(device, port);
+    if let Some((id, _)) = &port.state {
+        families.gauge(
+            "rdma_port_state",
+            "Logical port state id from the kernel (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER).",
+            labels.clone(),
+            Value::U64(u64::from(*id)),
+        );
+    }
+    if let Some((id, _)) = &port.phys_state {
+        families.gauge(
+            "rdma_port_phys_state",
+            "Physical port state id from the kernel (1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest).",
+            labels.clone(),
+            Value::U64(u64::from(*id)),
+        );
+    }
+    if let Some(rate) = port.rate_bytes_per_second {
+        families.gauge(
+            "rdma_port_rate_bytes_per_second",
+            "Current port rate from the kernel's rate attribute, in bytes per second.",
+            labels.clone(),
+            Value::F64(rate),
+        );
+    }
+    if let Some(lid) = port.lid {
+        families.gauge(
+            "rdma_port_lid",
+            "InfiniBand local identifier of the port (0 on RoCE ports).",
+            labels,
+            Value::U64(lid),
+        );
+    }
+}
+
+fn add_port_counters(families: &mut Families, device: &Device, port: &Port) {
+    let mut seen: HashSet<&str> = HashSet::new();
+    // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
+    let plain = port.counters.iter().map(|(n, v)| (n.as_str(), *v));
+    let legacy = port
+        .counters_ext
+        .iter()
+        .map(|(n, v)| (counters_ext_equivalent(n), *v));
+    for (name, raw) in plain.chain(legacy) {
+        if !seen.insert(name) {
+            continue;
+        }
+        let value = if DATA_COUNTERS.contains(&name) {
+            raw.checked_mul(4)
+                .map_or(Value::F64(raw as f64 * 4.0), Value::U64)
+        } else {
+            Value::U64(raw)
+        };
+        let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
+        let added = families.add(
+            port_counter_base(name),
+            Kind::Counter,
+            help,
+            port_labels(device, port),
+            value,
+        );
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+}
+
+fn add_hw_counters(
+    families: &mut Families,
+    device: &Device,
+    port: &Port,
+    issues: &mut Vec<EncodeIssue>,
+) {
+    let mut seen = HashSet::new();
+    for (name, value) in &port.hw_counters {
+        if name == "lifespan" {
+            families.gauge(
+                "rdma_hw_lifespan_seconds",
+                "How long the driver caches hw_counters values before refreshing them.",
+                port_labels(device, port),
+                Value::F64(*value as f64 / 1000.0),
+            );
+            continue;
+        }
+        let base = format!("rdma_hw_{}", sanitize_name_part(name));
+        if !seen.insert(base.clone()) {
+            issues.push(EncodeIssue {
+                device: device.name.clone(),
+                reason: "name_collision",
+                detail: format!("hw counter {name:?} sanitizes to an existing name {base}"),
+            });
+            continue;
+        }
+        let help = help_of(HW_COUNTER_HELP, name).unwrap_or(UNKNOWN_HW_COUNTER_HELP);
+        if let Err(e) = families.add(
+            base,
+            Kind::Counter,
+            help,
+            port_labels(device, port),
+            Value::U64(*value),
+        ) {
+            issues.push(EncodeIssue {
+                device: device.name.clone(),
+                reason: "name_collision",
+                detail: e.to_string(),
+            });
+        }
+    }
+}
+
+fn add_device_hw_counters(families: &mut Families, device: &Device, issues: &mut Vec<EncodeIssue>) {
+    let labels = || vec![("device", device.name.clone())];
+    let mut seen = HashSet::new();
+    for (name, value) in &device.hw_counters {
+        if name == "lifespan" {
+            families.gauge(
+                "rdma_device_hw_lifespan_seconds",
+                "How long the driver caches device-level hw_counters values before refreshing them.",
+                labels(),
+                Value::F64(*value as f64 / 1000.0),
+            );
+            continue;
+        }
+        let base = format!("rdma_device_hw_{}", sanitize_name_part(name));
+        if !seen.insert(base.clone()) {
+            issues.push(EncodeIssue {
+                device: device.name.clone(),
+                reason: "name_collision",
+                detail: format!("device hw counter {name:?} sanitizes to an existing name {base}"),
+            });
+            continue;
+        }
+        if let Err(e) = families.add(base, Kind::Counter, DEVICE_HW_COUNTER_HELP, labels(), Value::U64(*value)) {
+            issues.push(EncodeIssue {
+                device: device.name.clone(),
+                reason: "name_collision",
+                detail: e.to_string(),
+            });
+        }
+    }
+}
+
+fn micros_to_seconds(micros: u64) -> Value {
+    Value::F64(micros as f64 / 1e6)
+}
+
+fn add_ethtool(
+    families: &mut Families,
+    device: &Device,
+    port: &Port,
+    include: Option<&Regex>,
+    issues: &mut Vec<EncodeIssue>,
+) {
+    let Some(netdev) = &port.netdev else { return };
+    let base_labels = || {
+        vec![
+            ("device", device.name.clone()),
+            ("port", port.number.to_string()),
+            ("netdev", netdev.clone()),
+        ]
+    };
+    let with = |extra: &[(&'static str, String)]| {
+        let mut labels = base_labels();
+        labels.extend_from_slice(extra);
+        labels
+    };
+    let prio = |p: u8| ("priority", p.to_string());
+    let dir = |d: super::ethtool_map::Direction| ("direction", d.label().to_string());
+    let mut seen_untyped = HashSet::new();
+    for (name, raw) in &port.ethtool {
+        let raw = *raw;
+        let Some(stat) = classify(name) else {
+            if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name.as_str()) {
+                let added = families.add(
+                    "rdma_ethtool_stat",
+                    Kind::Untyped,
+                    "Driver statistic of the port's netdev (ethtool -S) selected by ethtool.include; type and unit are the driver's.",
+                    with(&[("stat", name.clone())]),
+                    Value::U64(raw),
+                );
+                if let Err(e) = added {
+                    issues.push(EncodeIssue {
+                        device: device.name.clone(),
+                        reason: "name_collision",
+                        detail: e.to_string(),
+                    });
+                }
+            }
+            continue;
+        };
+        match stat {
+            TypedStat::PfcPauseFrames { priority, direction } => families.counter(
+                "rdma_pfc_pause_frames",
+                "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
+                with(&[prio(priority), dir(direction)]),
+                Value::U64(raw),
+            ),
+            TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter(
+                "rdma_pfc_pause_duration_seconds",
+                "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
+                with(&[prio(priority), dir(direction)]),
+                micros_to_seconds(raw),
+            ),
+            TypedStat::PfcPauseTransitions { priority, direction } => families.counter(
+                "rdma_pfc_pause_transitions",
+                "PFC XOFF to XON transitions per priority.",
+                with(&[prio(priority), dir(direction)]),
+                Value::U64(raw),
+            ),
+            TypedStat::GlobalPauseFrames { direction } => families.counter(
+                "rdma_global_pause_frames",
+                "IEEE 802.3x global pause frames (all priorities).",
+                with(&[dir(direction)]),
+                Value::U64(raw),
+            ),
+            TypedStat::GlobalPauseDurationMicros { direction } => families.counter(
+                "rdma_global_pause_duration_seconds",
+                "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
+                with(&[dir(direction)]),
+                micros_to_seconds(raw),
+            ),
+            TypedStat::PauseStormWarningEvents => families.counter(
+                "rdma_pfc_pause_storm_events",
+                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
+                with(&[("severity", "warning".to_string())]),
+                Value::U64(raw),
+            ),
+            TypedStat::PauseStormErrorEvents => families.counter(
+                "rdma_pfc_pause_storm_events",
+                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
+                with(&[("severity", "error".to_string())]),
+                Value::U64(raw),
+            ),
+            TypedStat::PriorityDiscards { priority } => families.counter(
+                "rdma_priority_discards",
+                "Received packets discarded per priority for lack of receive buffers.",
+                with(&[prio(priority)]),
+                Value::U64(raw),
+            ),
+            TypedStat::PriorityBufferDiscards { priority } => families.counter(
+                "rdma_priority_buffer_discards",
+                "Received packets discarded per priority for lack of per-host receive buffer.",
+                with(&[prio(priority)]),
+                Value::U64(raw),
+            ),
+            TypedStat::PriorityCongestionDiscards { priority } => families.counter(
+                "rdma_priority_congestion_discards",
+                "Received packets discarded per priority because of per-host congestion (WRED).",
+                with(&[prio(priority)]),
+                Value::U64(raw),
+            ),
+            TypedStat::PriorityEcnMarked { priority } => families.counter(
+                "rdma_priority_ecn_marked_packets",
+                "Received packets ECN-marked by the NIC per priority because of per-host congestion.",
+                with(&[prio(priority)]),
+                Value::U64(raw),
+            ),
+            TypedStat::PhyDiscards { direction } => families.counter(
+                "rdma_phy_discards",
+                "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
+                with(&[dir(direction)]),
+                Value::U64(raw),
+            ),
+            TypedStat::RxOutOfBuffer => families.counter(
+                "rdma_netdev_rx_out_of_buffer",
+                "Packets dropped because a netdev receive queue had no software buffers.",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::LinkDownEvents => families.counter(
+                "rdma_phy_link_down_events",
+                "Times the physical link went down (link flaps).",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::PhySymbolErrors => families.counter(
+                "rdma_phy_symbol_errors",
+                "Received symbol errors at the physical layer.",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::PcsSymbolErrors => families.counter(
+                "rdma_phy_pcs_symbol_errors",
+                "Symbols the PCS/FEC layer could not correct.",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::FecCorrectedBits => families.counter(
+                "rdma_phy_fec_corrected_bits",
+                "Bits corrected by forward error correction (pre-FEC bit errors).",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::PhyReceivedBits => families.counter(
+                "rdma_phy_received_bits",
+                "Bits received at the physical layer, the denominator of the bit error rate.",
+                base_labels(),
+                Value::U64(raw),
+            ),
+            TypedStat::PhyCrcErrors => families.counter(
+                "rdma_phy_crc_errors",
+                "Frames received with a CRC error.",
+                base_labels(),
+                Value::U64(raw),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_counter_names_follow_the_design() {
+        assert_eq!(port_counter_base("symbol_error"), "rdma_port_symbol_error");
+        assert_eq!(port_counter_base("port_xmit_wait"), "rdma_port_xmit_wait");
+        assert_eq!(port_counter_base("VL15_dropped"), "rdma_port_vl15_dropped");
+        assert_eq!(port_counter_base("port_xmit_data"), "rdma_port_xmit_data_bytes");
+        assert_eq!(port_counter_base("port_rcv_data"), "rdma_port_rcv_data_bytes");
+    }
+
+    #[test]
+    fn legacy_names_map_to_plain_ones() {
+        assert_eq!(counters_ext_equivalent("port_rcv_data_64"), "port_rcv_data");
+        assert_eq!(counters_ext_equivalent("port_xmit_packets_64"), "port_xmit_packets");
+        assert_eq!(counters_ext_equivalent("port_unicast_rcv_packets"), "unicast_rcv_packets");
+        assert_eq!(counters_ext_equivalent("port_multicast_xmit_packets"), "multicast_xmit_packets");
+    }
+
+    #[test]
+    fn every_known_name_has_distinct_help() {
+        for table in [PORT_COUNTER_HELP, HW_COUNTER_HELP] {
+            let names: HashSet<_> = table.iter().map(|(n, _)| n).collect();
+            assert_eq!(names.len(), table.len());
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The per-node agent: RDMA devices from sysfs plus driver statistics of their netdevs.
+
+pub mod ethtool;
+pub mod ethtool_ioctl;
+pub mod ethtool_map;
+pub mod metrics;
+pub mod parse;
+pub mod sysfs;
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use regex::Regex;
+
+use crate::exposition::{Families, Value};
+use ethtool::EthtoolSource;
+use sysfs::{DeviceFilter, NodeSnapshot};
+
+/// How many recent errors the landing page keeps.
+const RECENT_ERRORS: usize = 50;
+
+#[derive(Debug)]
+pub struct NodeCollectorConfig {
+    /// Root of sysfs, normally `/sys`.
+    pub sysfs_root: PathBuf,
+    pub devices: DeviceFilter,
+    /// `None` disables the ethtool collector.
+    pub ethtool: Option<Box<dyn EthtoolSource>>,
+    /// Untyped driver statistics to export as `rdma_ethtool_stat`.
+    pub ethtool_include: Option<Regex>,
+}
+
+/// One failure seen during a scrape, as the landing page shows it.
+#[derive(Debug, Clone)]
+pub struct RecentError {
+    pub at: SystemTime,
+    pub device: String,
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+/// What the landing page shows about the last scrape.
+#[derive(Debug, Clone, Default)]
+pub struct LastScrape {
+    pub at: Option<SystemTime>,
+    pub infiniband_present: bool,
+    pub snapshot: NodeSnapshot,
+    pub recent_errors: VecDeque<RecentError>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// `rdma_exporter_read_errors_total` by (device, reason).
+    read_errors: BTreeMap<(String, &'static str), u64>,
+    /// (device, reason) pairs already logged at warn level.
+    warned: HashSet<(String, &'static str)>,
+    warned_no_infiniband: bool,
+    last: LastScrape,
+}
+
+/// Reads the node at every scrape and encodes it. Walks are serialized so that concurrent
+/// scrapers cannot multiply sysfs and firmware load.
+#[derive(Debug)]
+pub struct NodeCollector {
+    config: NodeCollectorConfig,
+    state: Mutex<State>,
+}
+
+/// Timing and outcome of one collection.
+#[derive(Debug)]
+pub struct Collection {
+    pub snapshot: NodeSnapshot,
+    pub sysfs_ok: bool,
+    pub sysfs_duration: Duration,
+    pub ethtool: Option<(bool, Duration)>,
+    pub ethtool_errors: Vec<(String, ethtool::EthtoolError)>,
+}
+
+impl NodeCollector {
+    pub fn new(config: NodeCollectorConfig) -> Self {
+        NodeCollector {
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn config(&self) -> &NodeCollectorConfig {
+        &self.config
+    }
+
+    /// Reads sysfs and, for ports with a netdev, the driver statistics.
+    pub fn collect(&self) -> Collection {
+        let started = Instant::now();
+        let mut snapshot = sysfs::read_node(&self.config.sysfs_root, &self.config.devices);
+        let sysfs_ok = !snapshot
+            .errors
+            .iter()
+            .any(|e| e.device.is_empty() && e.reason != "missing_dir");
+        let sysfs_duration = started.elapsed();
+        let mut ethtool_errors = Vec::new();
+        let ethtool = self.config.ethtool.as_ref().map(|source| {
+            let started = Instant::now();
+            for device in &mut snapshot.devices {
+                for port in &mut device.ports {
+                    // Only RoCE ports have the mlx5 Ethernet PFC/ECN statistics.
+                    let Some(netdev) = port.netdev.as_ref().filter(|_| port.is_ethernet()) else {
+                        continue;
+                    };
+                    match source.stats(netdev) {
+                        Ok(stats) => port.ethtool = stats,
+                        Err(e) => ethtool_errors.push((device.name.clone(), e)),
+                    }
+                }
+            }
+            (ethtool_errors.is_empty(), started.elapsed())
+        });
+        Collection {
+            snapshot,
+            sysfs_ok,
+            sysfs_duration,
+            ethtool,
+            ethtool_errors,
+        }
+    }
+
+    /// Collects and builds every family this collector exposes.
+    pub fn families(&self) -> Families {
+        let collection = self.collect();
+        let mut families = Families::default();
+        let issues = metrics::add_node_metrics(
+            &mut families,
+            &collection.snapshot,
+            self.config.ethtool_include.as_ref(),
+        );
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.record(&collection, &issues);
+        add_self_metrics(&mut families, &collection, &state);
+        families
+    }
+
+    pub fn last_scrape(&self) -> LastScrape {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).last.clone()
+    }
+}
+
+impl State {
+    fn record(&mut self, collection: &Collection, issues: &[metrics::EncodeIssue]) {
+        let now = SystemTime::now();
+        let snapshot = &collection.snapshot;
+        if !snapshot.infiniband_present && !self.warned_no_infiniband {
+            tracing::warn!(
+                "no class/infiniband under the sysfs root: no RDMA driver loaded here; serving self-metrics and rdma_devices 0"
+            );
+            self.warned_no_infiniband = true;
+        }
+        let sysfs = snapshot.errors.iter().map(|e| {
+            let detail = format!("{}: {}", e.path.display(), e.detail);
+            (e.device.clone(), e.reason, detail)
+        });
+        let ethtool = collection
+            .ethtool_errors
+            .iter()
+            .map(|(device, e)| (device.clone(), e.reason(), e.to_string()));
+        let encode = issues
+            .iter()
+            .map(|i| (i.device.clone(), i.reason, i.detail.clone()));
+        // One warning per new (device, reason): a device whose PMA is missing would otherwise
+        // log every counter file. Repeats go to debug level.
+        let mut first_of_kind: BTreeMap<(String, &'static str), (u64, String)> = BTreeMap::new();
+        for (device, reason, detail) in sysfs.chain(ethtool).chain(encode) {
+            *self.read_errors.entry((device.clone(), reason)).or_default() += 1;
+            tracing::debug!(device = %device, reason, "{detail}");
+            let entry = first_of_kind
+                .entry((device.clone(), reason))
+                .or_insert_with(|| (0, detail.clone()));
+            entry.0 += 1;
+            if self.last.recent_errors.len() == RECENT_ERRORS {
+                self.last.recent_errors.pop_front();
+            }
+            self.last.recent_errors.push_back(RecentError {
+                at: now,
+                device,
+                reason,
+                detail,
+            });
+        }
+        for ((device, reason), (count, example)) in first_of_kind {
+            if self.warned.insert((device.clone(), reason)) {
+                tracing::warn!(
+                    device = %device,
+                    reason,
+                    count,
+                    "values skipped, e.g. {example}; later occurrences are logged at debug level"
+                );
+            }
+        }
+        self.last.at = Some(now);
+        self.last.infiniband_present = snapshot.infiniband_present;
+        self.last.snapshot = snapshot.clone();
+    }
+}
+
+fn add_self_metrics(families: &mut Families, collection: &Collection, state: &State) {
+    const SUCCESS_HELP: &str = "1 if the collector's last run succeeded (individual unreadable values are counted in rdma_exporter_read_errors_total instead).";
+    const DURATION_HELP: &str = "Duration of the collector's last run in seconds.";
+    let mut collectors = vec![("sysfs", collection.sysfs_ok, collection.sysfs_duration)];
+    if let Some((ok, duration)) = collection.ethtool {
+        collectors.push(("ethtool", ok, duration));
+    }
+    for (name, ok, duration) in collectors {
+        let labels = vec![("collector", name.to_string())];
+        families.gauge(
+            "rdma_exporter_collector_success",
+            SUCCESS_HELP,
+            labels.clone(),
+            Value::U64(u64::from(ok)),
+        );
+        families.gauge(
+            "rdma_exporter_collector_duration_seconds",
+            DURATION_HELP,
+            labels,
+            Value::F64(duration.as_secs_f64()),
+        );
+    }
+    for ((device, reason), count) in &state.read_errors {
+        families.counter(
+            "rdma_exporter_read_errors",
+            "Values that could not be read or exported, by device and reason; the rest of the scrape is unaffected.",
+            vec![("device", device.clone()), ("reason", reason.to_string())],
+            Value::U64(*count),
+        );
+    }
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.families().encode(&mut encoder)
+    }
+}

@@ -1,0 +1,124 @@
+//! HTTP front: `/metrics` with content negotiation, `/healthz`, and a landing page.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::registry::Registry;
+
+use crate::exposition::Format;
+use crate::node::NodeCollector;
+
+/// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
+const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Headroom left for the response to travel back before Prometheus gives up.
+const SCRAPE_TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
+
+pub struct AppState {
+    pub registry: Registry,
+    pub node: Option<Arc<NodeCollector>>,
+    pub telemetry_path: String,
+    /// One scrape walks sysfs at a time; others wait (bounded by their scrape timeout).
+    pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let telemetry_path = state.telemetry_path.clone();
+    Router::new()
+        .route(&telemetry_path, get(metrics))
+        .route("/healthz", get(|| async { "OK\n" }))
+        .route("/", get(landing_page))
+        .with_state(state)
+}
+
+/// Binds `host:port`, `:port` (all interfaces) or `[v6]:port`.
+pub async fn bind(listen_address: &str) -> std::io::Result<tokio::net::TcpListener> {
+    if let Some(port) = listen_address.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid port in listen address {listen_address:?}"),
+            )
+        })?;
+        // Dual-stack first, IPv4 only where IPv6 is disabled.
+        return match tokio::net::TcpListener::bind(SocketAddr::from(([0u16; 8], port))).await {
+            Ok(listener) => Ok(listener),
+            Err(_) => tokio::net::TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], port))).await,
+        };
+    }
+    tokio::net::TcpListener::bind(listen_address).await
+}
+
+fn scrape_timeout(headers: &HeaderMap) -> Duration {
+    headers
+        .get("x-prometheus-scrape-timeout-seconds")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| Duration::from_secs_f64(s).saturating_sub(SCRAPE_TIMEOUT_OFFSET))
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_SCRAPE_TIMEOUT)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let timeout = scrape_timeout(&headers);
+    let scrape = async {
+        let guard = state.scrape_lock.clone().lock_owned().await;
+        let state = state.clone();
+        // sysfs reads block; keep them off the async workers.
+        tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            format.encode(&state.registry)
+        })
+        .await
+    };
+    match tokio::time::timeout(timeout, scrape).await {
+        Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(Ok(Err(e))) => {
+            tracing::error!("encoding metrics failed: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed\n").into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::error!("metrics task failed: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "metrics task failed\n").into_response()
+        }
+        Err(_) => {
+            tracing::warn!(?timeout, "scrape timed out");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("scrape did not finish within {timeout:?}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn landing_page(State(state): State<Arc<AppState>>) -> Response {
+    let node = state.node.clone();
+    let path = state.telemetry_path.clone();
+    let page = tokio::task::spawn_blocking(move || crate::landing::render(&path, node.as_deref()))
+        .await
+        .unwrap_or_else(|e| format!("landing page failed: {e}"));
+    Html(page).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrape_timeout_from_prometheus_header() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(scrape_timeout(&headers), DEFAULT_SCRAPE_TIMEOUT);
+        headers.insert("x-prometheus-scrape-timeout-seconds", "15".parse().unwrap());
+        assert_eq!(scrape_timeout(&headers), Duration::from_millis(14_500));
+        headers.insert("x-prometheus-scrape-timeout-seconds", "nonsense".parse().unwrap());
+        assert_eq!(scrape_timeout(&headers), DEFAULT_SCRAPE_TIMEOUT);
+    }
+}
