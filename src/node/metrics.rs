@@ -93,7 +93,7 @@ fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option
 
 /// Metric base name of a `counters/` file: lowercased, leading `port_` dropped, data in bytes.
 pub fn port_counter_base(kernel_name: &str) -> String {
-    let lower = sanitize_name_part(kernel_name);
+    let lower = driver_counter_name(kernel_name);
     let short = lower.strip_prefix("port_").unwrap_or(&lower);
     if DATA_COUNTERS.contains(&kernel_name) {
         format!("rdma_port_{short}_bytes")
@@ -111,6 +111,16 @@ pub fn counters_ext_equivalent(ext_name: &str) -> &str {
     } else {
         name
     }
+}
+
+/// Metric name part for a driver counter: sanitized, and the word `counter` becomes `count`
+/// because Prometheus' lint rejects counters named after their type (`..._counter_total`).
+pub fn driver_counter_name(raw: &str) -> String {
+    sanitize_name_part(raw)
+        .split('_')
+        .map(|token| if token == "counter" { "count" } else { token })
+        .collect::<Vec<_>>()
+        .join("_")
 }
 
 fn port_labels(device: &Device, port: &Port) -> Labels {
@@ -247,7 +257,7 @@ fn add_hw_counters(
             );
             continue;
         }
-        let base = format!("rdma_hw_{}", sanitize_name_part(name));
+        let base = format!("rdma_hw_{}", driver_counter_name(name));
         if !seen.insert(base.clone()) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
@@ -286,7 +296,7 @@ fn add_device_hw_counters(families: &mut Families, device: &Device, issues: &mut
             );
             continue;
         }
-        let base = format!("rdma_device_hw_{}", sanitize_name_part(name));
+        let base = format!("rdma_device_hw_{}", driver_counter_name(name));
         if !seen.insert(base.clone()) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
@@ -483,6 +493,14 @@ mod tests {
         assert_eq!(port_counter_base("VL15_dropped"), "rdma_port_vl15_dropped");
         assert_eq!(port_counter_base("port_xmit_data"), "rdma_port_xmit_data_bytes");
         assert_eq!(port_counter_base("port_rcv_data"), "rdma_port_rcv_data_bytes");
+    }
+
+    #[test]
+    fn driver_names_are_lint_clean() {
+        assert_eq!(driver_counter_name("brand_new_counter"), "brand_new_count");
+        assert_eq!(driver_counter_name("counter_x"), "count_x");
+        assert_eq!(driver_counter_name("SDMAIdInt1,32"), "sdmaidint1_32");
+        assert_eq!(driver_counter_name("encounters"), "encounters");
     }
 
     #[test]

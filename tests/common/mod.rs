@@ -1,0 +1,217 @@
+//! Shared helpers for the integration tests: run the real binary, scrape it, parse exposition.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(relative: &str) -> PathBuf {
+    project_root().join("tests/fixtures").join(relative)
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"))
+}
+
+/// A running exporter process, killed on drop.
+pub struct Exporter {
+    child: Child,
+    pub address: String,
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Exporter {
+    /// Starts `rdma-fabric-exporter serve ARGS` on a free loopback port and waits until it answers.
+    pub fn start(args: &[&str]) -> Exporter {
+        for _attempt in 0..5 {
+            let address = format!("127.0.0.1:{}", free_port());
+            let mut child = Command::new(binary())
+                .arg("serve")
+                .args(["--web.listen-address", &address])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting the exporter");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let mut stderr = String::new();
+                    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+                    if stderr.contains("Address already in use") {
+                        break;
+                    }
+                    panic!("exporter exited early with {status}: {stderr}");
+                }
+                if std::net::TcpStream::connect(&address).is_ok() {
+                    // Drain stderr in the background so the child never blocks on a full pipe.
+                    let mut stderr = child.stderr.take().unwrap();
+                    std::thread::spawn(move || {
+                        let mut sink = Vec::new();
+                        let _ = stderr.read_to_end(&mut sink);
+                    });
+                    return Exporter { child, address };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+        }
+        panic!("exporter did not start");
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String, String) {
+        get_with(&self.url(path), &[])
+    }
+
+    pub fn metrics(&self) -> String {
+        let (status, _, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+}
+
+/// GET with extra headers; returns status, content type and body.
+pub fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+    let client = reqwest::blocking::Client::new();
+    let mut request = client.get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().expect("HTTP request");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, content_type, response.text().unwrap())
+}
+
+/// One sample of an exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// Parses the sample lines of a text exposition (0.0.4 or OpenMetrics); comments are skipped.
+pub fn parse_exposition(body: &str) -> Vec<Sample> {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect(line);
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, parse_labels(rest.strip_suffix('}').expect(line))),
+                None => (series, BTreeMap::new()),
+            };
+            Sample {
+                name: name.to_string(),
+                labels,
+                value,
+            }
+        })
+        .collect()
+}
+
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"").expect(text);
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    let (_, escaped) = chars.next().unwrap();
+                    value.push(match escaped {
+                        'n' => '\n',
+                        other => other,
+                    });
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(key.trim_start_matches(',').to_string(), value);
+        rest = after[end..].trim_start_matches(',');
+    }
+    labels
+}
+
+/// The value of the one sample named `name` whose labels include all of `labels`.
+pub fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matching: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+        .collect();
+    assert!(matching.len() <= 1, "{name} {labels:?} matches {matching:?}");
+    matching.first().map(|s| s.value)
+}
+
+/// Runs `promtool check metrics` on a body; returns its combined output (empty when clean).
+pub fn promtool_check_metrics(body: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool not found: install Debian's `prometheus` package (scripts/test does)");
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "promtool failed: {text}");
+    text
+}
+
+/// Runs the binary to completion with the given args; returns (exit code, stdout, stderr).
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(binary()).args(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+pub fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
