@@ -1,0 +1,3 @@
+//! Simulated RDMA hardware: sysfs fixture trees and driver statistics for tests and benchmarks.
+
+pub mod sysfs_tree;

@@ -1,0 +1,66 @@
+//! The HTTP surface: content negotiation, health, landing page, telemetry path.
+
+mod common;
+
+use common::*;
+
+fn quirks_exporter(extra: &[&str]) -> Exporter {
+    let sysfs = fixture("quirks/sys");
+    let mut args = vec![
+        "--path.sysfs",
+        path_str(&sysfs),
+        "--collector.ethtool.source",
+        "none",
+    ];
+    args.extend_from_slice(extra);
+    Exporter::start(&args)
+}
+
+#[test]
+fn openmetrics_when_asked_text_otherwise() {
+    let exporter = quirks_exporter(&[]);
+    let (status, content_type, body) = get_with(
+        &exporter.url("/metrics"),
+        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")],
+    );
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("application/openmetrics-text; version=1.0.0"), "{content_type}");
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics must end with # EOF");
+    assert!(body.contains("# TYPE rdma_port info\n"), "info type in OpenMetrics");
+    assert!(body.contains("# TYPE rdma_port_symbol_error counter\n"));
+
+    let (status, content_type, body) = get_with(&exporter.url("/metrics"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(!body.contains("# EOF"));
+    assert!(body.contains("# TYPE rdma_port_symbol_error_total counter\n"));
+    // Both formats carry the same samples.
+    let om = parse_exposition(&get_with(&exporter.url("/metrics"), &[("Accept", "application/openmetrics-text")]).2);
+    let text = parse_exposition(&body);
+    let names = |s: &[Sample]| s.iter().filter(|s| !s.name.contains("duration")).map(|s| (s.name.clone(), s.labels.clone())).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(names(&om), names(&text));
+}
+
+#[test]
+fn health_and_landing_page() {
+    let exporter = quirks_exporter(&[]);
+    let (status, _, body) = exporter.get("/healthz");
+    assert_eq!((status, body.as_str()), (200, "OK\n"));
+    let (status, content_type, page) = exporter.get("/");
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/html"), "{content_type}");
+    assert!(page.contains("href=\"/metrics\""));
+    for expected in ["qrk_pma0", "qrk_nodirs0", "4: ACTIVE", "100 Gb/s", "Recent read errors", "not_available", "dangling_symlink"] {
+        assert!(page.contains(expected), "landing page lacks {expected}");
+    }
+}
+
+#[test]
+fn custom_telemetry_path() {
+    let exporter = quirks_exporter(&["--web.telemetry-path", "/rdma"]);
+    let (status, _, body) = exporter.get("/rdma");
+    assert_eq!(status, 200);
+    assert!(body.contains("rdma_devices 3"));
+    assert_eq!(exporter.get("/metrics").0, 404);
+    assert!(exporter.get("/").2.contains("href=\"/rdma\""));
+}
