@@ -14,7 +14,12 @@ use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::server::AppState;
 
 #[derive(Debug, Parser)]
-#[command(name = "rdma-fabric-exporter", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "rdma-fabric-exporter",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -147,9 +147,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         return Ok(Config::default());
     }
     let config: Config = serde_yaml::from_str(text).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map_or((0, 0), |l| (l.line(), l.column()));
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
         // yaml_serde appends " at line L column C"; the prefix already says where.
         let message = e.to_string();
         let message = message

@@ -114,7 +114,8 @@ impl Families {
                 Kind::Info => MetricType::Info,
                 Kind::Untyped => MetricType::Unknown,
             };
-            let mut metric = encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
+            let mut metric =
+                encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
             for (labels, value) in &family.samples {
                 match family.kind {
                     Kind::Info => metric.encode_info(labels)?,
@@ -217,9 +218,14 @@ mod tests {
     fn negotiation() {
         assert_eq!(Format::negotiate(None), Format::PrometheusText);
         assert_eq!(
-            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")),
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+            )),
             Format::OpenMetrics
         );
-        assert_eq!(Format::negotiate(Some("text/plain")), Format::PrometheusText);
+        assert_eq!(
+            Format::negotiate(Some("text/plain")),
+            Format::PrometheusText
+        );
     }
 }

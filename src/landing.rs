@@ -62,7 +62,8 @@ pub fn render(telemetry_path: &str, node: Option<&NodeCollector>) -> String {
         for device in &last.snapshot.devices {
             for port in &device.ports {
                 let state = |s: &Option<(u32, String)>| {
-                    s.as_ref().map_or("?".to_string(), |(id, name)| format!("{id}: {name}"))
+                    s.as_ref()
+                        .map_or("?".to_string(), |(id, name)| format!("{id}: {name}"))
                 };
                 let _ = write!(
                     html,

@@ -8,7 +8,7 @@ pub mod exposition;
 pub mod landing;
 pub mod node;
 pub mod server;
-// pub mod sim; (tmp)
+pub mod sim;
 
 /// Version and build facts for `rdma_exporter_build_info`.
 pub mod build {

@@ -82,7 +82,11 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Ok(Ok(Err(e))) => {
             tracing::error!("encoding metrics failed: {e}");
-            (StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed\n").into_response()
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding metrics failed\n",
+            )
+                .into_response()
         }
         Ok(Err(e)) => {
             tracing::error!("metrics task failed: {e}");
@@ -118,7 +122,10 @@ mod tests {
         assert_eq!(scrape_timeout(&headers), DEFAULT_SCRAPE_TIMEOUT);
         headers.insert("x-prometheus-scrape-timeout-seconds", "15".parse().unwrap());
         assert_eq!(scrape_timeout(&headers), Duration::from_millis(14_500));
-        headers.insert("x-prometheus-scrape-timeout-seconds", "nonsense".parse().unwrap());
+        headers.insert(
+            "x-prometheus-scrape-timeout-seconds",
+            "nonsense".parse().unwrap(),
+        );
         assert_eq!(scrape_timeout(&headers), DEFAULT_SCRAPE_TIMEOUT);
     }
 }

@@ -30,7 +30,13 @@ fn typo_names_key_line_and_column_and_exits_2() {
     assert!(stderr.contains("devcies"), "{stderr}");
 
     // serve refuses to start on the same file: exit 2 and nothing listening.
-    let (code, _, stderr) = run(&["serve", "--config.file", &path, "--web.listen-address", "127.0.0.1:1"]);
+    let (code, _, stderr) = run(&[
+        "serve",
+        "--config.file",
+        &path,
+        "--web.listen-address",
+        "127.0.0.1:1",
+    ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
 }
@@ -40,7 +46,10 @@ fn bad_regex_in_config_and_flag() {
     let config = write_config("node:\n  ethtool:\n    include: '(rx'\n");
     let (code, _, stderr) = run(&["check-config", "--config.file", path_str(config.path())]);
     assert_eq!(code, 2);
-    assert!(stderr.contains(":3:") && stderr.contains("invalid regular expression"), "{stderr}");
+    assert!(
+        stderr.contains(":3:") && stderr.contains("invalid regular expression"),
+        "{stderr}"
+    );
     let (code, _, stderr) = run(&["serve", "--collector.infiniband.device-include", "(mlx"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("device-include"), "{stderr}");
@@ -56,7 +65,12 @@ fn check_config_reads_stdin() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"node:\n  enabled: perhaps\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"node:\n  enabled: perhaps\n")
+        .unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("<stdin>:2:"));
@@ -64,9 +78,9 @@ fn check_config_reads_stdin() {
 
 #[test]
 fn flags_override_the_file() {
-    let config = write_config(&format!(
+    let config = write_config(
         "web:\n  telemetry_path: /from-file\nnode:\n  sysfs_path: /nonexistent\n  ethtool:\n    source: none\n",
-    ));
+    );
     let exporter = Exporter::start(&[
         "--config.file",
         path_str(config.path()),
@@ -75,7 +89,10 @@ fn flags_override_the_file() {
     ]);
     let (status, _, body) = exporter.get("/from-file");
     assert_eq!(status, 200);
-    assert!(body.contains("rdma_devices 3"), "flag --path.sysfs must override node.sysfs_path");
+    assert!(
+        body.contains("rdma_devices 3"),
+        "flag --path.sysfs must override node.sysfs_path"
+    );
 }
 
 #[test]

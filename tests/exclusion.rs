@@ -78,19 +78,31 @@ fn excluded_devices_are_never_opened() {
         "none",
     ]);
     let samples = parse_exposition(&exporter.metrics());
-    assert!(samples.iter().all(|s| s.labels.get("device").map(String::as_str) != Some("qrk_pma0")));
-    assert!(samples.iter().any(|s| s.labels.get("device").map(String::as_str) == Some("qrk_badrate0")));
+    assert!(samples
+        .iter()
+        .all(|s| s.labels.get("device").map(String::as_str) != Some("qrk_pma0")));
+    assert!(samples
+        .iter()
+        .any(|s| s.labels.get("device").map(String::as_str) == Some("qrk_badrate0")));
     std::thread::sleep(Duration::from_millis(100));
 
     let mut buffer = [0u8; 4096];
     let events: Vec<String> = match inotify.read_events(&mut buffer) {
-        Ok(events) => events.map(|e| format!("{:?} {:?}", e.mask, e.name)).collect(),
+        Ok(events) => events
+            .map(|e| format!("{:?} {:?}", e.mask, e.name))
+            .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
         Err(e) => panic!("{e}"),
     };
     assert!(events.is_empty(), "excluded device was touched: {events:?}");
-    let control_events = control.read_events(&mut buffer).map(|e| e.count()).unwrap_or(0);
-    assert!(control_events > 0, "inotify saw nothing on the included device: the proof is void");
+    let control_events = control
+        .read_events(&mut buffer)
+        .map(|e| e.count())
+        .unwrap_or(0);
+    assert!(
+        control_events > 0,
+        "inotify saw nothing on the included device: the proof is void"
+    );
 }
 
 #[test]

@@ -21,12 +21,21 @@ fn openmetrics_when_asked_text_otherwise() {
     let exporter = quirks_exporter(&[]);
     let (status, content_type, body) = get_with(
         &exporter.url("/metrics"),
-        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")],
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
     );
     assert_eq!(status, 200);
-    assert!(content_type.starts_with("application/openmetrics-text; version=1.0.0"), "{content_type}");
+    assert!(
+        content_type.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{content_type}"
+    );
     assert!(body.ends_with("# EOF\n"), "OpenMetrics must end with # EOF");
-    assert!(body.contains("# TYPE rdma_port info\n"), "info type in OpenMetrics");
+    assert!(
+        body.contains("# TYPE rdma_port info\n"),
+        "info type in OpenMetrics"
+    );
     assert!(body.contains("# TYPE rdma_port_symbol_error counter\n"));
 
     let (status, content_type, body) = get_with(&exporter.url("/metrics"), &[]);
@@ -35,9 +44,20 @@ fn openmetrics_when_asked_text_otherwise() {
     assert!(!body.contains("# EOF"));
     assert!(body.contains("# TYPE rdma_port_symbol_error_total counter\n"));
     // Both formats carry the same samples.
-    let om = parse_exposition(&get_with(&exporter.url("/metrics"), &[("Accept", "application/openmetrics-text")]).2);
+    let om = parse_exposition(
+        &get_with(
+            &exporter.url("/metrics"),
+            &[("Accept", "application/openmetrics-text")],
+        )
+        .2,
+    );
     let text = parse_exposition(&body);
-    let names = |s: &[Sample]| s.iter().filter(|s| !s.name.contains("duration")).map(|s| (s.name.clone(), s.labels.clone())).collect::<std::collections::BTreeSet<_>>();
+    let names = |s: &[Sample]| {
+        s.iter()
+            .filter(|s| !s.name.contains("duration"))
+            .map(|s| (s.name.clone(), s.labels.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
     assert_eq!(names(&om), names(&text));
 }
 
@@ -50,7 +70,15 @@ fn health_and_landing_page() {
     assert_eq!(status, 200);
     assert!(content_type.starts_with("text/html"), "{content_type}");
     assert!(page.contains("href=\"/metrics\""));
-    for expected in ["qrk_pma0", "qrk_nodirs0", "4: ACTIVE", "100 Gb/s", "Recent read errors", "not_available", "dangling_symlink"] {
+    for expected in [
+        "qrk_pma0",
+        "qrk_nodirs0",
+        "4: ACTIVE",
+        "100 Gb/s",
+        "Recent read errors",
+        "not_available",
+        "dangling_symlink",
+    ] {
         assert!(page.contains(expected), "landing page lacks {expected}");
     }
 }

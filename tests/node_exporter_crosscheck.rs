@@ -25,30 +25,78 @@ fn shared_fixture() -> Option<PathBuf> {
 /// node_exporter name (without `node_infiniband_`) -> our name. Every node_exporter family must
 /// be listed, so a family we do not map fails the test instead of being ignored.
 const NAME_MAP: &[(&str, &str)] = &[
-    ("excessive_buffer_overrun_errors_total", "rdma_port_excessive_buffer_overrun_errors_total"),
+    (
+        "excessive_buffer_overrun_errors_total",
+        "rdma_port_excessive_buffer_overrun_errors_total",
+    ),
     ("link_downed_total", "rdma_port_link_downed_total"),
-    ("link_error_recovery_total", "rdma_port_link_error_recovery_total"),
-    ("local_link_integrity_errors_total", "rdma_port_local_link_integrity_errors_total"),
-    ("multicast_packets_received_total", "rdma_port_multicast_rcv_packets_total"),
-    ("multicast_packets_transmitted_total", "rdma_port_multicast_xmit_packets_total"),
+    (
+        "link_error_recovery_total",
+        "rdma_port_link_error_recovery_total",
+    ),
+    (
+        "local_link_integrity_errors_total",
+        "rdma_port_local_link_integrity_errors_total",
+    ),
+    (
+        "multicast_packets_received_total",
+        "rdma_port_multicast_rcv_packets_total",
+    ),
+    (
+        "multicast_packets_transmitted_total",
+        "rdma_port_multicast_xmit_packets_total",
+    ),
     ("physical_state_id", "rdma_port_phys_state"),
-    ("port_constraint_errors_received_total", "rdma_port_rcv_constraint_errors_total"),
-    ("port_constraint_errors_transmitted_total", "rdma_port_xmit_constraint_errors_total"),
-    ("port_data_received_bytes_total", "rdma_port_rcv_data_bytes_total"),
-    ("port_data_transmitted_bytes_total", "rdma_port_xmit_data_bytes_total"),
-    ("port_discards_received_total", "rdma_port_rcv_discards_total"),
-    ("port_discards_transmitted_total", "rdma_port_xmit_discards_total"),
+    (
+        "port_constraint_errors_received_total",
+        "rdma_port_rcv_constraint_errors_total",
+    ),
+    (
+        "port_constraint_errors_transmitted_total",
+        "rdma_port_xmit_constraint_errors_total",
+    ),
+    (
+        "port_data_received_bytes_total",
+        "rdma_port_rcv_data_bytes_total",
+    ),
+    (
+        "port_data_transmitted_bytes_total",
+        "rdma_port_xmit_data_bytes_total",
+    ),
+    (
+        "port_discards_received_total",
+        "rdma_port_rcv_discards_total",
+    ),
+    (
+        "port_discards_transmitted_total",
+        "rdma_port_xmit_discards_total",
+    ),
     ("port_errors_received_total", "rdma_port_rcv_errors_total"),
     ("port_packets_received_total", "rdma_port_rcv_packets_total"),
-    ("port_packets_transmitted_total", "rdma_port_xmit_packets_total"),
-    ("port_receive_remote_physical_errors_total", "rdma_port_rcv_remote_physical_errors_total"),
-    ("port_receive_switch_relay_errors_total", "rdma_port_rcv_switch_relay_errors_total"),
+    (
+        "port_packets_transmitted_total",
+        "rdma_port_xmit_packets_total",
+    ),
+    (
+        "port_receive_remote_physical_errors_total",
+        "rdma_port_rcv_remote_physical_errors_total",
+    ),
+    (
+        "port_receive_switch_relay_errors_total",
+        "rdma_port_rcv_switch_relay_errors_total",
+    ),
     ("port_transmit_wait_total", "rdma_port_xmit_wait_total"),
     ("rate_bytes_per_second", "rdma_port_rate_bytes_per_second"),
     ("state_id", "rdma_port_state"),
     ("symbol_error_total", "rdma_port_symbol_error_total"),
-    ("unicast_packets_received_total", "rdma_port_unicast_rcv_packets_total"),
-    ("unicast_packets_transmitted_total", "rdma_port_unicast_xmit_packets_total"),
+    (
+        "unicast_packets_received_total",
+        "rdma_port_unicast_rcv_packets_total",
+    ),
+    (
+        "unicast_packets_transmitted_total",
+        "rdma_port_unicast_xmit_packets_total",
+    ),
     ("vl15_dropped_total", "rdma_port_vl15_dropped_total"),
 ];
 
@@ -56,29 +104,62 @@ const NAME_MAP: &[(&str, &str)] = &[
 /// factor it applies.
 const LEGACY_MAP: &[(&str, &str, f64)] = &[
     ("legacy_data_received_bytes_total", "port_rcv_data_64", 4.0),
-    ("legacy_data_transmitted_bytes_total", "port_xmit_data_64", 4.0),
+    (
+        "legacy_data_transmitted_bytes_total",
+        "port_xmit_data_64",
+        4.0,
+    ),
     ("legacy_packets_received_total", "port_rcv_packets_64", 1.0),
-    ("legacy_packets_transmitted_total", "port_xmit_packets_64", 1.0),
-    ("legacy_multicast_packets_received_total", "port_multicast_rcv_packets", 1.0),
-    ("legacy_multicast_packets_transmitted_total", "port_multicast_xmit_packets", 1.0),
-    ("legacy_unicast_packets_received_total", "port_unicast_rcv_packets", 1.0),
-    ("legacy_unicast_packets_transmitted_total", "port_unicast_xmit_packets", 1.0),
+    (
+        "legacy_packets_transmitted_total",
+        "port_xmit_packets_64",
+        1.0,
+    ),
+    (
+        "legacy_multicast_packets_received_total",
+        "port_multicast_rcv_packets",
+        1.0,
+    ),
+    (
+        "legacy_multicast_packets_transmitted_total",
+        "port_multicast_xmit_packets",
+        1.0,
+    ),
+    (
+        "legacy_unicast_packets_received_total",
+        "port_unicast_rcv_packets",
+        1.0,
+    ),
+    (
+        "legacy_unicast_packets_transmitted_total",
+        "port_unicast_xmit_packets",
+        1.0,
+    ),
 ];
 
 #[test]
 fn every_node_exporter_value_matches_ours() {
     let Some(dir) = shared_fixture() else { return };
-    let golden = std::fs::read_to_string(dir.join("expected/e2e-output.node_infiniband.prom")).unwrap();
+    let golden =
+        std::fs::read_to_string(dir.join("expected/e2e-output.node_infiniband.prom")).unwrap();
     let theirs = parse_exposition(&golden);
     let sysfs = dir.join("sys");
-    let exporter = Exporter::start(&["--path.sysfs", path_str(&sysfs), "--collector.ethtool.source", "none"]);
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(&sysfs),
+        "--collector.ethtool.source",
+        "none",
+    ]);
     let ours = parse_exposition(&exporter.metrics());
     // Raw counters_ext values, to check the legacy families where the plain file wins.
     let snapshot = read_node(&sysfs, &DeviceFilter::default());
 
     let mut compared = 0;
     for sample in &theirs {
-        let short = sample.name.strip_prefix("node_infiniband_").expect(&sample.name);
+        let short = sample
+            .name
+            .strip_prefix("node_infiniband_")
+            .expect(&sample.name);
         let device = sample.labels["device"].as_str();
         if short == "info" {
             let matches = ours.iter().filter(|s| {
@@ -96,7 +177,11 @@ fn every_node_exporter_value_matches_ours() {
         let labels = [("device", device), ("port", port)];
         if let Some((_, ours_name)) = NAME_MAP.iter().find(|(n, _)| *n == short) {
             let value = value_of(&ours, ours_name, &labels);
-            assert_eq!(value, Some(sample.value), "{ours_name} {labels:?} vs {sample:?}");
+            assert_eq!(
+                value,
+                Some(sample.value),
+                "{ours_name} {labels:?} vs {sample:?}"
+            );
         } else if let Some((_, file, factor)) = LEGACY_MAP.iter().find(|(n, _, _)| *n == short) {
             let port = snapshot
                 .devices
@@ -104,7 +189,12 @@ fn every_node_exporter_value_matches_ours() {
                 .find(|d| d.name == device)
                 .and_then(|d| d.ports.iter().find(|p| p.number.to_string() == port))
                 .expect("port in snapshot");
-            let raw = port.counters_ext.iter().find(|(n, _)| n == file).expect(file).1;
+            let raw = port
+                .counters_ext
+                .iter()
+                .find(|(n, _)| n == file)
+                .expect(file)
+                .1;
             assert_eq!(raw as f64 * factor, sample.value, "{short} {labels:?}");
         } else {
             panic!("node_exporter family {short} has no mapping in this test");

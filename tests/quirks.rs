@@ -31,8 +31,14 @@ fn each_bad_value_is_skipped_and_counted() {
     let samples = scrape_quirks();
     let port = [("device", "qrk_pma0"), ("port", "1")];
     // Good values next to bad ones are all there, with units converted.
-    assert_eq!(value_of(&samples, "rdma_port_xmit_packets_total", &port), Some(12345.0));
-    assert_eq!(value_of(&samples, "rdma_port_rcv_data_bytes_total", &port), Some(4000.0));
+    assert_eq!(
+        value_of(&samples, "rdma_port_xmit_packets_total", &port),
+        Some(12345.0)
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_port_rcv_data_bytes_total", &port),
+        Some(4000.0)
+    );
     assert_eq!(
         value_of(&samples, "rdma_port_vl15_dropped_total", &port),
         Some(u64::MAX as f64)
@@ -66,14 +72,26 @@ fn each_bad_value_is_skipped_and_counted() {
 fn unknown_hw_counters_pass_through() {
     let samples = scrape_quirks();
     let port = [("device", "qrk_pma0"), ("port", "1")];
-    assert_eq!(value_of(&samples, "rdma_hw_out_of_sequence_total", &port), Some(5.0));
+    assert_eq!(
+        value_of(&samples, "rdma_hw_out_of_sequence_total", &port),
+        Some(5.0)
+    );
     assert_eq!(
         value_of(&samples, "rdma_hw_vport_rx_write_requests_total", &port),
         Some(7.0)
     );
-    assert_eq!(value_of(&samples, "rdma_hw_sdmaidint1_32_total", &port), Some(9.0));
-    assert_eq!(value_of(&samples, "rdma_hw_brand_new_count_total", &port), Some(3.0));
-    assert_eq!(value_of(&samples, "rdma_hw_lifespan_seconds", &port), Some(0.01));
+    assert_eq!(
+        value_of(&samples, "rdma_hw_sdmaidint1_32_total", &port),
+        Some(9.0)
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_hw_brand_new_count_total", &port),
+        Some(3.0)
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_hw_lifespan_seconds", &port),
+        Some(0.01)
+    );
 }
 
 #[test]
@@ -81,26 +99,43 @@ fn vanished_device_missing_dirs_and_bad_attributes() {
     let samples = scrape_quirks();
     // The dangling class symlink is one error for the device, and no series.
     assert_eq!(errors(&samples, "qrk_gone0", "dangling_symlink"), 1.0);
-    assert!(!samples.iter().any(|s| s.labels.get("device").map(String::as_str) == Some("qrk_gone0")
-        && s.name != "rdma_exporter_read_errors_total"));
+    assert!(!samples
+        .iter()
+        .any(
+            |s| s.labels.get("device").map(String::as_str) == Some("qrk_gone0")
+                && s.name != "rdma_exporter_read_errors_total"
+        ));
     // Missing counters/ and hw_counters/ are counted, the port identity is still served.
     assert_eq!(errors(&samples, "qrk_nodirs0", "missing_dir"), 2.0);
     let nodirs = [("device", "qrk_nodirs0"), ("port", "1")];
     assert_eq!(value_of(&samples, "rdma_port_state", &nodirs), Some(1.0));
-    assert_eq!(value_of(&samples, "rdma_port_phys_state", &nodirs), Some(3.0));
+    assert_eq!(
+        value_of(&samples, "rdma_port_phys_state", &nodirs),
+        Some(3.0)
+    );
     // A bad rate and a bad state skip those gauges only.
     let bad = [("device", "qrk_badrate0"), ("port", "1")];
     assert_eq!(errors(&samples, "qrk_badrate0", "parse"), 2.0);
-    assert_eq!(value_of(&samples, "rdma_port_rate_bytes_per_second", &bad), None);
+    assert_eq!(
+        value_of(&samples, "rdma_port_rate_bytes_per_second", &bad),
+        None
+    );
     assert_eq!(value_of(&samples, "rdma_port_state", &bad), None);
-    assert_eq!(value_of(&samples, "rdma_port_symbol_error_total", &bad), Some(42.0));
+    assert_eq!(
+        value_of(&samples, "rdma_port_symbol_error_total", &bad),
+        Some(42.0)
+    );
     // A stray blank line after link_layer is tolerated.
     assert!(samples.iter().any(|s| s.name == "rdma_port_info"
         && s.labels["device"] == "qrk_badrate0"
         && s.labels["link_layer"] == "Ethernet"));
     assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(3.0));
     assert_eq!(
-        value_of(&samples, "rdma_exporter_collector_success", &[("collector", "sysfs")]),
+        value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "sysfs")]
+        ),
         Some(1.0)
     );
 }
@@ -127,7 +162,11 @@ fn no_infiniband_class_serves_self_metrics() {
     assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(0.0));
     assert!(samples.iter().any(|s| s.name == "rdma_exporter_build_info"));
     assert_eq!(
-        value_of(&samples, "rdma_exporter_collector_success", &[("collector", "sysfs")]),
+        value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "sysfs")]
+        ),
         Some(1.0)
     );
     assert_eq!(promtool_check_metrics(&body), "");

@@ -109,7 +109,10 @@ impl EthtoolSource for FileSource {
 pub fn parse_ethtool_text(path: &Path, bytes: &[u8]) -> Result<Vec<RawStat>, EthtoolError> {
     let text = std::str::from_utf8(bytes).map_err(|e| EthtoolError::Parse {
         path: path.to_path_buf(),
-        line: 1 + bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count(),
+        line: 1 + bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count(),
         reason: "not UTF-8".into(),
     })?;
     let mut stats = Vec::new();

@@ -21,19 +21,42 @@ impl Direction {
 /// A driver statistic with a typed meaning. `priority` is the 802.1p priority 0-7.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TypedStat {
-    PfcPauseFrames { priority: u8, direction: Direction },
+    PfcPauseFrames {
+        priority: u8,
+        direction: Direction,
+    },
     /// Driver unit: microseconds.
-    PfcPauseDurationMicros { priority: u8, direction: Direction },
-    PfcPauseTransitions { priority: u8, direction: Direction },
-    GlobalPauseFrames { direction: Direction },
-    GlobalPauseDurationMicros { direction: Direction },
+    PfcPauseDurationMicros {
+        priority: u8,
+        direction: Direction,
+    },
+    PfcPauseTransitions {
+        priority: u8,
+        direction: Direction,
+    },
+    GlobalPauseFrames {
+        direction: Direction,
+    },
+    GlobalPauseDurationMicros {
+        direction: Direction,
+    },
     PauseStormWarningEvents,
     PauseStormErrorEvents,
-    PriorityDiscards { priority: u8 },
-    PriorityBufferDiscards { priority: u8 },
-    PriorityCongestionDiscards { priority: u8 },
-    PriorityEcnMarked { priority: u8 },
-    PhyDiscards { direction: Direction },
+    PriorityDiscards {
+        priority: u8,
+    },
+    PriorityBufferDiscards {
+        priority: u8,
+    },
+    PriorityCongestionDiscards {
+        priority: u8,
+    },
+    PriorityEcnMarked {
+        priority: u8,
+    },
+    PhyDiscards {
+        direction: Direction,
+    },
     RxOutOfBuffer,
     LinkDownEvents,
     PhySymbolErrors,
@@ -160,6 +183,9 @@ mod tests {
             classify("rx_corrected_bits_phy"),
             Some(TypedStat::FecCorrectedBits)
         );
-        assert_eq!(classify("link_down_events_phy"), Some(TypedStat::LinkDownEvents));
+        assert_eq!(
+            classify("link_down_events_phy"),
+            Some(TypedStat::LinkDownEvents)
+        );
     }
 }

@@ -305,7 +305,13 @@ fn add_device_hw_counters(families: &mut Families, device: &Device, issues: &mut
             });
             continue;
         }
-        if let Err(e) = families.add(base, Kind::Counter, DEVICE_HW_COUNTER_HELP, labels(), Value::U64(*value)) {
+        if let Err(e) = families.add(
+            base,
+            Kind::Counter,
+            DEVICE_HW_COUNTER_HELP,
+            labels(),
+            Value::U64(*value),
+        ) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: "name_collision",
@@ -491,8 +497,14 @@ mod tests {
         assert_eq!(port_counter_base("symbol_error"), "rdma_port_symbol_error");
         assert_eq!(port_counter_base("port_xmit_wait"), "rdma_port_xmit_wait");
         assert_eq!(port_counter_base("VL15_dropped"), "rdma_port_vl15_dropped");
-        assert_eq!(port_counter_base("port_xmit_data"), "rdma_port_xmit_data_bytes");
-        assert_eq!(port_counter_base("port_rcv_data"), "rdma_port_rcv_data_bytes");
+        assert_eq!(
+            port_counter_base("port_xmit_data"),
+            "rdma_port_xmit_data_bytes"
+        );
+        assert_eq!(
+            port_counter_base("port_rcv_data"),
+            "rdma_port_rcv_data_bytes"
+        );
     }
 
     #[test]
@@ -506,9 +518,18 @@ mod tests {
     #[test]
     fn legacy_names_map_to_plain_ones() {
         assert_eq!(counters_ext_equivalent("port_rcv_data_64"), "port_rcv_data");
-        assert_eq!(counters_ext_equivalent("port_xmit_packets_64"), "port_xmit_packets");
-        assert_eq!(counters_ext_equivalent("port_unicast_rcv_packets"), "unicast_rcv_packets");
-        assert_eq!(counters_ext_equivalent("port_multicast_xmit_packets"), "multicast_xmit_packets");
+        assert_eq!(
+            counters_ext_equivalent("port_xmit_packets_64"),
+            "port_xmit_packets"
+        );
+        assert_eq!(
+            counters_ext_equivalent("port_unicast_rcv_packets"),
+            "unicast_rcv_packets"
+        );
+        assert_eq!(
+            counters_ext_equivalent("port_multicast_xmit_packets"),
+            "multicast_xmit_packets"
+        );
     }
 
     #[test]

@@ -143,7 +143,11 @@ impl NodeCollector {
     }
 
     pub fn last_scrape(&self) -> LastScrape {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).last.clone()
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last
+            .clone()
     }
 }
 
@@ -172,7 +176,10 @@ impl State {
         // log every counter file. Repeats go to debug level.
         let mut first_of_kind: BTreeMap<(String, &'static str), (u64, String)> = BTreeMap::new();
         for (device, reason, detail) in sysfs.chain(ethtool).chain(encode) {
-            *self.read_errors.entry((device.clone(), reason)).or_default() += 1;
+            *self
+                .read_errors
+                .entry((device.clone(), reason))
+                .or_default() += 1;
             tracing::debug!(device = %device, reason, "{detail}");
             let entry = first_of_kind
                 .entry((device.clone(), reason))

@@ -106,7 +106,10 @@ mod tests {
             Err(ValueError::Overflow("18446744073709551616".into()))
         );
         assert_eq!(counter(b"-1"), Err(ValueError::NotANumber("-1".into())));
-        assert_eq!(counter(b"12 34"), Err(ValueError::NotANumber("12 34".into())));
+        assert_eq!(
+            counter(b"12 34"),
+            Err(ValueError::NotANumber("12 34".into()))
+        );
     }
 
     #[test]
@@ -120,7 +123,10 @@ mod tests {
     #[test]
     fn rates() {
         assert_eq!(rate_bytes_per_second(b"400 Gb/sec (4X NDR)\n"), Ok(50e9));
-        assert_eq!(rate_bytes_per_second(b"2.5 Gb/sec (1X SDR)\n"), Ok(312_500_000.0));
+        assert_eq!(
+            rate_bytes_per_second(b"2.5 Gb/sec (1X SDR)\n"),
+            Ok(312_500_000.0)
+        );
         assert_eq!(rate_bytes_per_second(b"10 Gb/sec (4X)"), Ok(1.25e9));
         assert!(rate_bytes_per_second(b"fast").is_err());
         assert!(rate_bytes_per_second(b"NaN Gb/sec").is_err());

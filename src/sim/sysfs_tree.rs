@@ -454,8 +454,8 @@ const GPU_NIC_BUSES: [u32; 8] = [0x1a, 0x3c, 0x4d, 0x5e, 0x9c, 0xbc, 0xcc, 0xdc]
 const PAIR_BUS: u32 = 0x2a;
 const FW_VER: &str = "28.39.1002";
 const HCA_TYPE: &str = "MT4129";
-/// Board ids (PSIDs) are plausible, not authoritative: one for the single-port GPU NIC SKU,
-/// one for the dual-port adapter.
+/// Board ids (PSIDs) are plausible, not authoritative: one for the GPU NIC SKU, one for the
+/// storage/front-end adapter.
 const GPU_BOARD_ID: &str = "MT_0000000838";
 const PAIR_BOARD_ID: &str = "MT_0000000834";
 const RATE_400G: &str = "400 Gb/sec (4X NDR)";

@@ -58,7 +58,12 @@ impl Exporter {
             while Instant::now() < deadline {
                 if let Ok(Some(status)) = child.try_wait() {
                     let mut stderr = String::new();
-                    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+                    child
+                        .stderr
+                        .take()
+                        .unwrap()
+                        .read_to_string(&mut stderr)
+                        .unwrap();
                     if stderr.contains("Address already in use") {
                         break;
                     }
@@ -76,6 +81,7 @@ impl Exporter {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = child.kill();
+            let _ = child.wait();
         }
         panic!("exporter did not start");
     }
@@ -175,9 +181,16 @@ pub fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Opti
     let matching: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.name == name)
-        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+        .filter(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
         .collect();
-    assert!(matching.len() <= 1, "{name} {labels:?} matches {matching:?}");
+    assert!(
+        matching.len() <= 1,
+        "{name} {labels:?} matches {matching:?}"
+    );
     matching.first().map(|s| s.value)
 }
 
@@ -191,7 +204,12 @@ pub fn promtool_check_metrics(body: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool not found: install Debian's `prometheus` package (scripts/test does)");
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let output = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
