@@ -467,13 +467,13 @@ fn add_ethtool(
                 Value::U64(raw),
             ),
             TypedStat::FecCorrectedBits => families.counter(
-                "rdma_phy_fec_corrected_bits",
+                "rdma_phy_fec_corrected_bit_errors",
                 "Bits corrected by forward error correction (pre-FEC bit errors).",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::PhyReceivedBits => families.counter(
-                "rdma_phy_received_bits",
+                "rdma_phy_received_bit_count",
                 "Bits received at the physical layer, the denominator of the bit error rate.",
                 base_labels(),
                 Value::U64(raw),

@@ -2,11 +2,9 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub fn project_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -33,57 +31,51 @@ impl Drop for Exporter {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Exporter {
-    /// Starts `rdma-fabric-exporter serve ARGS` on a free loopback port and waits until it answers.
+    /// Starts `rdma-fabric-exporter serve ARGS` on an ephemeral loopback port (port 0, so
+    /// parallel tests never race for one) and reads the bound address from its log.
     pub fn start(args: &[&str]) -> Exporter {
-        for _attempt in 0..5 {
-            let address = format!("127.0.0.1:{}", free_port());
-            let mut child = Command::new(binary())
-                .arg("serve")
-                .args(["--web.listen-address", &address])
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("starting the exporter");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let mut stderr = String::new();
-                    child
-                        .stderr
-                        .take()
-                        .unwrap()
-                        .read_to_string(&mut stderr)
-                        .unwrap();
-                    if stderr.contains("Address already in use") {
-                        break;
-                    }
-                    panic!("exporter exited early with {status}: {stderr}");
+        use std::io::BufRead;
+        let mut child = Command::new(binary())
+            .arg("serve")
+            .args(["--web.listen-address", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the exporter");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut log = String::new();
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(address) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("address="))
+                {
+                    let _ = sender.send(Ok(address.to_string()));
                 }
-                if std::net::TcpStream::connect(&address).is_ok() {
-                    // Drain stderr in the background so the child never blocks on a full pipe.
-                    let mut stderr = child.stderr.take().unwrap();
-                    std::thread::spawn(move || {
-                        let mut sink = Vec::new();
-                        let _ = stderr.read_to_end(&mut sink);
-                    });
-                    return Exporter { child, address };
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                log.push_str(&line);
+                log.push('\n');
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = sender.send(Err(log));
+        });
+        match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(address)) => Exporter { child, address },
+            Ok(Err(log)) => {
+                let status = child.wait().unwrap();
+                panic!("exporter exited with {status} before listening:\n{log}")
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("exporter did not report its address: {e}")
+            }
         }
-        panic!("exporter did not start");
     }
 
     pub fn url(&self, path: &str) -> String {
