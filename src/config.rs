@@ -76,13 +76,50 @@ pub enum EthtoolSourceKind {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(try_from = "RawEthtoolConfig")]
 pub struct EthtoolConfig {
     pub source: EthtoolSourceKind,
     /// Required with `source: files`.
     pub stats_dir: Option<PathBuf>,
     /// Driver statistics without a typed metric to export as `rdma_ethtool_stat{stat=...}`.
     pub include: Option<Pattern>,
+}
+
+/// `node.ethtool` as written; checked while parsing so errors keep their line and column.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawEthtoolConfig {
+    source: EthtoolSourceKind,
+    stats_dir: Option<PathBuf>,
+    include: Option<Pattern>,
+}
+
+impl TryFrom<RawEthtoolConfig> for EthtoolConfig {
+    type Error = String;
+    fn try_from(raw: RawEthtoolConfig) -> Result<Self, Self::Error> {
+        let config = EthtoolConfig {
+            source: raw.source,
+            stats_dir: raw.stats_dir,
+            include: raw.include,
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+impl EthtoolConfig {
+    /// The statistics file directory and the file source go together, never one silently.
+    fn check(&self) -> Result<(), String> {
+        match (self.source, &self.stats_dir) {
+            (EthtoolSourceKind::Files, None) => {
+                Err("ethtool.stats_dir is required when ethtool.source is `files`".into())
+            }
+            (EthtoolSourceKind::Ioctl | EthtoolSourceKind::None, Some(_)) => Err(
+                "ethtool.stats_dir is only used with `ethtool.source: files`; set the source explicitly".into(),
+            ),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A regular expression, compiled while the file is parsed so that a bad pattern is reported
@@ -171,17 +208,11 @@ pub fn validate(path: &Path, config: &Config) -> Result<(), ConfigError> {
         path: path.to_path_buf(),
         message,
     };
-    let ethtool = &config.node.ethtool;
-    if ethtool.source == EthtoolSourceKind::Files && ethtool.stats_dir.is_none() {
-        return Err(invalid(
-            "node.ethtool.stats_dir is required when node.ethtool.source is `files`".into(),
-        ));
-    }
-    if ethtool.source != EthtoolSourceKind::Files && ethtool.stats_dir.is_some() {
-        return Err(invalid(
-            "node.ethtool.stats_dir is only used with node.ethtool.source: files; set the source explicitly".into(),
-        ));
-    }
+    config
+        .node
+        .ethtool
+        .check()
+        .map_err(|e| invalid(format!("node.{e}")))?;
     if let Some(telemetry_path) = &config.web.telemetry_path {
         if !telemetry_path.starts_with('/') {
             return Err(invalid(format!(
@@ -227,7 +258,7 @@ mod tests {
     #[test]
     fn bad_regex_has_location() {
         let err = parse_err("node:\n  devices:\n    include: 'mlx5_('\n");
-        assert!(err.starts_with("c.yml:3:"), "{err}");
+        assert!(err.starts_with("c.yml:2:3: "), "{err}");
         assert!(err.contains("invalid regular expression"), "{err}");
     }
 
@@ -241,5 +272,6 @@ mod tests {
     fn files_source_needs_a_dir() {
         let err = parse_err("node:\n  ethtool:\n    source: files\n");
         assert!(err.contains("stats_dir is required"), "{err}");
+        assert!(err.starts_with("c.yml:2:3: "), "{err}");
     }
 }

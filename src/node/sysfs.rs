@@ -275,10 +275,9 @@ fn netdev_of(device_dir: &Path, port_dir: &Path) -> Option<String> {
 /// spinning on drivers that return EAGAIN forever.
 pub fn read_attribute(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut file = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; 4096];
+    let mut buf = [0u8; 4096];
     let n = file.read(&mut buf)?;
-    buf.truncate(n);
-    Ok(buf)
+    Ok(buf[..n].to_vec())
 }
 
 /// Entry names of a directory, sorted, so that output order does not depend on the filesystem.
