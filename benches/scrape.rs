@@ -1,0 +1,646 @@
+//! Scrape benchmark: our exporter against node_exporter 1.5's infiniband collector on the same
+//! fixture of an 8-GPU node (10 ConnectX-7 ports with counters, hw_counters and ethtool stats).
+//!
+//! `cargo bench --bench scrape` (BENCH_SCRAPES=N for the number of measured scrapes per target,
+//! default 300; NODE_EXPORTER=PATH for another node_exporter binary). Prints figures only: the
+//! targets are reported, not asserted (shared machines are noisy). Exits non-zero when a scrape
+//! fails or a server dies. See BENCHMARKS.md.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_ethtool_files, write_tree};
+
+const DEVICES: usize = 10;
+const SEED: u64 = 42;
+const WARMUP_SCRAPES: usize = 20;
+const DEFAULT_SCRAPES: usize = 300;
+const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
+/// Targets from the project brief: our median scrape at most half of node_exporter's, RSS below.
+const TARGET_LATENCY_RATIO: f64 = 0.5;
+const TARGET_RSS_MIB: f64 = 20.0;
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; a filter argument would make no sense here.
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nscrape bench FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let scrapes = match std::env::var("BENCH_SCRAPES") {
+        Ok(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| format!("BENCH_SCRAPES={v:?} is not a positive integer"))?,
+        Err(_) => DEFAULT_SCRAPES,
+    };
+
+    // Declared first so that it is dropped (removed) after the servers are killed.
+    let fixture = Fixture::create()?;
+    let counts = FileCounts::of(&fixture.sys())?;
+    println!(
+        "fixture: {DEVICES} mlx5 devices ({} RoCE ports with ethtool stats) in {} ({})",
+        counts.ethtool_files,
+        fixture.root().display(),
+        fixture.medium
+    );
+
+    let ours = Server::start_ours(&fixture)?;
+    let theirs = match node_exporter_binary() {
+        Some(binary) => Some(Server::start_node_exporter(&binary, &fixture)?),
+        None => {
+            let banner = "!".repeat(78);
+            eprintln!("\n{banner}");
+            eprintln!("!!! node_exporter NOT FOUND at {NODE_EXPORTER} (or $NODE_EXPORTER).");
+            eprintln!(
+                "!!! Install it for the comparison:  apt-get install prometheus-node-exporter"
+            );
+            eprintln!("!!! Reporting our own figures only.");
+            eprintln!("{banner}\n");
+            None
+        }
+    };
+    let mut targets: Vec<Target> = std::iter::once(ours)
+        .chain(theirs)
+        .map(Target::new)
+        .collect::<anyhow::Result<_>>()?;
+
+    for target in &mut targets {
+        for _ in 0..WARMUP_SCRAPES {
+            target.scrape()?;
+        }
+    }
+
+    let cpu_before: Vec<f64> = targets
+        .iter()
+        .map(|t| cpu_seconds(t.server.pid()))
+        .collect::<anyhow::Result<_>>()?;
+    for round in 0..scrapes {
+        // Interleaved, alternating who goes first, so that noise and any order effect hit both.
+        let n = targets.len();
+        for k in 0..n {
+            let target = &mut targets[(round + k) % n];
+            let scrape = target.scrape()?;
+            target.record(scrape);
+        }
+    }
+    let cpu_after: Vec<f64> = targets
+        .iter()
+        .map(|t| cpu_seconds(t.server.pid()))
+        .collect::<anyhow::Result<_>>()?;
+
+    let mut results = Vec::new();
+    for (i, target) in targets.iter_mut().enumerate() {
+        target.server.check_alive()?;
+        let (rss_kib, hwm_kib) = memory_kib(target.server.pid())?;
+        results.push(Results {
+            name: target.server.name,
+            latencies_ms: target.latencies_ms.clone(),
+            cpu_ms_per_scrape: (cpu_after[i] - cpu_before[i]) * 1000.0 / scrapes as f64,
+            rss_mib: rss_kib as f64 / 1024.0,
+            hwm_mib: hwm_kib as f64 / 1024.0,
+            series: target.series,
+            bytes: target.bytes,
+            collect_ms: median(&mut target.collect_ms.clone()),
+        });
+    }
+
+    print_report(scrapes, &counts, &results);
+    Ok(())
+}
+
+/// A fixture node on tmpfs (or in a temporary directory), removed on drop.
+struct Fixture {
+    dir: tempfile::TempDir,
+    medium: &'static str,
+}
+
+impl Fixture {
+    fn create() -> anyhow::Result<Fixture> {
+        let builder = {
+            let mut b = tempfile::Builder::new();
+            b.prefix("rfe-scrape-bench-");
+            b
+        };
+        let (dir, medium) = match builder.tempdir_in("/dev/shm") {
+            Ok(dir) => (dir, "tmpfs /dev/shm"),
+            Err(_) => (
+                builder
+                    .tempdir()
+                    .context("creating the fixture directory")?,
+                "temporary directory: /dev/shm unavailable, file system caches matter",
+            ),
+        };
+        let fixture = Fixture { dir, medium };
+        let nics = connectx7_node(DEVICES, SEED);
+        write_tree(&fixture.sys(), &nics).context("writing the sysfs tree")?;
+        write_ethtool_files(&fixture.ethtool(), &nics).context("writing ethtool files")?;
+        Ok(fixture)
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn sys(&self) -> PathBuf {
+        self.root().join("sys")
+    }
+
+    fn ethtool(&self) -> PathBuf {
+        self.root().join("ethtool")
+    }
+}
+
+/// Files each exporter opens per scrape, counted on the fixture.
+#[derive(Debug, Default)]
+struct FileCounts {
+    counters: usize,
+    port_hw_counters: usize,
+    device_hw_counters: usize,
+    /// Device attributes each exporter reads (ours: fw_ver, board_id, hca_type, node_guid).
+    ours_device_attrs: usize,
+    /// Port attributes (ours: state, phys_state, link_layer, rate, lid, first gid_attrs/ndevs).
+    ours_port_attrs: usize,
+    /// node_exporter 1.5: board_id, fw_ver, hca_type; per port state, phys_state, rate,
+    /// link_layer.
+    node_exporter_attrs: usize,
+    ethtool_files: usize,
+}
+
+impl FileCounts {
+    fn of(sys: &Path) -> anyhow::Result<FileCounts> {
+        let files_in = |dir: &Path| -> usize {
+            std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .filter_map(Result::ok)
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let present = |dir: &Path, names: &[&str]| -> usize {
+            names.iter().filter(|n| dir.join(n).is_file()).count()
+        };
+        let class = sys.join("class/infiniband");
+        let mut counts = FileCounts::default();
+        for device in std::fs::read_dir(&class).context("listing class/infiniband")? {
+            let device = device?.path();
+            counts.device_hw_counters += files_in(&device.join("hw_counters"));
+            counts.ours_device_attrs +=
+                present(&device, &["fw_ver", "board_id", "hca_type", "node_guid"]);
+            counts.node_exporter_attrs += present(&device, &["board_id", "fw_ver", "hca_type"]);
+            for port in std::fs::read_dir(device.join("ports"))? {
+                let port = port?.path();
+                counts.counters += files_in(&port.join("counters"));
+                counts.port_hw_counters += files_in(&port.join("hw_counters"));
+                let attrs = ["state", "phys_state", "link_layer", "rate"];
+                counts.ours_port_attrs += present(&port, &attrs) + present(&port, &["lid"]);
+                counts.node_exporter_attrs += present(&port, &attrs);
+                // The netdev lookup reads the first GID's netdev.
+                counts.ours_port_attrs += usize::from(port.join("gid_attrs/ndevs/0").is_file());
+                let ethernet = std::fs::read_to_string(port.join("link_layer"))
+                    .is_ok_and(|l| l.trim() == "Ethernet");
+                counts.ethtool_files += usize::from(ethernet);
+            }
+        }
+        Ok(counts)
+    }
+
+    fn ours(&self) -> usize {
+        self.counters
+            + self.port_hw_counters
+            + self.device_hw_counters
+            + self.ours_device_attrs
+            + self.ours_port_attrs
+            + self.ethtool_files
+    }
+
+    fn node_exporter(&self) -> usize {
+        self.counters + self.node_exporter_attrs
+    }
+}
+
+fn node_exporter_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("NODE_EXPORTER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(NODE_EXPORTER));
+    path.is_file().then_some(path)
+}
+
+/// A server process, killed on drop (also when unwinding from a panic).
+struct Server {
+    name: &'static str,
+    child: Child,
+    address: String,
+    /// Everything it logged, for error messages.
+    log: Arc<Mutex<String>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start_ours(fixture: &Fixture) -> anyhow::Result<Server> {
+        let binary = PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"));
+        let mut command = Command::new(&binary);
+        command
+            .arg("serve")
+            .args(["--web.listen-address", "127.0.0.1:0"])
+            .arg("--path.sysfs")
+            .arg(fixture.sys())
+            .args(["--collector.ethtool.source", "files"])
+            .arg("--collector.ethtool.stats-dir")
+            .arg(fixture.ethtool())
+            .args(["--log.format", "text"]);
+        let (mut server, addresses) = Server::spawn("rdma-fabric-exporter", command)?;
+        // With port 0 the bound address is only known from the log line.
+        match addresses.recv_timeout(Duration::from_secs(30)) {
+            Ok(address) => server.address = address,
+            Err(_) => {
+                server.check_alive()?;
+                bail!(
+                    "{} did not log its address within 30 s:\n{}",
+                    binary.display(),
+                    server.log()
+                );
+            }
+        }
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn start_node_exporter(binary: &Path, fixture: &Fixture) -> anyhow::Result<Server> {
+        let port = free_port()?;
+        let mut command = Command::new(binary);
+        command
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg(format!("--path.sysfs={}", fixture.sys().display()))
+            .args(["--collector.disable-defaults", "--collector.infiniband"]);
+        let (mut server, _) = Server::spawn("node_exporter", command)?;
+        server.address = format!("127.0.0.1:{port}");
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn spawn(
+        name: &'static str,
+        mut command: Command,
+    ) -> anyhow::Result<(Server, mpsc::Receiver<String>)> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // If the bench itself is killed (SIGKILL, no unwinding), take the server down with it.
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {name}: {command:?}"))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (sender, receiver) = mpsc::channel();
+        let thread_log = Arc::clone(&log);
+        // Keep draining stderr so that the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("address="))
+                {
+                    let _ = sender.send(address.trim_matches('"').to_string());
+                }
+                let mut log = thread_log.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let server = Server {
+            name,
+            child,
+            address: String::new(),
+            log,
+        };
+        Ok((server, receiver))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => {
+                // Let the stderr thread catch the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                bail!("{} died ({status}); its log:\n{}", self.name, self.log())
+            }
+        }
+    }
+
+    /// Polls `/` until the server answers 200 (node_exporter binds after it starts).
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = format!("http://{}/", self.address);
+        loop {
+            self.check_alive()?;
+            if let Ok(response) = client.get(&url).send() {
+                if response.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} not ready at {url} after 30 s:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A port that was free a moment ago (node_exporter 1.5 does not report the port it bound).
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// One server under measurement, with its own keep-alive connection.
+struct Target {
+    server: Server,
+    client: reqwest::blocking::Client,
+    url: String,
+    latencies_ms: Vec<f64>,
+    /// What the server itself reports as the collector's duration, per scrape.
+    collect_ms: Vec<f64>,
+    series: usize,
+    bytes: usize,
+}
+
+struct Scrape {
+    latency: Duration,
+    /// Parsed only after the clock stopped.
+    body: Vec<u8>,
+}
+
+impl Target {
+    fn new(server: Server) -> anyhow::Result<Target> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(1)
+            .build()?;
+        let url = format!("http://{}/metrics", server.address);
+        Ok(Target {
+            server,
+            client,
+            url,
+            latencies_ms: Vec::new(),
+            collect_ms: Vec::new(),
+            series: 0,
+            bytes: 0,
+        })
+    }
+
+    /// One full GET /metrics, body read to the end.
+    fn scrape(&mut self) -> anyhow::Result<Scrape> {
+        let started = Instant::now();
+        let result = self
+            .client
+            .get(&self.url)
+            .send()
+            .and_then(|r| Ok((r.status(), r.bytes()?)));
+        let latency = started.elapsed();
+        match result {
+            Ok((status, body)) if status.is_success() => Ok(Scrape {
+                latency,
+                body: body.to_vec(),
+            }),
+            Ok((status, body)) => {
+                self.server.check_alive()?;
+                bail!(
+                    "{} answered {status}: {}",
+                    self.server.name,
+                    String::from_utf8_lossy(&body)
+                )
+            }
+            Err(e) => {
+                self.server.check_alive()?;
+                bail!("scraping {} failed: {e}", self.server.name)
+            }
+        }
+    }
+
+    fn record(&mut self, scrape: Scrape) {
+        self.latencies_ms
+            .push(scrape.latency.as_secs_f64() * 1000.0);
+        let text = String::from_utf8_lossy(&scrape.body);
+        self.bytes = scrape.body.len();
+        self.series = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+        let collect_s: f64 = text
+            .lines()
+            .filter(|l| {
+                // Ours: one line per collector (sysfs, ethtool); node_exporter: its infiniband one.
+                l.starts_with("rdma_exporter_collector_duration_seconds{")
+                    || l.starts_with(
+                        "node_scrape_collector_duration_seconds{collector=\"infiniband\"}",
+                    )
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        self.collect_ms.push(collect_s * 1000.0);
+    }
+}
+
+/// utime + stime of all threads of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("malformed /proc/pid/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    // Fields 14 (utime) and 15 (stime), counting from 1 with pid and comm as 1 and 2.
+    let ticks = |field: usize| -> anyhow::Result<u64> {
+        Ok(fields
+            .get(field - 3)
+            .context("short /proc/pid/stat")?
+            .parse()?)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_second <= 0 {
+        bail!("sysconf(_SC_CLK_TCK) failed");
+    }
+    Ok((ticks(14)? + ticks(15)?) as f64 / ticks_per_second as f64)
+}
+
+/// (VmRSS, VmHWM) of `pid` in KiB.
+fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))?;
+        Ok(line.trim().trim_end_matches("kB").trim().parse()?)
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+struct Results {
+    name: &'static str,
+    latencies_ms: Vec<f64>,
+    cpu_ms_per_scrape: f64,
+    rss_mib: f64,
+    hwm_mib: f64,
+    series: usize,
+    bytes: usize,
+    collect_ms: f64,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile(values, 50.0)
+}
+
+fn print_report(scrapes: usize, counts: &FileCounts, results: &[Results]) {
+    println!(
+        "\n{scrapes} measured scrapes per target (after {WARMUP_SCRAPES} warm-up), interleaved, \
+         keep-alive, text format 0.0.4, no compression\n"
+    );
+    println!(
+        "{:<22} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}",
+        "target",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "collect",
+        "CPU ms",
+        "RSS MiB",
+        "HWM MiB",
+        "series",
+        "bytes"
+    );
+    for r in results {
+        let mut sorted = r.latencies_ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "{:<22} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3} {:>8.1} {:>8.1} {:>7} {:>8}",
+            r.name,
+            percentile(&sorted, 50.0),
+            percentile(&sorted, 90.0),
+            percentile(&sorted, 99.0),
+            r.collect_ms,
+            r.cpu_ms_per_scrape,
+            r.rss_mib,
+            r.hwm_mib,
+            r.series,
+            r.bytes
+        );
+    }
+    println!(
+        "  (collect: median of the collector duration the server reports in its own body; \
+         CPU ms: server CPU ms per scrape, utime+stime)"
+    );
+
+    println!(
+        "\nfiles read per scrape (counted on the fixture): ours {} = counters {} + port \
+         hw_counters {} + device hw_counters {} + attributes {} + ethtool files {}; \
+         node_exporter 1.5 {} = counters {} + attributes {}",
+        counts.ours(),
+        counts.counters,
+        counts.port_hw_counters,
+        counts.device_hw_counters,
+        counts.ours_device_attrs + counts.ours_port_attrs,
+        counts.ethtool_files,
+        counts.node_exporter(),
+        counts.counters,
+        counts.node_exporter_attrs
+    );
+    println!(
+        "NOTE: node_exporter 1.5 reads only counters/ and port/device attributes: no hw_counters \
+         (retransmits, CNPs, ECN) and no ethtool statistics (PFC). It does less work than we do."
+    );
+
+    let [ours, theirs] = results else {
+        println!(
+            "\nour RSS {:.1} MiB < {TARGET_RSS_MIB} MiB: {}",
+            results[0].rss_mib,
+            verdict(results[0].rss_mib < TARGET_RSS_MIB)
+        );
+        println!("no node_exporter: latency and CPU ratios not measured");
+        return;
+    };
+    let mut ours_sorted = ours.latencies_ms.clone();
+    let mut theirs_sorted = theirs.latencies_ms.clone();
+    let latency_ratio = median(&mut ours_sorted) / median(&mut theirs_sorted);
+    let cpu_ratio = ours.cpu_ms_per_scrape / theirs.cpu_ms_per_scrape;
+    println!("\nratios ours/node_exporter: median latency {latency_ratio:.2}x, CPU per scrape {cpu_ratio:.2}x");
+    println!(
+        "target: our median scrape <= {TARGET_LATENCY_RATIO}x node_exporter's: {} ({latency_ratio:.2}x)",
+        verdict(latency_ratio <= TARGET_LATENCY_RATIO)
+    );
+    println!(
+        "target: our RSS < {TARGET_RSS_MIB} MiB: {} ({:.1} MiB, peak {:.1} MiB)",
+        verdict(ours.rss_mib < TARGET_RSS_MIB),
+        ours.rss_mib,
+        ours.hwm_mib
+    );
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "MET"
+    } else {
+        "NOT MET"
+    }
+}
