@@ -5,6 +5,7 @@ use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
+use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 
 use super::parse::{self, ValueError};
 
@@ -78,15 +79,20 @@ pub struct ReadError {
     pub detail: String,
 }
 
-/// Reads the InfiniBand class below `sysfs_root` (normally `/sys`).
+/// Reads the InfiniBand class below `sysfs_root` (normally `/sys`). Devices are read in
+/// parallel (each device's attributes are independent kernel objects); the result is in name
+/// order whatever the scheduling.
 pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
-    let class_dir = sysfs_root.join("class/infiniband");
-    let mut walk = Walk::default();
-    let names = match sorted_entries(&class_dir) {
-        Ok(names) => names,
+    let class_path = sysfs_root.join("class/infiniband");
+    let (class_dir, names) = match SysDir::open(&class_path).and_then(|mut d| {
+        let names = d.entries()?;
+        Ok((d, names))
+    }) {
+        Ok(listing) => listing,
         Err(e) if e.kind() == ErrorKind::NotFound => return NodeSnapshot::default(),
         Err(e) => {
-            walk.error("", io_reason(&class_dir, &e), &class_dir, e.to_string());
+            let mut walk = Walk::default();
+            walk.error("", io_reason_at(None, &class_path, &e), &class_path, e.to_string());
             return NodeSnapshot {
                 infiniband_present: true,
                 devices: Vec::new(),
@@ -94,21 +100,114 @@ pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
             };
         }
     };
-    let devices = names
-        .into_iter()
-        .filter(|name| filter.allows(name))
-        .filter_map(|name| walk.device(&class_dir.join(&name), name))
-        .collect();
-    NodeSnapshot {
+    // The filter sees names only: nothing below an excluded device is ever opened.
+    let names: Vec<String> = names.into_iter().filter(|n| filter.allows(n)).collect();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(names.len())
+        .max(1);
+    let chunk = names.len().div_ceil(workers).max(1);
+    let results: Vec<(Vec<Device>, Vec<ReadError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = names
+            .chunks(chunk)
+            .map(|names| {
+                let class_dir = &class_dir;
+                scope.spawn(move || {
+                    let mut walk = Walk::default();
+                    let devices = names
+                        .iter()
+                        .filter_map(|name| walk.device(class_dir, name))
+                        .collect();
+                    (devices, walk.errors)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut snapshot = NodeSnapshot {
         infiniband_present: true,
-        devices,
-        errors: walk.errors,
+        ..NodeSnapshot::default()
+    };
+    for (devices, errors) in results {
+        snapshot.devices.extend(devices);
+        snapshot.errors.extend(errors);
+    }
+    snapshot
+}
+
+/// An open sysfs directory: files below it are opened relative to its descriptor, so the kernel
+/// resolves one path component per file instead of the whole symlinked path.
+struct SysDir {
+    dir: Dir,
+    path: PathBuf,
+}
+
+impl SysDir {
+    fn open(path: &Path) -> std::io::Result<SysDir> {
+        let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())?;
+        Ok(SysDir {
+            dir: Dir::new(fd)?,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
+        let fd = rustix::fs::openat(self.dir.fd()?, name, DIR_FLAGS, Mode::empty())?;
+        Ok(SysDir {
+            dir: Dir::new(fd)?,
+            path: self.path.join(name),
+        })
+    }
+
+    /// Entry names, sorted so that output order does not depend on the filesystem.
+    fn entries(&mut self) -> std::io::Result<Vec<String>> {
+        self.dir.rewind();
+        let mut names = Vec::new();
+        while let Some(entry) = self.dir.read() {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                names.push(name.to_string());
+            }
+        }
+        names.sort_unstable();
+        Ok(names)
+    }
+
+    /// Reads an attribute with one `read(2)`: attributes are at most a page, and one read avoids
+    /// spinning on drivers that return EAGAIN forever. Returns the byte count read into `buf`.
+    fn read(&self, name: &str, buf: &mut [u8; 4096]) -> std::io::Result<usize> {
+        let fd = rustix::fs::openat(self.dir.fd()?, name, FILE_FLAGS, Mode::empty())?;
+        Ok(rustix::io::read(&fd, &mut buf[..])?)
+    }
+
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.path.join(name)
     }
 }
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
+const FILE_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC);
 
 #[derive(Default)]
 struct Walk {
     errors: Vec<ReadError>,
+}
+
+/// Whether an attribute must exist: a missing required one is an error, a missing optional one
+/// (driver-dependent) is just absent.
+#[derive(Clone, Copy, PartialEq)]
+enum Presence {
+    Required,
+    Optional,
 }
 
 impl Walk {
@@ -121,158 +220,176 @@ impl Walk {
         });
     }
 
-    fn device(&mut self, dir: &Path, name: String) -> Option<Device> {
+    fn io_error(&mut self, device: &str, dir: &SysDir, name: &str, e: &std::io::Error) {
+        let reason = io_reason_at(Some(dir), Path::new(name), e);
+        self.error(device, reason, &dir.path_of(name), e.to_string());
+    }
+
+    fn device(&mut self, class_dir: &SysDir, name: &str) -> Option<Device> {
         // A device removed after the listing (or a dangling class symlink) is one error, not one
         // per attribute.
-        if let Err(e) = std::fs::metadata(dir) {
-            self.error(&name, io_reason(dir, &e), dir, e.to_string());
-            return None;
-        }
-        let mut device = Device {
-            fw_ver: self.optional_text(&name, &dir.join("fw_ver")),
-            board_id: self.optional_text(&name, &dir.join("board_id")),
-            hca_type: self.optional_text(&name, &dir.join("hca_type")),
-            node_guid: self.optional_text(&name, &dir.join("node_guid")),
-            hw_counters: self.optional_counter_dir(&name, &dir.join("hw_counters")),
-            ..Device::default()
+        let dir = match class_dir.subdir(name) {
+            Ok(dir) => dir,
+            Err(e) => {
+                self.io_error(name, class_dir, name, &e);
+                return None;
+            }
         };
-        let ports_dir = dir.join("ports");
-        match sorted_entries(&ports_dir) {
-            Ok(entries) => {
+        let text = |walk: &mut Self, attr: &str| {
+            walk.value(name, &dir, attr, Presence::Optional, parse::text)
+        };
+        let mut device = Device {
+            name: name.to_string(),
+            fw_ver: text(self, "fw_ver"),
+            board_id: text(self, "board_id"),
+            hca_type: text(self, "hca_type"),
+            node_guid: text(self, "node_guid"),
+            hw_counters: self.counter_dir(name, &dir, "hw_counters", Presence::Optional),
+            ports: Vec::new(),
+        };
+        match dir.subdir("ports").and_then(|mut ports| {
+            let entries = ports.entries()?;
+            Ok((ports, entries))
+        }) {
+            Ok((ports_dir, entries)) => {
                 let mut numbers: Vec<u32> = entries.iter().filter_map(|p| p.parse().ok()).collect();
                 numbers.sort_unstable();
                 for number in numbers {
-                    let port = self.port(&name, dir, &ports_dir.join(number.to_string()), number);
-                    device.ports.push(port);
+                    match ports_dir.subdir(&number.to_string()) {
+                        Ok(port_dir) => {
+                            let port = self.port(name, &dir, &port_dir, number);
+                            device.ports.push(port);
+                        }
+                        Err(e) => self.io_error(name, &ports_dir, &number.to_string(), &e),
+                    }
                 }
             }
-            Err(e) => self.error(&name, io_reason(&ports_dir, &e), &ports_dir, e.to_string()),
+            Err(e) => self.io_error(name, &dir, "ports", &e),
         }
-        device.name = name;
         Some(device)
     }
 
-    fn port(&mut self, device: &str, device_dir: &Path, dir: &Path, number: u32) -> Port {
-        let state = self.value(device, &dir.join("state"), parse::state);
-        let phys_state = self.value(device, &dir.join("phys_state"), parse::state);
-        let link_layer = self.value(device, &dir.join("link_layer"), parse::text);
-        let rate = self.value(device, &dir.join("rate"), parse::rate_bytes_per_second);
-        let lid = self.optional_value(device, &dir.join("lid"), parse::counter);
-        let counters = self.counter_dir(device, &dir.join("counters"));
-        let counters_ext = self.optional_counter_dir(device, &dir.join("counters_ext"));
-        let hw_counters = self.counter_dir(device, &dir.join("hw_counters"));
+    fn port(&mut self, device: &str, device_dir: &SysDir, dir: &SysDir, number: u32) -> Port {
+        use Presence::{Optional, Required};
         Port {
             number,
-            link_layer,
-            state,
-            phys_state,
-            rate_bytes_per_second: rate,
-            lid,
+            link_layer: self.value(device, dir, "link_layer", Required, parse::text),
+            state: self.value(device, dir, "state", Required, parse::state),
+            phys_state: self.value(device, dir, "phys_state", Required, parse::state),
+            rate_bytes_per_second: self.value(device, dir, "rate", Required, parse::rate_bytes_per_second),
+            lid: self.value(device, dir, "lid", Optional, parse::counter),
             netdev: netdev_of(device_dir, dir),
-            counters,
-            counters_ext,
-            hw_counters,
+            counters: self.counter_dir(device, dir, "counters", Required),
+            counters_ext: self.counter_dir(device, dir, "counters_ext", Optional),
+            hw_counters: self.counter_dir(device, dir, "hw_counters", Required),
             ethtool: Vec::new(),
         }
     }
 
-    /// A required attribute: any failure, including absence, is recorded.
+    /// Reads and parses one attribute; failures are recorded, absence only when required.
     fn value<T>(
         &mut self,
         device: &str,
-        path: &Path,
+        dir: &SysDir,
+        name: &str,
+        presence: Presence,
         parse: impl Fn(&[u8]) -> Result<T, ValueError>,
     ) -> Option<T> {
-        match read_attribute(path) {
-            Ok(bytes) => match parse(&bytes) {
+        let mut buf = [0u8; 4096];
+        match dir.read(name, &mut buf) {
+            Ok(n) => match parse(&buf[..n]) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    self.error(device, e.reason(), path, e.to_string());
+                    self.error(device, e.reason(), &dir.path_of(name), e.to_string());
                     None
                 }
             },
+            Err(e) if presence == Presence::Optional && is_absent(dir, name, &e) => None,
             Err(e) => {
-                self.error(device, io_reason(path, &e), path, e.to_string());
+                self.io_error(device, dir, name, &e);
                 None
             }
         }
     }
 
-    /// An attribute that drivers may legitimately lack: absence is not an error.
-    fn optional_value<T>(
+    /// All counters of `counters/`, `counters_ext/` or `hw_counters/`, in name order.
+    fn counter_dir(
         &mut self,
         device: &str,
-        path: &Path,
-        parse: impl Fn(&[u8]) -> Result<T, ValueError>,
-    ) -> Option<T> {
-        if std::fs::symlink_metadata(path).is_err() {
-            return None;
-        }
-        self.value(device, path, parse)
-    }
-
-    fn optional_text(&mut self, device: &str, path: &Path) -> Option<String> {
-        self.optional_value(device, path, parse::text)
-    }
-
-    /// `counters/` and `hw_counters/`: the directory itself is expected on every port.
-    fn counter_dir(&mut self, device: &str, dir: &Path) -> Vec<(String, u64)> {
-        match sorted_entries(dir) {
-            Ok(names) => self.counters_in(device, dir, names),
+        parent: &SysDir,
+        name: &str,
+        presence: Presence,
+    ) -> Vec<(String, u64)> {
+        let listing = parent.subdir(name).and_then(|mut dir| {
+            let names = dir.entries()?;
+            Ok((dir, names))
+        });
+        match listing {
+            Ok((dir, names)) => {
+                let mut values = Vec::with_capacity(names.len());
+                for counter in names {
+                    if let Some(v) = self.value(device, &dir, &counter, Presence::Required, parse::counter) {
+                        values.push((counter, v));
+                    }
+                }
+                values
+            }
+            Err(e) if is_absent(parent, name, &e) => {
+                if presence == Presence::Required {
+                    self.error(device, "missing_dir", &parent.path_of(name), e.to_string());
+                }
+                Vec::new()
+            }
             Err(e) => {
-                let reason = match e.kind() {
-                    ErrorKind::NotFound if std::fs::symlink_metadata(dir).is_err() => "missing_dir",
-                    _ => io_reason(dir, &e),
-                };
-                self.error(device, reason, dir, e.to_string());
+                self.io_error(device, parent, name, &e);
                 Vec::new()
             }
         }
     }
+}
 
-    /// `counters_ext/` (legacy kernels) and device-level `hw_counters/` (driver-dependent).
-    fn optional_counter_dir(&mut self, device: &str, dir: &Path) -> Vec<(String, u64)> {
-        if std::fs::symlink_metadata(dir).is_err() {
-            return Vec::new();
-        }
-        self.counter_dir(device, dir)
-    }
+/// True when `name` does not exist at all (as opposed to a dangling symlink or an error).
+fn is_absent(dir: &SysDir, name: &str, e: &std::io::Error) -> bool {
+    e.kind() == ErrorKind::NotFound && !is_link(Some(dir), Path::new(name))
+}
 
-    fn counters_in(&mut self, device: &str, dir: &Path, names: Vec<String>) -> Vec<(String, u64)> {
-        let mut values = Vec::with_capacity(names.len());
-        for name in names {
-            let path = dir.join(&name);
-            if let Some(v) = self.value(device, &path, parse::counter) {
-                values.push((name, v));
-            }
-        }
-        values
+fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
+    match dir.and_then(|d| d.dir.fd().ok()) {
+        Some(fd) => rustix::fs::statat(fd, path, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+        None => std::fs::symlink_metadata(path).is_ok(),
     }
 }
 
 /// The netdev behind a port: the first readable `gid_attrs/ndevs/<i>` (RoCE), else the first
 /// entry of the PCI function's `device/net/` (IPoIB, or RoCE ports with an empty GID table).
 /// Unreadable GID entries are normal (unused slots return an error), so they are not recorded.
-fn netdev_of(device_dir: &Path, port_dir: &Path) -> Option<String> {
-    let ndevs = port_dir.join("gid_attrs/ndevs");
-    if let Ok(entries) = sorted_entries(&ndevs) {
-        let mut indexes: Vec<u32> = entries.iter().filter_map(|e| e.parse().ok()).collect();
+fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
+    if let Ok(mut ndevs) = port_dir.subdir("gid_attrs").and_then(|d| d.subdir("ndevs")) {
+        let mut indexes: Vec<u32> = ndevs
+            .entries()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e.parse().ok())
+            .collect();
         indexes.sort_unstable();
+        let mut buf = [0u8; 4096];
         for index in indexes {
-            if let Ok(bytes) = read_attribute(&ndevs.join(index.to_string())) {
-                if let Ok(name) = parse::text(&bytes) {
+            if let Ok(n) = ndevs.read(&index.to_string(), &mut buf) {
+                if let Ok(name) = parse::text(&buf[..n]) {
                     return Some(name);
                 }
             }
         }
     }
-    sorted_entries(&device_dir.join("device/net"))
+    device_dir
+        .subdir("device")
+        .and_then(|d| d.subdir("net"))
+        .and_then(|mut net| net.entries())
         .ok()
         .and_then(|names| names.into_iter().next())
 }
 
-/// Reads a sysfs attribute with one `read(2)`: attributes are at most a page, and one read avoids
-/// spinning on drivers that return EAGAIN forever.
+/// Reads a sysfs attribute by path with one `read(2)` (used outside the walk, e.g. by tests).
 pub fn read_attribute(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut file = std::fs::File::open(path)?;
     let mut buf = [0u8; 4096];
@@ -280,25 +397,16 @@ pub fn read_attribute(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf[..n].to_vec())
 }
 
-/// Entry names of a directory, sorted, so that output order does not depend on the filesystem.
-fn sorted_entries(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .filter_map(|entry| entry.ok())
-        .filter_map(|entry| entry.file_name().into_string().ok())
-        .collect();
-    names.sort_unstable();
-    Ok(names)
-}
-
 /// Maps an I/O error to a stable reason label.
-fn io_reason(path: &Path, e: &std::io::Error) -> &'static str {
+fn io_reason_at(dir: Option<&SysDir>, path: &Path, e: &std::io::Error) -> &'static str {
     match e.kind() {
-        ErrorKind::NotFound if std::fs::symlink_metadata(path).is_ok() => "dangling_symlink",
+        ErrorKind::NotFound if is_link(dir, path) => "dangling_symlink",
         ErrorKind::NotFound => "vanished",
         ErrorKind::IsADirectory => "not_a_file",
         ErrorKind::PermissionDenied => "permission",
         _ => match e.raw_os_error() {
             Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => "unsupported",
+            Some(libc::ENOTDIR) => "not_a_directory",
             _ => "io",
         },
     }
