@@ -2,7 +2,7 @@
 //! negotiation between OpenMetrics and the Prometheus text format 0.0.4.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -28,21 +28,28 @@ pub enum Value {
     F64(f64),
 }
 
-pub type Labels = Vec<(&'static str, String)>;
+/// Label pairs of one sample; values borrow from the snapshot where they can, so a scrape does
+/// not copy every device name once per series.
+pub type Labels<'a> = Vec<(&'static str, Cow<'a, str>)>;
 
 #[derive(Debug)]
-struct Family {
+struct Family<'a> {
     base: String,
+    exposed: String,
     help: Cow<'static, str>,
     kind: Kind,
-    samples: Vec<(Labels, Value)>,
+    samples: Vec<(Labels<'a>, Value)>,
 }
 
-/// Families keyed by their exposed name (`_total`/`_info` included), so output is sorted and a
-/// counter `x_total` can never merge with a gauge `x`.
+/// Metric families of one scrape. Encoded sorted by exposed name (`_total`/`_info` included), so
+/// output is deterministic and a counter `x_total` can never merge with a gauge `x`.
 #[derive(Debug, Default)]
-pub struct Families {
-    by_name: BTreeMap<String, Family>,
+pub struct Families<'a> {
+    families: Vec<Family<'a>>,
+    /// Base name -> family index per kind: lookups by `&str` allocate nothing.
+    by_base: HashMap<String, [Option<usize>; 4]>,
+    /// Exposed names already taken, to refuse a second family under the same name.
+    exposed: HashMap<String, usize>,
 }
 
 /// A sample was dropped because its family already exists with another type.
@@ -50,7 +57,18 @@ pub struct Families {
 #[error("metric {0} already exists with another type")]
 pub struct TypeConflict(pub String);
 
-impl Families {
+impl Kind {
+    fn slot(self) -> usize {
+        match self {
+            Kind::Counter => 0,
+            Kind::Gauge => 1,
+            Kind::Info => 2,
+            Kind::Untyped => 3,
+        }
+    }
+}
+
+impl<'a> Families<'a> {
     /// The name a family of `kind` with base name `base` is exposed under.
     pub fn exposed_name(base: &str, kind: Kind) -> String {
         match kind {
@@ -62,52 +80,72 @@ impl Families {
 
     pub fn add(
         &mut self,
-        base: impl Into<String>,
+        base: &str,
         kind: Kind,
         help: impl Into<Cow<'static, str>>,
-        labels: Labels,
+        labels: Labels<'a>,
         value: Value,
     ) -> Result<(), TypeConflict> {
-        let base = base.into();
-        let exposed = Self::exposed_name(&base, kind);
-        let family = self.by_name.entry(exposed).or_insert_with(|| Family {
-            base,
-            help: help.into(),
-            kind,
-            samples: Vec::new(),
-        });
-        if family.kind != kind {
-            return Err(TypeConflict(family.base.clone()));
-        }
-        family.samples.push((labels, value));
+        let existing = self.by_base.get(base).and_then(|slots| slots[kind.slot()]);
+        let index = match existing {
+            Some(index) => index,
+            None => self.create(base, kind, help.into())?,
+        };
+        self.families[index].samples.push((labels, value));
         Ok(())
     }
 
-    pub fn counter(&mut self, base: &str, help: &'static str, labels: Labels, value: Value) {
+    fn create(
+        &mut self,
+        base: &str,
+        kind: Kind,
+        help: Cow<'static, str>,
+    ) -> Result<usize, TypeConflict> {
+        let exposed = Self::exposed_name(base, kind);
+        if self.exposed.contains_key(&exposed) {
+            return Err(TypeConflict(exposed));
+        }
+        let index = self.families.len();
+        self.exposed.insert(exposed.clone(), index);
+        self.by_base.entry(base.to_string()).or_default()[kind.slot()] = Some(index);
+        self.families.push(Family {
+            base: base.to_string(),
+            exposed,
+            help,
+            kind,
+            samples: Vec::new(),
+        });
+        Ok(index)
+    }
+
+    pub fn counter(&mut self, base: &str, help: &'static str, labels: Labels<'a>, value: Value) {
         // Static names never conflict; a conflict here is a programming error caught by tests.
         let added = self.add(base, Kind::Counter, help, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
-    pub fn gauge(&mut self, base: &str, help: &'static str, labels: Labels, value: Value) {
+    pub fn gauge(&mut self, base: &str, help: &'static str, labels: Labels<'a>, value: Value) {
         let added = self.add(base, Kind::Gauge, help, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
     pub fn contains(&self, exposed: &str) -> bool {
-        self.by_name.contains_key(exposed)
+        self.exposed.contains_key(exposed)
     }
 
+    /// Number of samples.
     pub fn len(&self) -> usize {
-        self.by_name.values().map(|f| f.samples.len()).sum()
+        self.families.iter().map(|f| f.samples.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
+        self.families.is_empty()
     }
 
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for family in self.by_name.values() {
+        let mut order: Vec<&Family> = self.families.iter().collect();
+        order.sort_unstable_by(|a, b| a.exposed.cmp(&b.exposed));
+        for family in order {
             let metric_type = match family.kind {
                 Kind::Counter => MetricType::Counter,
                 Kind::Gauge => MetricType::Gauge,
@@ -207,11 +245,18 @@ mod tests {
         assert!(families
             .add("x", Kind::Untyped, "h", vec![], Value::U64(1))
             .is_err());
+        // A gauge named like a counter's exposed name is refused too.
+        families
+            .add("y", Kind::Counter, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert!(families
+            .add("y_total", Kind::Gauge, "h", vec![], Value::U64(1))
+            .is_err());
         // A counter `x` is exposed as `x_total`: a different family.
         families
             .add("x", Kind::Counter, "h", vec![], Value::U64(1))
             .unwrap();
-        assert_eq!(families.len(), 2);
+        assert_eq!(families.len(), 3);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The one place where node snapshots become metric families: names, help texts and units.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use regex::Regex;
@@ -76,6 +77,9 @@ const UNKNOWN_HW_COUNTER_HELP: &str =
 const DEVICE_HW_COUNTER_HELP: &str =
     "Device-level driver hardware counter from <device>/hw_counters as reported by the driver.";
 
+/// `priority` label values, so per-priority series borrow instead of formatting.
+const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+
 /// Kernel data counters count 4-octet words (IBA PortCounters); exported in bytes.
 const DATA_COUNTERS: &[&str] = &["port_rcv_data", "port_xmit_data"];
 
@@ -93,12 +97,19 @@ fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option
 
 /// Metric base name of a `counters/` file: lowercased, leading `port_` dropped, data in bytes.
 pub fn port_counter_base(kernel_name: &str) -> String {
-    let lower = driver_counter_name(kernel_name);
-    let short = lower.strip_prefix("port_").unwrap_or(&lower);
+    let mut name = String::new();
+    port_counter_base_into(&mut name, kernel_name);
+    name
+}
+
+/// As [`port_counter_base`], into a reused buffer (a scrape builds hundreds of these names).
+fn port_counter_base_into(out: &mut String, kernel_name: &str) {
+    out.clear();
+    out.push_str("rdma_port_");
+    let short = kernel_name.strip_prefix("port_").unwrap_or(kernel_name);
+    push_driver_counter_name(out, short);
     if DATA_COUNTERS.contains(&kernel_name) {
-        format!("rdma_port_{short}_bytes")
-    } else {
-        format!("rdma_port_{short}")
+        out.push_str("_bytes");
     }
 }
 
@@ -116,24 +127,43 @@ pub fn counters_ext_equivalent(ext_name: &str) -> &str {
 /// Metric name part for a driver counter: sanitized, and the word `counter` becomes `count`
 /// because Prometheus' lint rejects counters named after their type (`..._counter_total`).
 pub fn driver_counter_name(raw: &str) -> String {
-    sanitize_name_part(raw)
-        .split('_')
-        .map(|token| if token == "counter" { "count" } else { token })
-        .collect::<Vec<_>>()
-        .join("_")
+    let mut out = String::new();
+    push_driver_counter_name(&mut out, raw);
+    out
 }
 
-fn port_labels(device: &Device, port: &Port) -> Labels {
+/// Already a valid metric name part that the lint accepts: used as it is.
+fn is_clean_name(raw: &str) -> bool {
+    raw.bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && !raw.contains("counter")
+}
+
+fn push_driver_counter_name(out: &mut String, raw: &str) {
+    if is_clean_name(raw) {
+        out.push_str(raw);
+        return;
+    }
+    let sanitized = sanitize_name_part(raw);
+    for (i, token) in sanitized.split('_').enumerate() {
+        if i > 0 {
+            out.push('_');
+        }
+        out.push_str(if token == "counter" { "count" } else { token });
+    }
+}
+
+fn port_labels<'a>(device: &'a Device, port: &'a Port) -> Labels<'a> {
     vec![
-        ("device", device.name.clone()),
-        ("port", port.number.to_string()),
+        ("device", Cow::Borrowed(device.name.as_str())),
+        ("port", Cow::Borrowed(port.number_text.as_str())),
     ]
 }
 
 /// Adds every node metric of `snapshot` to `families`. Returns what had to be dropped.
-pub fn add_node_metrics(
-    families: &mut Families,
-    snapshot: &NodeSnapshot,
+pub fn add_node_metrics<'a>(
+    families: &mut Families<'a>,
+    snapshot: &'a NodeSnapshot,
     ethtool_include: Option<&Regex>,
 ) -> Vec<EncodeIssue> {
     let mut issues = Vec::new();
@@ -143,23 +173,38 @@ pub fn add_node_metrics(
         vec![],
         Value::U64(snapshot.devices.len() as u64),
     );
+    let mut name = String::new();
     for device in &snapshot.devices {
-        add_device_hw_counters(families, device, &mut issues);
+        add_driver_counters(
+            families,
+            device,
+            &device.hw_counters,
+            CounterScope::Device,
+            &mut name,
+            &mut issues,
+        );
         for port in &device.ports {
             add_port_identity(families, device, port);
-            add_port_counters(families, device, port);
-            add_hw_counters(families, device, port, &mut issues);
+            add_port_counters(families, device, port, &mut name);
+            add_driver_counters(
+                families,
+                device,
+                &port.hw_counters,
+                CounterScope::Port(port),
+                &mut name,
+                &mut issues,
+            );
             add_ethtool(families, device, port, ethtool_include, &mut issues);
         }
     }
     issues
 }
 
-fn add_port_identity(families: &mut Families, device: &Device, port: &Port) {
-    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: &'a Port) {
+    let text = |v: &'a Option<String>| Cow::Borrowed(v.as_deref().unwrap_or_default());
     let info_labels = vec![
-        ("device", device.name.clone()),
-        ("port", port.number.to_string()),
+        ("device", Cow::Borrowed(device.name.as_str())),
+        ("port", Cow::Borrowed(port.number_text.as_str())),
         ("link_layer", text(&port.link_layer)),
         ("netdev", text(&port.netdev)),
         ("hca_type", text(&device.hca_type)),
@@ -210,7 +255,12 @@ fn add_port_identity(families: &mut Families, device: &Device, port: &Port) {
     }
 }
 
-fn add_port_counters(families: &mut Families, device: &Device, port: &Port) {
+fn add_port_counters<'a>(
+    families: &mut Families<'a>,
+    device: &'a Device,
+    port: &'a Port,
+    name_buf: &mut String,
+) {
     let mut seen: HashSet<&str> = HashSet::new();
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
     let plain = port.counters.iter().map(|(n, v)| (n.as_str(), *v));
@@ -229,8 +279,9 @@ fn add_port_counters(families: &mut Families, device: &Device, port: &Port) {
             Value::U64(raw)
         };
         let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
+        port_counter_base_into(name_buf, name);
         let added = families.add(
-            port_counter_base(name),
+            name_buf,
             Kind::Counter,
             help,
             port_labels(device, port),
@@ -240,38 +291,96 @@ fn add_port_counters(families: &mut Families, device: &Device, port: &Port) {
     }
 }
 
-fn add_hw_counters(
-    families: &mut Families,
-    device: &Device,
-    port: &Port,
+/// Keeps driver counter names unique after sanitizing. Clean names (already valid metric name
+/// parts) always win; a name that needed sanitizing is dropped if it lands on a taken name.
+struct UniqueNames<'a> {
+    clean: HashSet<&'a str>,
+    sanitized: HashSet<String>,
+}
+
+impl<'a> UniqueNames<'a> {
+    fn new(counters: &'a [(String, u64)]) -> Self {
+        UniqueNames {
+            clean: counters
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| is_clean_name(n))
+                .collect(),
+            sanitized: HashSet::new(),
+        }
+    }
+
+    /// Appends the metric name part of `raw` to `out`; `false` when it collides.
+    fn push(&mut self, out: &mut String, raw: &str) -> bool {
+        if is_clean_name(raw) {
+            out.push_str(raw);
+            return true;
+        }
+        let mut part = String::new();
+        push_driver_counter_name(&mut part, raw);
+        if self.clean.contains(part.as_str()) || !self.sanitized.insert(part.clone()) {
+            return false;
+        }
+        out.push_str(&part);
+        true
+    }
+}
+
+fn add_driver_counters<'a>(
+    families: &mut Families<'a>,
+    device: &'a Device,
+    counters: &'a [(String, u64)],
+    scope: CounterScope<'a>,
+    name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
 ) {
-    let mut seen = HashSet::new();
-    for (name, value) in &port.hw_counters {
+    let (prefix, lifespan_name, lifespan_help, help_for_unknown, labels): (_, _, _, _, Labels<'a>) = match scope {
+        CounterScope::Port(port) => (
+            "rdma_hw_",
+            "rdma_hw_lifespan_seconds",
+            "How long the driver caches hw_counters values before refreshing them.",
+            UNKNOWN_HW_COUNTER_HELP,
+            port_labels(device, port),
+        ),
+        CounterScope::Device => (
+            "rdma_device_hw_",
+            "rdma_device_hw_lifespan_seconds",
+            "How long the driver caches device-level hw_counters values before refreshing them.",
+            DEVICE_HW_COUNTER_HELP,
+            vec![("device", Cow::Borrowed(device.name.as_str()))],
+        ),
+    };
+    let mut unique = UniqueNames::new(counters);
+    for (name, value) in counters {
         if name == "lifespan" {
+            // Milliseconds in the kernel; a gauge, not a counter.
             families.gauge(
-                "rdma_hw_lifespan_seconds",
-                "How long the driver caches hw_counters values before refreshing them.",
-                port_labels(device, port),
+                lifespan_name,
+                lifespan_help,
+                labels.clone(),
                 Value::F64(*value as f64 / 1000.0),
             );
             continue;
         }
-        let base = format!("rdma_hw_{}", driver_counter_name(name));
-        if !seen.insert(base.clone()) {
+        name_buf.clear();
+        name_buf.push_str(prefix);
+        if !unique.push(name_buf, name) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: "name_collision",
-                detail: format!("hw counter {name:?} sanitizes to an existing name {base}"),
+                detail: format!("driver counter {name:?} sanitizes to a name already taken"),
             });
             continue;
         }
-        let help = help_of(HW_COUNTER_HELP, name).unwrap_or(UNKNOWN_HW_COUNTER_HELP);
+        let help = match scope {
+            CounterScope::Port(_) => help_of(HW_COUNTER_HELP, name).unwrap_or(help_for_unknown),
+            CounterScope::Device => help_for_unknown,
+        };
         if let Err(e) = families.add(
-            base,
+            name_buf,
             Kind::Counter,
             help,
-            port_labels(device, port),
+            labels.clone(),
             Value::U64(*value),
         ) {
             issues.push(EncodeIssue {
@@ -283,70 +392,39 @@ fn add_hw_counters(
     }
 }
 
-fn add_device_hw_counters(families: &mut Families, device: &Device, issues: &mut Vec<EncodeIssue>) {
-    let labels = || vec![("device", device.name.clone())];
-    let mut seen = HashSet::new();
-    for (name, value) in &device.hw_counters {
-        if name == "lifespan" {
-            families.gauge(
-                "rdma_device_hw_lifespan_seconds",
-                "How long the driver caches device-level hw_counters values before refreshing them.",
-                labels(),
-                Value::F64(*value as f64 / 1000.0),
-            );
-            continue;
-        }
-        let base = format!("rdma_device_hw_{}", driver_counter_name(name));
-        if !seen.insert(base.clone()) {
-            issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: "name_collision",
-                detail: format!("device hw counter {name:?} sanitizes to an existing name {base}"),
-            });
-            continue;
-        }
-        if let Err(e) = families.add(
-            base,
-            Kind::Counter,
-            DEVICE_HW_COUNTER_HELP,
-            labels(),
-            Value::U64(*value),
-        ) {
-            issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: "name_collision",
-                detail: e.to_string(),
-            });
-        }
-    }
+/// Where a `hw_counters/` directory sits.
+#[derive(Clone, Copy)]
+enum CounterScope<'a> {
+    Port(&'a Port),
+    Device,
 }
 
 fn micros_to_seconds(micros: u64) -> Value {
     Value::F64(micros as f64 / 1e6)
 }
 
-fn add_ethtool(
-    families: &mut Families,
-    device: &Device,
-    port: &Port,
+fn add_ethtool<'a>(
+    families: &mut Families<'a>,
+    device: &'a Device,
+    port: &'a Port,
     include: Option<&Regex>,
     issues: &mut Vec<EncodeIssue>,
 ) {
     let Some(netdev) = &port.netdev else { return };
-    let base_labels = || {
+    let base_labels = || -> Labels<'a> {
         vec![
-            ("device", device.name.clone()),
-            ("port", port.number.to_string()),
-            ("netdev", netdev.clone()),
+            ("device", Cow::Borrowed(device.name.as_str())),
+            ("port", Cow::Borrowed(port.number_text.as_str())),
+            ("netdev", Cow::Borrowed(netdev.as_str())),
         ]
     };
-    let with = |extra: &[(&'static str, String)]| {
+    let with = |extra: &[(&'static str, Cow<'a, str>)]| {
         let mut labels = base_labels();
         labels.extend_from_slice(extra);
         labels
     };
-    let prio = |p: u8| ("priority", p.to_string());
-    let dir = |d: super::ethtool_map::Direction| ("direction", d.label().to_string());
+    let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
+    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.label()));
     let mut seen_untyped = HashSet::new();
     for (name, raw) in &port.ethtool {
         let raw = *raw;
@@ -356,7 +434,7 @@ fn add_ethtool(
                     "rdma_ethtool_stat",
                     Kind::Untyped,
                     "Driver statistic of the port's netdev (ethtool -S) selected by ethtool.include; type and unit are the driver's.",
-                    with(&[("stat", name.clone())]),
+                    with(&[("stat", Cow::Borrowed(name.as_str()))]),
                     Value::U64(raw),
                 );
                 if let Err(e) = added {
@@ -403,13 +481,13 @@ fn add_ethtool(
             TypedStat::PauseStormWarningEvents => families.counter(
                 "rdma_pfc_pause_storm_events",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", "warning".to_string())]),
+                with(&[("severity", Cow::Borrowed("warning"))]),
                 Value::U64(raw),
             ),
             TypedStat::PauseStormErrorEvents => families.counter(
                 "rdma_pfc_pause_storm_events",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", "error".to_string())]),
+                with(&[("severity", Cow::Borrowed("error"))]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityDiscards { priority } => families.counter(
@@ -513,6 +591,42 @@ mod tests {
         assert_eq!(driver_counter_name("counter_x"), "count_x");
         assert_eq!(driver_counter_name("SDMAIdInt1,32"), "sdmaidint1_32");
         assert_eq!(driver_counter_name("encounters"), "encounters");
+    }
+
+    #[test]
+    fn colliding_driver_names_keep_the_clean_one() {
+        let port = Port {
+            number: 1,
+            number_text: "1".into(),
+            hw_counters: vec![
+                ("RX-Bytes".into(), 1),
+                ("rx_bytes".into(), 2),
+                ("rx.bytes".into(), 3),
+            ],
+            ..Port::default()
+        };
+        let snapshot = NodeSnapshot {
+            infiniband_present: true,
+            devices: vec![Device {
+                name: "d0".into(),
+                ports: vec![port],
+                ..Device::default()
+            }],
+            errors: vec![],
+        };
+        let mut families = Families::default();
+        let issues = add_node_metrics(&mut families, &snapshot, None);
+        assert_eq!(issues.len(), 2, "{issues:?}");
+        assert!(issues.iter().all(|i| i.reason == "name_collision"));
+        assert!(issues
+            .iter()
+            .all(|i| i.detail.contains("RX-Bytes") || i.detail.contains("rx.bytes")));
+        assert!(families.contains("rdma_hw_rx_bytes_total"));
+        assert_eq!(
+            families.len(),
+            3,
+            "rdma_devices, rdma_port_info, one rx_bytes"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod parse;
 pub mod sysfs;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -127,8 +128,10 @@ impl NodeCollector {
         }
     }
 
-    /// Collects and builds every family this collector exposes.
-    pub fn families(&self) -> Families {
+    /// Collects, then hands every family of this collector to `use_families` (encoding, or
+    /// nothing when only the landing page wants fresh data). The snapshot then moves into the
+    /// last-scrape state without a copy.
+    pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>) -> R) -> R {
         let collection = self.collect();
         let mut families = Families::default();
         let issues = metrics::add_node_metrics(
@@ -139,7 +142,10 @@ impl NodeCollector {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.record(&collection, &issues);
         add_self_metrics(&mut families, &collection, &state);
-        families
+        let result = use_families(&families);
+        drop(families);
+        state.last.snapshot = collection.snapshot;
+        result
     }
 
     pub fn last_scrape(&self) -> LastScrape {
@@ -207,11 +213,10 @@ impl State {
         }
         self.last.at = Some(now);
         self.last.infiniband_present = snapshot.infiniband_present;
-        self.last.snapshot = snapshot.clone();
     }
 }
 
-fn add_self_metrics(families: &mut Families, collection: &Collection, state: &State) {
+fn add_self_metrics(families: &mut Families<'_>, collection: &Collection, state: &State) {
     const SUCCESS_HELP: &str = "1 if the collector's last run succeeded (individual unreadable values are counted in rdma_exporter_read_errors_total instead).";
     const DURATION_HELP: &str = "Duration of the collector's last run in seconds.";
     let mut collectors = vec![("sysfs", collection.sysfs_ok, collection.sysfs_duration)];
@@ -219,7 +224,7 @@ fn add_self_metrics(families: &mut Families, collection: &Collection, state: &St
         collectors.push(("ethtool", ok, duration));
     }
     for (name, ok, duration) in collectors {
-        let labels = vec![("collector", name.to_string())];
+        let labels = vec![("collector", Cow::Borrowed(name))];
         families.gauge(
             "rdma_exporter_collector_success",
             SUCCESS_HELP,
@@ -237,7 +242,11 @@ fn add_self_metrics(families: &mut Families, collection: &Collection, state: &St
         families.counter(
             "rdma_exporter_read_errors",
             "Values that could not be read or exported, by device and reason; the rest of the scrape is unaffected.",
-            vec![("device", device.clone()), ("reason", reason.to_string())],
+            // Owned: the state these come from is locked for less time than the families live.
+            vec![
+                ("device", Cow::Owned(device.clone())),
+                ("reason", Cow::Borrowed(*reason)),
+            ],
             Value::U64(*count),
         );
     }
@@ -245,6 +254,6 @@ fn add_self_metrics(families: &mut Families, collection: &Collection, state: &St
 
 impl Collector for NodeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.families().encode(&mut encoder)
+        self.scrape(|families| families.encode(&mut encoder))
     }
 }

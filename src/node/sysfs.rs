@@ -48,6 +48,8 @@ pub struct Device {
 #[derive(Debug, Default, Clone)]
 pub struct Port {
     pub number: u32,
+    /// `number` as text: the `port` label of every series of this port.
+    pub number_text: String,
     pub link_layer: Option<String>,
     pub state: Option<(u32, String)>,
     pub phys_state: Option<(u32, String)>,
@@ -92,7 +94,12 @@ pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
         Err(e) if e.kind() == ErrorKind::NotFound => return NodeSnapshot::default(),
         Err(e) => {
             let mut walk = Walk::default();
-            walk.error("", io_reason_at(None, &class_path, &e), &class_path, e.to_string());
+            walk.error(
+                "",
+                io_reason_at(None, &class_path, &e),
+                &class_path,
+                e.to_string(),
+            );
             return NodeSnapshot {
                 infiniband_present: true,
                 devices: Vec::new(),
@@ -273,10 +280,17 @@ impl Walk {
         use Presence::{Optional, Required};
         Port {
             number,
+            number_text: number.to_string(),
             link_layer: self.value(device, dir, "link_layer", Required, parse::text),
             state: self.value(device, dir, "state", Required, parse::state),
             phys_state: self.value(device, dir, "phys_state", Required, parse::state),
-            rate_bytes_per_second: self.value(device, dir, "rate", Required, parse::rate_bytes_per_second),
+            rate_bytes_per_second: self.value(
+                device,
+                dir,
+                "rate",
+                Required,
+                parse::rate_bytes_per_second,
+            ),
             lid: self.value(device, dir, "lid", Optional, parse::counter),
             netdev: netdev_of(device_dir, dir),
             counters: self.counter_dir(device, dir, "counters", Required),
@@ -328,7 +342,9 @@ impl Walk {
             Ok((dir, names)) => {
                 let mut values = Vec::with_capacity(names.len());
                 for counter in names {
-                    if let Some(v) = self.value(device, &dir, &counter, Presence::Required, parse::counter) {
+                    if let Some(v) =
+                        self.value(device, &dir, &counter, Presence::Required, parse::counter)
+                    {
                         values.push((counter, v));
                     }
                 }
