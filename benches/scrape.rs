@@ -1,10 +1,11 @@
 //! Scrape benchmark: our exporter against node_exporter 1.5's infiniband collector on the same
 //! fixture of an 8-GPU node (10 ConnectX-7 ports with counters, hw_counters and ethtool stats).
 //!
-//! `cargo bench --bench scrape` (BENCH_SCRAPES=N for the number of measured scrapes per target,
-//! default 300; NODE_EXPORTER=PATH for another node_exporter binary). Prints figures only: the
-//! targets are reported, not asserted (shared machines are noisy). Exits non-zero when a scrape
-//! fails or a server dies. See BENCHMARKS.md.
+//! `cargo bench --bench scrape`. Environment: BENCH_SCRAPES=N measured scrapes per target
+//! (default 300); NODE_EXPORTER=PATH another node_exporter binary; RFE_BINARY=PATH another build
+//! of ours (to compare revisions). Prints figures only: the targets are reported, not asserted
+//! (shared machines are noisy). Exits non-zero when a scrape fails or a server dies. See
+//! BENCHMARKS.md.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -77,10 +78,21 @@ fn run() -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
 
     for target in &mut targets {
+        let mut last = None;
         for _ in 0..WARMUP_SCRAPES {
-            target.scrape()?;
+            last = Some(target.scrape()?);
+        }
+        // Which build is measured (the revision, for ours; "unknown" outside a git checkout).
+        if let Some(scrape) = last {
+            let text = String::from_utf8_lossy(&scrape.body);
+            let info = text
+                .lines()
+                .find(|l| l.contains("_build_info{"))
+                .unwrap_or("(no build_info)");
+            println!("{}: {info}", target.server.program.display());
         }
     }
+    println!("load average before: {}", load_average());
 
     let cpu_before: Vec<f64> = targets
         .iter()
@@ -100,6 +112,7 @@ fn run() -> anyhow::Result<()> {
         .map(|t| cpu_seconds(t.server.pid()))
         .collect::<anyhow::Result<_>>()?;
 
+    println!("load average after:  {}", load_average());
     let mut results = Vec::new();
     for (i, target) in targets.iter_mut().enumerate() {
         target.server.check_alive()?;
@@ -172,8 +185,8 @@ struct FileCounts {
     ours_device_attrs: usize,
     /// Port attributes (ours: state, phys_state, link_layer, rate, lid, first gid_attrs/ndevs).
     ours_port_attrs: usize,
-    /// node_exporter 1.5: board_id, fw_ver, hca_type; per port state, phys_state, rate,
-    /// link_layer.
+    /// node_exporter 1.5 (procfs 0.8): board_id, fw_ver, hca_type; per port state, phys_state,
+    /// rate (not link_layer; checked with strace).
     node_exporter_attrs: usize,
     ethtool_files: usize,
 }
@@ -205,8 +218,9 @@ impl FileCounts {
                 let port = port?.path();
                 counts.counters += files_in(&port.join("counters"));
                 counts.port_hw_counters += files_in(&port.join("hw_counters"));
-                let attrs = ["state", "phys_state", "link_layer", "rate"];
-                counts.ours_port_attrs += present(&port, &attrs) + present(&port, &["lid"]);
+                let attrs = ["state", "phys_state", "rate"];
+                counts.ours_port_attrs +=
+                    present(&port, &attrs) + present(&port, &["link_layer", "lid"]);
                 counts.node_exporter_attrs += present(&port, &attrs);
                 // The netdev lookup reads the first GID's netdev.
                 counts.ours_port_attrs += usize::from(port.join("gid_attrs/ndevs/0").is_file());
@@ -242,6 +256,7 @@ fn node_exporter_binary() -> Option<PathBuf> {
 /// A server process, killed on drop (also when unwinding from a panic).
 struct Server {
     name: &'static str,
+    program: PathBuf,
     child: Child,
     address: String,
     /// Everything it logged, for error messages.
@@ -257,7 +272,9 @@ impl Drop for Server {
 
 impl Server {
     fn start_ours(fixture: &Fixture) -> anyhow::Result<Server> {
-        let binary = PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"));
+        let binary = std::env::var_os("RFE_BINARY")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter")));
         let mut command = Command::new(&binary);
         command
             .arg("serve")
@@ -340,6 +357,7 @@ impl Server {
         });
         let server = Server {
             name,
+            program: PathBuf::from(command.get_program()),
             child,
             address: String::new(),
             log,
@@ -364,6 +382,16 @@ impl Server {
                 bail!("{} died ({status}); its log:\n{}", self.name, self.log())
             }
         }
+    }
+
+    /// After a failed request: a dying server resets the connection slightly before it can be
+    /// reaped, so give it a moment to report its exit.
+    fn check_alive_after_error(&mut self) -> anyhow::Result<()> {
+        for _ in 0..20 {
+            self.check_alive()?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// Polls `/` until the server answers 200 (node_exporter binds after it starts).
@@ -449,7 +477,7 @@ impl Target {
                 body: body.to_vec(),
             }),
             Ok((status, body)) => {
-                self.server.check_alive()?;
+                self.server.check_alive_after_error()?;
                 bail!(
                     "{} answered {status}: {}",
                     self.server.name,
@@ -457,7 +485,7 @@ impl Target {
                 )
             }
             Err(e) => {
-                self.server.check_alive()?;
+                self.server.check_alive_after_error()?;
                 bail!("scraping {} failed: {e}", self.server.name)
             }
         }
@@ -485,6 +513,12 @@ impl Target {
             .sum();
         self.collect_ms.push(collect_s * 1000.0);
     }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// utime + stime of all threads of `pid`, in seconds.
