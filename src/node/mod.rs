@@ -10,6 +10,7 @@ pub mod sysfs;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -93,37 +94,52 @@ impl NodeCollector {
         &self.config
     }
 
-    /// Reads sysfs and, for ports with a netdev, the driver statistics.
+    /// Reads sysfs and, for RoCE ports with a netdev, the driver statistics (on the same worker
+    /// threads as the walk).
     pub fn collect(&self) -> Collection {
         let started = Instant::now();
-        let mut snapshot = sysfs::read_node(&self.config.sysfs_root, &self.config.devices);
+        let ethtool_errors = Mutex::new(Vec::new());
+        let ethtool_nanos = AtomicU64::new(0);
+        let read_stats = |device: &str, port: &mut sysfs::Port| {
+            let Some(source) = &self.config.ethtool else {
+                return;
+            };
+            // Only RoCE ports have the mlx5 Ethernet PFC/ECN statistics.
+            let Some(netdev) = port.netdev.as_ref().filter(|_| port.is_ethernet()) else {
+                return;
+            };
+            let started = Instant::now();
+            match source.stats(netdev) {
+                Ok(stats) => port.ethtool = stats,
+                Err(e) => ethtool_errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((device.to_string(), e)),
+            }
+            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            ethtool_nanos.fetch_add(nanos, Ordering::Relaxed);
+        };
+        let snapshot =
+            sysfs::read_node_with(&self.config.sysfs_root, &self.config.devices, &read_stats);
         let sysfs_ok = !snapshot
             .errors
             .iter()
             .any(|e| e.device.is_empty() && e.reason != "missing_dir");
-        let sysfs_duration = started.elapsed();
-        let mut ethtool_errors = Vec::new();
-        let ethtool = self.config.ethtool.as_ref().map(|source| {
-            let started = Instant::now();
-            for device in &mut snapshot.devices {
-                for port in &mut device.ports {
-                    // Only RoCE ports have the mlx5 Ethernet PFC/ECN statistics.
-                    let Some(netdev) = port.netdev.as_ref().filter(|_| port.is_ethernet()) else {
-                        continue;
-                    };
-                    match source.stats(netdev) {
-                        Ok(stats) => port.ethtool = stats,
-                        Err(e) => ethtool_errors.push((device.name.clone(), e)),
-                    }
-                }
-            }
-            (ethtool_errors.is_empty(), started.elapsed())
-        });
+        let ethtool_errors = ethtool_errors
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        // The ethtool time is summed over the workers: it is the cost, not the wall time.
+        let ethtool_duration = Duration::from_nanos(ethtool_nanos.load(Ordering::Relaxed));
         Collection {
+            // Wall time of the whole walk, the netdev reads on its workers included.
+            sysfs_duration: started.elapsed(),
+            ethtool: self
+                .config
+                .ethtool
+                .as_ref()
+                .map(|_| (ethtool_errors.is_empty(), ethtool_duration)),
             snapshot,
             sysfs_ok,
-            sysfs_duration,
-            ethtool,
             ethtool_errors,
         }
     }

@@ -85,6 +85,16 @@ pub struct ReadError {
 /// parallel (each device's attributes are independent kernel objects); the result is in name
 /// order whatever the scheduling.
 pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
+    read_node_with(sysfs_root, filter, &|_, _| {})
+}
+
+/// As [`read_node`], calling `port_hook(device, port)` for each port on the worker thread that
+/// read it, so per-port work (driver statistics of the netdev) runs in parallel too.
+pub fn read_node_with(
+    sysfs_root: &Path,
+    filter: &DeviceFilter,
+    port_hook: &(dyn Fn(&str, &mut Port) + Sync),
+) -> NodeSnapshot {
     let class_path = sysfs_root.join("class/infiniband");
     let (class_dir, names) = match SysDir::open(&class_path).and_then(|mut d| {
         let names = d.entries()?;
@@ -124,6 +134,12 @@ pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
                     let devices = names
                         .iter()
                         .filter_map(|name| walk.device(class_dir, name))
+                        .map(|mut device: Device| {
+                            for port in &mut device.ports {
+                                port_hook(&device.name, port);
+                            }
+                            device
+                        })
                         .collect();
                     (devices, walk.errors)
                 })
@@ -204,9 +220,19 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC);
 const FILE_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC);
 
-#[derive(Default)]
 struct Walk {
     errors: Vec<ReadError>,
+    /// One attribute buffer for the whole walk: no per-file allocation or zeroing.
+    buf: Box<[u8; 4096]>,
+}
+
+impl Default for Walk {
+    fn default() -> Self {
+        Walk {
+            errors: Vec::new(),
+            buf: Box::new([0; 4096]),
+        }
+    }
 }
 
 /// Whether an attribute must exist: a missing required one is an error, a missing optional one
@@ -309,9 +335,8 @@ impl Walk {
         presence: Presence,
         parse: impl Fn(&[u8]) -> Result<T, ValueError>,
     ) -> Option<T> {
-        let mut buf = [0u8; 4096];
-        match dir.read(name, &mut buf) {
-            Ok(n) => match parse(&buf[..n]) {
+        match dir.read(name, &mut self.buf) {
+            Ok(n) => match parse(&self.buf[..n]) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     self.error(device, e.reason(), &dir.path_of(name), e.to_string());
