@@ -9,23 +9,6 @@ use std::time::Duration;
 use common::*;
 use inotify::{Inotify, WatchMask};
 
-/// Copies a directory tree (files and symlinks as they are).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn watch_tree(inotify: &Inotify, dir: &Path) -> usize {
     let mut watches = 1;
     inotify
