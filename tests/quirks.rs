@@ -173,3 +173,39 @@ fn no_infiniband_class_serves_self_metrics() {
     // Still alive on the next scrape.
     exporter.metrics();
 }
+
+#[test]
+fn a_fifo_where_a_counter_should_be_does_not_hang_the_scrape() {
+    let tree = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("quirks/sys"), tree.path());
+    let fifo = tree
+        .path()
+        .join("class/infiniband/qrk_badrate0/ports/1/counters/port_rcv_errors");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(tree.path()),
+        "--collector.ethtool.source",
+        "none",
+    ]);
+    let (status, _, body) = get_with(
+        &exporter.url("/metrics"),
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "5")],
+    );
+    assert_eq!(status, 200, "{body}");
+    let samples = parse_exposition(&body);
+    let port = [("device", "qrk_badrate0"), ("port", "1")];
+    assert_eq!(
+        value_of(&samples, "rdma_port_rcv_errors_total", &port),
+        None
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_port_symbol_error_total", &port),
+        Some(42.0)
+    );
+    assert_eq!(errors(&samples, "qrk_badrate0", "empty"), 1.0);
+}

@@ -218,7 +218,11 @@ impl SysDir {
 const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::CLOEXEC);
-const FILE_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC);
+/// NONBLOCK: a FIFO or device node where an attribute should be (a broken or hostile tree)
+/// must not wedge the walk; regular sysfs attributes ignore the flag.
+const FILE_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NONBLOCK);
 
 struct Walk {
     errors: Vec<ReadError>,
