@@ -90,7 +90,7 @@ impl EthtoolSource for FileSource {
             });
         }
         let path = self.path_for(netdev);
-        let bytes = std::fs::read(&path).map_err(|source| match source.kind() {
+        let bytes = read_nonblocking(&path).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => EthtoolError::NoDevice {
                 netdev: netdev.to_string(),
             },
@@ -102,6 +102,19 @@ impl EthtoolSource for FileSource {
         })?;
         parse_ethtool_text(&path, &bytes)
     }
+}
+
+/// Reads a whole file; NONBLOCK so that a FIFO in place of a stats file cannot wedge a scrape.
+fn read_nonblocking(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Parses `ethtool -S` output: an optional `NIC statistics:` header, then `name: value` lines.
