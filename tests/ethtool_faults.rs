@@ -1,0 +1,64 @@
+//! Driver statistics that cannot be read cost only that netdev's PFC/ECN series.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn garbage_and_missing_stats_files_are_counted_and_skipped() {
+    let stats = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce/ethtool"), stats.path());
+    // mlx5_0's netdev answers garbage, mlx5_1's has vanished from this network namespace.
+    std::fs::write(
+        stats.path().join("ens1f0np0.txt"),
+        "NIC statistics:\n rx_prio3_pause: lots\n",
+    )
+    .unwrap();
+    std::fs::remove_file(stats.path().join("ens2f0np0.txt")).unwrap();
+    let sys = fixture("cx7-roce/sys");
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(&sys),
+        "--collector.ethtool.stats-dir",
+        path_str(stats.path()),
+    ]);
+    let body = exporter.metrics();
+    let samples = parse_exposition(&body);
+    let errors = |device: &str, reason: &str| {
+        value_of(
+            &samples,
+            "rdma_exporter_read_errors_total",
+            &[("device", device), ("reason", reason)],
+        )
+    };
+    assert_eq!(errors("mlx5_0", "ethtool_parse"), Some(1.0));
+    assert_eq!(errors("mlx5_1", "ethtool_no_device"), Some(1.0));
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "ethtool")]
+        ),
+        Some(0.0)
+    );
+    // Their PFC series are gone; the sysfs series of the same ports and other netdevs remain.
+    for device in ["mlx5_0", "mlx5_1"] {
+        assert!(!samples
+            .iter()
+            .any(|s| s.name.starts_with("rdma_pfc") && s.labels["device"] == device));
+        assert!(value_of(&samples, "rdma_hw_np_cnp_sent_total", &[("device", device)]).is_some());
+    }
+    assert!(value_of(
+        &samples,
+        "rdma_pfc_pause_frames_total",
+        &[("device", "mlx5_2"), ("priority", "3"), ("direction", "rx")]
+    )
+    .is_some());
+    assert_eq!(promtool_check_metrics(&body), "");
+    // The landing page names the failure in words.
+    let page = exporter.get("/").2;
+    assert!(
+        page.contains("ethtool_parse") && page.contains("ens1f0np0"),
+        "landing page"
+    );
+}
