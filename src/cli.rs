@@ -57,8 +57,11 @@ pub struct ServeArgs {
     /// YAML config file; flags given here override its values.
     #[arg(long = "config.file", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
-    /// Address to listen on, `host:port` or `:port` [default: :9866].
-    #[arg(long = "web.listen-address", value_name = "ADDR")]
+    #[arg(
+        long = "web.listen-address",
+        value_name = "ADDR",
+        help = concat!("Address to listen on, `host:port` or `:port` [default: :", crate::default_port!(), "]")
+    )]
     pub listen_address: Option<String>,
     /// Path under which metrics are exposed [default: /metrics].
     #[arg(long = "web.telemetry-path", value_name = "PATH")]

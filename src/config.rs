@@ -7,10 +7,18 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde::{Deserialize, Deserializer};
 
-/// The default port, registered nowhere else in the exporter ecosystem we know of (node_exporter
-/// 9100, snmp_exporter 9116, DOCA telemetry 9189, infiniband_exporter 9315, dcgm-exporter 9400
-/// and rdma_exporter 9879 are all avoided). Every default address derives from this constant.
-pub const DEFAULT_PORT: u16 = 9866;
+/// The default port as a literal, so that help texts can `concat!` it: the single source of the
+/// number. It avoids node_exporter 9100, snmp_exporter 9116, DOCA telemetry 9189,
+/// infiniband_exporter 9315, dcgm-exporter 9400 and rdma_exporter 9879.
+#[macro_export]
+macro_rules! default_port {
+    () => {
+        9866
+    };
+}
+
+/// The default port; every default address derives from it.
+pub const DEFAULT_PORT: u16 = default_port!();
 
 pub fn default_listen_address() -> String {
     format!(":{DEFAULT_PORT}")
