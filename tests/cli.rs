@@ -102,3 +102,25 @@ fn stats_dir_without_files_source_is_refused() {
     assert_eq!(code, 2);
     assert!(stderr.contains("source"), "{stderr}");
 }
+
+#[test]
+fn listens_on_the_default_port_when_not_told_otherwise() {
+    use std::io::BufRead;
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(binary())
+        .args(["--path.sysfs", path_str(empty.path())])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let line = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("address=") || l.contains("ERROR"))
+        .unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let expected = format!(":{}", rdma_fabric_exporter::config::DEFAULT_PORT);
+    assert!(line.contains(&format!("{expected} ")), "{line}");
+    assert_eq!(rdma_fabric_exporter::config::DEFAULT_PORT, 9866);
+}
