@@ -156,7 +156,7 @@ impl NodeCollector {
             self.config.ethtool_include.as_ref(),
         );
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.record(&collection, &issues);
+        state.record(&self.config.sysfs_root, &collection, &issues);
         add_self_metrics(&mut families, &collection, &state);
         let result = use_families(&families);
         drop(families);
@@ -174,12 +174,18 @@ impl NodeCollector {
 }
 
 impl State {
-    fn record(&mut self, collection: &Collection, issues: &[metrics::EncodeIssue]) {
+    fn record(
+        &mut self,
+        sysfs_root: &std::path::Path,
+        collection: &Collection,
+        issues: &[metrics::EncodeIssue],
+    ) {
         let now = SystemTime::now();
         let snapshot = &collection.snapshot;
         if !snapshot.infiniband_present && !self.warned_no_infiniband {
             tracing::warn!(
-                "no class/infiniband under the sysfs root: no RDMA driver loaded here; serving self-metrics and rdma_devices 0"
+                "{} does not exist: no RDMA driver is loaded here; serving self-metrics and rdma_devices 0",
+                sysfs_root.join("class/infiniband").display()
             );
             self.warned_no_infiniband = true;
         }
