@@ -35,7 +35,7 @@ pub fn render(telemetry_path: &str, node: Option<&NodeCollector>) -> String {
         html,
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>rdma-fabric-exporter</title>\
          <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}</style></head><body>\
+         td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}tr.down td{{background:#fdd}}</style></head><body>\
          <h1>rdma-fabric-exporter</h1><p>Version {}. <a href=\"{path}\">Metrics</a> · \
          <a href=\"/healthz\">Health</a></p>",
         env!("CARGO_PKG_VERSION")
@@ -65,9 +65,13 @@ pub fn render(telemetry_path: &str, node: Option<&NodeCollector>) -> String {
                     s.as_ref()
                         .map_or("?".to_string(), |(id, name)| format!("{id}: {name}"))
                 };
+                // Anything but ACTIVE / LinkUp is what an operator looks for first.
+                let healthy = port.state.as_ref().is_some_and(|(id, _)| *id == 4)
+                    && port.phys_state.as_ref().is_some_and(|(id, _)| *id == 5);
                 let _ = write!(
                     html,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    if healthy { "" } else { " class=\"down\"" },
                     escape(&device.name),
                     port.number,
                     escape(port.link_layer.as_deref().unwrap_or("?")),
