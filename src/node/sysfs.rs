@@ -124,32 +124,54 @@ pub fn read_node_with(
         .min(names.len())
         .max(1);
     let chunk = names.len().div_ceil(workers).max(1);
-    let results: Vec<(Vec<Device>, Vec<ReadError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = names
-            .chunks(chunk)
-            .map(|names| {
-                let class_dir = &class_dir;
-                scope.spawn(move || {
-                    let mut walk = Walk::default();
-                    let devices = names
-                        .iter()
-                        .filter_map(|name| walk.device(class_dir, name))
-                        .map(|mut device: Device| {
-                            for port in &mut device.ports {
-                                port_hook(&device.name, port);
-                            }
-                            device
-                        })
-                        .collect();
-                    (devices, walk.errors)
-                })
+    let read_chunk = |names: &[String]| {
+        let mut walk = Walk::default();
+        let devices = names
+            .iter()
+            .filter_map(|name| walk.device(&class_dir, name))
+            .map(|mut device: Device| {
+                for port in &mut device.ports {
+                    port_hook(&device.name, port);
+                }
+                device
             })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
+            .collect::<Vec<_>>();
+        (devices, walk.errors)
+    };
+    let results: Vec<(Vec<Device>, Vec<ReadError>)> = if workers == 1 {
+        vec![read_chunk(&names)]
+    } else {
+        std::thread::scope(|scope| {
+            let read_chunk = &read_chunk;
+            let handles: Vec<_> = names
+                .chunks(chunk)
+                .map(|part| {
+                    // A thread that cannot be started (resource limits) reads on this one.
+                    std::thread::Builder::new()
+                        .name("sysfs-walk".into())
+                        .spawn_scoped(scope, move || read_chunk(part))
+                        .map_err(|_| part)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| match handle {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                        let error = ReadError {
+                            device: String::new(),
+                            reason: "internal",
+                            path: class_path.clone(),
+                            detail:
+                                "a sysfs worker panicked; its devices are missing from this scrape"
+                                    .into(),
+                        };
+                        (Vec::new(), vec![error])
+                    }),
+                    Err(part) => read_chunk(part),
+                })
+                .collect()
+        })
+    };
     let mut snapshot = NodeSnapshot {
         infiniband_present: true,
         ..NodeSnapshot::default()
