@@ -84,15 +84,22 @@ fn fixture_tree_matches_its_generator() {
 }
 
 fn serve_cx7() -> Exporter {
+    serve_cx7_with(&[])
+}
+
+/// The bundled node with its ethtool files, plus `extra` flags.
+fn serve_cx7_with(extra: &[&str]) -> Exporter {
     let (sys, ethtool) = (cx7().join("sys"), cx7().join("ethtool"));
-    Exporter::start(&[
+    let mut args = vec![
         "--path.sysfs",
         path_str(&sys),
         "--collector.ethtool.source",
         "files",
         "--collector.ethtool.stats-dir",
         path_str(&ethtool),
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Exporter::start(&args)
 }
 
 /// Replaces what legitimately changes between runs: durations and build facts.
@@ -252,12 +259,7 @@ fn values_and_units_match_the_hardware_model() {
 
 #[test]
 fn include_regex_adds_untyped_stats() {
-    let (sys, ethtool) = (cx7().join("sys"), cx7().join("ethtool"));
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&sys),
-        "--collector.ethtool.stats-dir",
-        path_str(&ethtool),
+    let exporter = serve_cx7_with(&[
         "--collector.ethtool.metrics-include",
         "^(rx|tx)_vport_rdma_unicast_bytes$",
     ]);
@@ -274,15 +276,7 @@ fn include_regex_adds_untyped_stats() {
 #[test]
 fn cardinality_budget_of_an_8_gpu_node() {
     // The design's budget: the 8 GPU NICs of a node stay under 1,000 series by default.
-    let (sys, ethtool) = (cx7().join("sys"), cx7().join("ethtool"));
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&sys),
-        "--collector.ethtool.stats-dir",
-        path_str(&ethtool),
-        "--collector.infiniband.device-include",
-        "^mlx5_[0-7]$",
-    ]);
+    let exporter = serve_cx7_with(&["--collector.infiniband.device-include", "^mlx5_[0-7]$"]);
     let samples = parse_exposition(&exporter.metrics());
     assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(8.0));
     assert!(samples.len() < 1000, "{} series for 8 NICs", samples.len());

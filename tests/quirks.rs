@@ -31,18 +31,13 @@ fn each_bad_value_is_skipped_and_counted() {
     let samples = scrape_quirks();
     let port = [("device", "qrk_pma0"), ("port", "1")];
     // Good values next to bad ones are all there, with units converted.
-    assert_eq!(
-        value_of(&samples, "rdma_port_xmit_packets_total", &port),
-        Some(12345.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_port_rcv_data_bytes_total", &port),
-        Some(4000.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_port_vl15_dropped_total", &port),
-        Some(u64::MAX as f64)
-    );
+    for (name, expected) in [
+        ("rdma_port_xmit_packets_total", 12345.0),
+        ("rdma_port_rcv_data_bytes_total", 4000.0),
+        ("rdma_port_vl15_dropped_total", u64::MAX as f64),
+    ] {
+        assert_eq!(value_of(&samples, name, &port), Some(expected), "{name}");
+    }
     // The bad ones are absent, not zero.
     for missing in [
         "rdma_port_symbol_error_total",
@@ -72,26 +67,15 @@ fn each_bad_value_is_skipped_and_counted() {
 fn unknown_hw_counters_pass_through() {
     let samples = scrape_quirks();
     let port = [("device", "qrk_pma0"), ("port", "1")];
-    assert_eq!(
-        value_of(&samples, "rdma_hw_out_of_sequence_total", &port),
-        Some(5.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_hw_vport_rx_write_requests_total", &port),
-        Some(7.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_hw_sdmaidint1_32_total", &port),
-        Some(9.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_hw_brand_new_count_total", &port),
-        Some(3.0)
-    );
-    assert_eq!(
-        value_of(&samples, "rdma_hw_lifespan_seconds", &port),
-        Some(0.01)
-    );
+    for (name, expected) in [
+        ("rdma_hw_out_of_sequence_total", 5.0),
+        ("rdma_hw_vport_rx_write_requests_total", 7.0),
+        ("rdma_hw_sdmaidint1_32_total", 9.0),
+        ("rdma_hw_brand_new_count_total", 3.0),
+        ("rdma_hw_lifespan_seconds", 0.01),
+    ] {
+        assert_eq!(value_of(&samples, name, &port), Some(expected), "{name}");
+    }
 }
 
 #[test]
