@@ -9,6 +9,7 @@ pub mod landing;
 pub mod node;
 pub mod server;
 pub mod sim;
+pub mod switch;
 
 /// Version and build facts for `rdma_exporter_build_info`.
 pub mod build {

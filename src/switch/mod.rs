@@ -1,0 +1,4 @@
+//! Switch telemetry. So far: vendor profiles as data, and the decoding of SNMP varbinds into
+//! normalized samples. The pollers (SNMP, gNMI) and the switch metrics build on this.
+
+pub mod profile;
