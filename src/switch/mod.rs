@@ -2,3 +2,4 @@
 //! normalized samples. The pollers (SNMP, gNMI) and the switch metrics build on this.
 
 pub mod profile;
+pub mod snmp;
