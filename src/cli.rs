@@ -12,6 +12,11 @@ use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::server::AppState;
+use crate::switch::config::CommunitySource;
+use crate::switch::metrics::SwitchCollector;
+use crate::switch::poller::{Poller, Target, DEFAULT_CONCURRENCY};
+use crate::switch::profile::Profiles;
+use crate::switch::snmp::{Secret, SnmpTarget};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -157,8 +162,67 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
     }))
 }
 
+/// Builds the switch poller: profiles resolved, communities read. Errors name the switch, never
+/// the secret.
+pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError> {
+    if config.switches.is_empty() {
+        return Ok(None);
+    }
+    let invalid = |message: String| ConfigError::Invalid {
+        path: PathBuf::from("switches"),
+        message,
+    };
+    let profiles = match &config.switch_profiles_dir {
+        Some(dir) => Profiles::with_dir(dir),
+        None => Profiles::builtin(),
+    }
+    .map_err(|e| invalid(e.to_string()))?;
+    let mut targets = Vec::new();
+    for switch in &config.switches {
+        let profile = profiles.get(&switch.profile).ok_or_else(|| {
+            invalid(format!(
+                "switch {:?}: unknown profile {:?}; known: {}",
+                switch.name,
+                switch.profile,
+                profiles.names().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        let community = match &switch.snmp.community {
+            CommunitySource::File(path) => std::fs::read_to_string(path)
+                .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| {
+                    invalid(format!(
+                        "switch {:?}: community_file {}: {e}",
+                        switch.name,
+                        path.display()
+                    ))
+                })?,
+            CommunitySource::Env(var) => std::env::var(var).map_err(|_| {
+                invalid(format!(
+                    "switch {:?}: community_env {var} is not set",
+                    switch.name
+                ))
+            })?,
+        };
+        targets.push(Target {
+            name: switch.name.clone(),
+            profile: profile.clone(),
+            snmp: SnmpTarget {
+                address: switch.address.clone(),
+                version: switch.snmp.version,
+                community: Secret::new(community),
+                timeout: switch.timeout,
+                retries: switch.retries,
+                max_repetitions: switch.max_repetitions,
+            },
+            interval: switch.interval,
+        });
+    }
+    Ok(Some(Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY))))
+}
+
 /// Registry and HTTP state for a resolved config.
-pub fn app_state(config: &Config) -> AppState {
+pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
     let mut registry = Registry::default();
     registry.register(
         "rdma_exporter_build",
@@ -172,6 +236,9 @@ pub fn app_state(config: &Config) -> AppState {
     let node = node_collector(config).map(Arc::new);
     if let Some(node) = &node {
         registry.register_collector(Box::new(node.clone()));
+    }
+    if let Some(poller) = switches {
+        registry.register_collector(Box::new(SwitchCollector { poller }));
     }
     AppState {
         registry,

@@ -31,6 +31,10 @@ pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
 pub struct Config {
     pub web: WebConfig,
     pub node: NodeConfig,
+    /// Switch targets polled in the background.
+    pub switches: Vec<crate::switch::config::SwitchConfig>,
+    /// Extra or replacement vendor profiles (`*.yml`).
+    pub switch_profiles_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -221,6 +225,15 @@ pub fn validate(path: &Path, config: &Config) -> Result<(), ConfigError> {
         .ethtool
         .check()
         .map_err(|e| invalid(format!("node.{e}")))?;
+    let mut names = std::collections::HashSet::new();
+    for switch in &config.switches {
+        if !names.insert(switch.name.as_str()) {
+            return Err(invalid(format!(
+                "switches: name {:?} is used twice",
+                switch.name
+            )));
+        }
+    }
     if let Some(telemetry_path) = &config.web.telemetry_path {
         if !telemetry_path.starts_with('/') {
             return Err(invalid(format!(

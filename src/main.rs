@@ -68,7 +68,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(config) => config,
         Err(e) => return Ok(config_error(&e)),
     };
-    let state = Arc::new(cli::app_state(&config));
+    let switches = match cli::switch_poller(&config) {
+        Ok(switches) => switches,
+        Err(e) => return Ok(config_error(&e)),
+    };
+    let state = Arc::new(cli::app_state(&config, switches.clone()));
     let listen_address = config
         .web
         .listen_address
@@ -76,6 +80,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(config::default_listen_address);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
+        if let Some(switches) = &switches {
+            switches.spawn();
+            tracing::info!(switches = switches.targets.len(), "polling switches");
+        }
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;

@@ -1,5 +1,8 @@
 //! Switch telemetry. So far: vendor profiles as data, and the decoding of SNMP varbinds into
 //! normalized samples. The pollers (SNMP, gNMI) and the switch metrics build on this.
 
+pub mod config;
+pub mod metrics;
+pub mod poller;
 pub mod profile;
 pub mod snmp;

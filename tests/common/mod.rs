@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: run the real binary, scrape it, parse exposition.
 #![allow(dead_code)]
 
+pub mod snmp_agent;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

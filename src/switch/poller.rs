@@ -1,0 +1,165 @@
+//! Background polling: one task per switch, a bounded number polling at once, start times
+//! spread over the interval. A scrape never waits on the network: it reads the last snapshot,
+//! and a snapshot older than two intervals is dropped rather than served as if fresh.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::Semaphore;
+
+use super::profile::{Profile, Sample};
+use super::snmp::{walk, PollError, SnmpTarget};
+
+/// Switches polled at the same time, whatever their number.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// One configured switch.
+#[derive(Debug)]
+pub struct Target {
+    pub name: String,
+    pub profile: Profile,
+    pub snmp: SnmpTarget,
+    pub interval: Duration,
+}
+
+/// Samples of one successful poll.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub taken: Instant,
+    pub samples: Vec<Sample>,
+}
+
+/// What the collector reads for one switch.
+#[derive(Debug, Default)]
+pub struct TargetState {
+    pub snapshot: Option<Arc<Snapshot>>,
+    pub last_success: Option<SystemTime>,
+    pub last_error: Option<PollError>,
+    pub last_duration: Option<Duration>,
+    /// Failed polls and unreadable values, by reason.
+    pub errors: BTreeMap<&'static str, u64>,
+}
+
+impl TargetState {
+    /// The snapshot if it is recent enough to serve.
+    pub fn fresh_snapshot(&self, interval: Duration) -> Option<&Arc<Snapshot>> {
+        self.snapshot
+            .as_ref()
+            .filter(|s| s.taken.elapsed() <= interval * 2)
+    }
+}
+
+#[derive(Debug)]
+pub struct Poller {
+    pub targets: Vec<(Target, Mutex<TargetState>)>,
+    concurrency: usize,
+}
+
+impl Poller {
+    pub fn new(targets: Vec<Target>, concurrency: usize) -> Self {
+        Poller {
+            targets: targets
+                .into_iter()
+                .map(|t| (t, Mutex::new(TargetState::default())))
+                .collect(),
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    /// Starts one task per target on the current tokio runtime.
+    pub fn spawn(self: &Arc<Self>) {
+        let permits = Arc::new(Semaphore::new(self.concurrency));
+        for index in 0..self.targets.len() {
+            let poller = self.clone();
+            let permits = permits.clone();
+            tokio::spawn(async move { poller.run(index, permits).await });
+        }
+    }
+
+    async fn run(&self, index: usize, permits: Arc<Semaphore>) {
+        let (target, _) = &self.targets[index];
+        // Spread the first polls so that many switches do not fire together.
+        tokio::time::sleep(start_offset(&target.name, target.interval)).await;
+        let mut ticker = tokio::time::interval(target.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let Ok(_permit) = permits.acquire().await else {
+                return;
+            };
+            self.poll_once(index).await;
+        }
+    }
+
+    /// Polls one target now and records the outcome.
+    pub async fn poll_once(&self, index: usize) {
+        let (target, state) = &self.targets[index];
+        let started = Instant::now();
+        // The walk has its own per-request timeouts; this bounds the whole poll.
+        let outcome = match tokio::time::timeout(
+            target.interval,
+            walk(&target.snmp, &target.profile),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            Err(_) => Err(PollError {
+                reason: "poll_timeout",
+                detail: format!("poll took longer than the interval {:?}", target.interval),
+            }),
+        };
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        state.last_duration = Some(started.elapsed());
+        match outcome {
+            Ok(result) => {
+                if !result.decode_errors.is_empty() {
+                    *state.errors.entry("value").or_default() += result.decode_errors.len() as u64;
+                    tracing::debug!(switch = %target.name, errors = ?result.decode_errors, "values skipped");
+                }
+                state.snapshot = Some(Arc::new(Snapshot {
+                    taken: Instant::now(),
+                    samples: result.samples,
+                }));
+                state.last_success = Some(SystemTime::now());
+                if state.last_error.take().is_some() {
+                    tracing::info!(switch = %target.name, "switch answers again");
+                }
+            }
+            Err(e) => {
+                *state.errors.entry(e.reason).or_default() += 1;
+                if state.last_error.as_ref().map(|l| l.reason) != Some(e.reason) {
+                    tracing::warn!(switch = %target.name, reason = e.reason, "poll failed: {}", e.detail);
+                }
+                state.last_error = Some(e);
+            }
+        }
+    }
+}
+
+/// A stable offset in [0, interval) from the target name.
+fn start_offset(name: &str, interval: Duration) -> Duration {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let millis = interval.as_millis().max(1) as u64;
+    Duration::from_millis(hash % millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_spread_and_stay_in_the_interval() {
+        let interval = Duration::from_secs(30);
+        let offsets: Vec<_> = (0..20)
+            .map(|i| start_offset(&format!("leaf{i}"), interval))
+            .collect();
+        assert!(offsets.iter().all(|o| *o < interval));
+        let mut distinct = offsets.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() > 15);
+    }
+}

@@ -1,0 +1,121 @@
+//! An SNMP agent on loopback (async-snmp's in-process agent) serving an Arista-like leaf.
+
+use std::sync::Arc;
+
+use async_snmp::agent::Agent;
+use async_snmp::handler::{
+    BoxFuture, GetNextResult, GetResult, HandlerResult, MibHandler, OidTable, RequestContext,
+};
+use async_snmp::{Oid, Value, VarBind};
+use rdma_fabric_exporter::switch::profile::parse_oid;
+
+/// Serves a fixed table, like a switch whose counters stand still.
+struct Table(OidTable<Value>);
+
+impl MibHandler for Table {
+    fn get<'a>(
+        &'a self,
+        _: &'a RequestContext,
+        oid: &'a Oid,
+    ) -> BoxFuture<'a, HandlerResult<GetResult>> {
+        Box::pin(async move {
+            Ok(match self.0.get(oid) {
+                Some(v) => GetResult::Value(v.clone()),
+                None => GetResult::NoSuchInstance,
+            })
+        })
+    }
+
+    fn get_next<'a>(
+        &'a self,
+        _: &'a RequestContext,
+        oid: &'a Oid,
+    ) -> BoxFuture<'a, HandlerResult<GetNextResult>> {
+        Box::pin(async move {
+            Ok(match self.0.get_next(oid) {
+                Some((next, v)) => GetNextResult::Value(VarBind::new(next.clone(), v.clone())),
+                None => GetNextResult::EndOfMibView,
+            })
+        })
+    }
+}
+
+fn row(table: &mut OidTable<Value>, oid: &str, value: Value) {
+    table.insert(Oid::from_slice(&parse_oid(oid).unwrap()), value);
+}
+
+/// An Arista-like leaf: two ports, PFC on priority 3, ECN marks on queue 3, an LLDP neighbour,
+/// and one counter the agent answers with the wrong type.
+pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
+    let mut table = OidTable::new();
+    row(
+        &mut table,
+        "1.3.6.1.2.1.31.1.1.1.1.1",
+        Value::OctetString("Ethernet1/1".into()),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.2.1.31.1.1.1.1.2",
+        Value::OctetString("Ethernet2/1".into()),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.2.1.31.1.1.1.18.1",
+        Value::OctetString("gpu-node-01 mlx5_0".into()),
+    );
+    row(&mut table, "1.3.6.1.2.1.2.2.1.8.1", Value::Integer(1));
+    row(&mut table, "1.3.6.1.2.1.2.2.1.8.2", Value::Integer(2));
+    row(
+        &mut table,
+        "1.3.6.1.2.1.31.1.1.1.6.1",
+        Value::Counter64(9_876_543_210_123),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.2.1.2.2.1.13.1",
+        Value::Counter32(u32::MAX),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.4.1.30065.3.11.1.1.1.4.1.3",
+        Value::Counter64(12_345),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.4.1.30065.3.11.1.1.1.3.1.3",
+        Value::Counter64(678),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.4.1.30065.3.11.1.1.1.3.2.3",
+        Value::OctetString("garbage".into()),
+    );
+    row(
+        &mut table,
+        "1.3.6.1.4.1.30065.3.13.1.9.1.4.1.3",
+        Value::Counter64(4_242),
+    );
+    row(
+        &mut table,
+        "1.0.8802.1.1.2.1.4.1.1.9.0.1.1",
+        Value::OctetString("gpu-node-01".into()),
+    );
+    row(
+        &mut table,
+        "1.0.8802.1.1.2.1.4.1.1.7.0.1.1",
+        Value::OctetString("ens1f0np0".into()),
+    );
+    let agent = Agent::builder()
+        .bind("127.0.0.1:0")
+        .community(b"leaf1".as_slice())
+        .handler(Oid::from_slice(&[1]), Arc::new(Table(table)))
+        .allow_all_access()
+        .build()
+        .await
+        .expect("agent");
+    let runner = agent.clone();
+    let task = tokio::spawn(async move {
+        let _ = runner.run().await;
+    });
+    (agent, task)
+}
