@@ -12,11 +12,10 @@ use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::server::AppState;
-use crate::switch::config::CommunitySource;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::{Poller, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
-use crate::switch::snmp::{Secret, SnmpTarget};
+use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -187,30 +186,39 @@ pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError
                 profiles.names().collect::<Vec<_>>().join(", ")
             ))
         })?;
-        let community = match &switch.snmp.community {
-            CommunitySource::File(path) => std::fs::read_to_string(path)
-                .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|e| {
-                    invalid(format!(
-                        "switch {:?}: community_file {}: {e}",
-                        switch.name,
-                        path.display()
-                    ))
-                })?,
-            CommunitySource::Env(var) => std::env::var(var).map_err(|_| {
-                invalid(format!(
-                    "switch {:?}: community_env {var} is not set",
-                    switch.name
-                ))
-            })?,
+        let secret = |source: &crate::switch::config::SecretSource, what: &str| {
+            source
+                .read()
+                .map(Secret::new)
+                .map_err(|e| invalid(format!("switch {:?}: {what}: {e}", switch.name)))
+        };
+        let snmp = &switch.snmp;
+        let credentials = match (&snmp.community, &snmp.user) {
+            (Some(community), _) if snmp.version == SnmpVersion::V1 => {
+                Credentials::V1(secret(community, "community")?)
+            }
+            (Some(community), _) => Credentials::V2c(secret(community, "community")?),
+            (None, Some(user)) => Credentials::V3(Usm {
+                username: user.username.clone(),
+                auth: (
+                    user.auth_protocol,
+                    secret(&user.auth_password, "auth password")?,
+                ),
+                privacy: match &user.privacy {
+                    Some((protocol, password)) => {
+                        Some((*protocol, secret(password, "priv password")?))
+                    }
+                    None => None,
+                },
+            }),
+            (None, None) => unreachable!("SnmpConfig always has a community or a user"),
         };
         targets.push(Target {
             name: switch.name.clone(),
             profile: profile.clone(),
             snmp: SnmpTarget {
                 address: switch.address.clone(),
-                version: switch.snmp.version,
-                community: Secret::new(community),
+                credentials,
                 timeout: switch.timeout,
                 retries: switch.retries,
                 max_repetitions: switch.max_repetitions,

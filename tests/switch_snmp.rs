@@ -6,15 +6,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::snmp_agent::start_agent;
+use common::snmp_agent::{start_agent, V3_AUTH_PASSWORD, V3_PRIV_PASSWORD};
 use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleKey, SampleValue};
-use rdma_fabric_exporter::switch::snmp::{walk, Secret, SnmpTarget, SnmpVersion};
+use rdma_fabric_exporter::switch::snmp::{
+    walk, AuthAlgorithm, Credentials, PrivAlgorithm, Secret, SnmpTarget, Usm,
+};
 
 fn target(address: String, community: &str) -> SnmpTarget {
     SnmpTarget {
         address,
-        version: SnmpVersion::V2c,
-        community: Secret::new(community),
+        credentials: Credentials::V2c(Secret::new(community)),
         timeout: Duration::from_millis(300),
         retries: 1,
         max_repetitions: 10,
@@ -121,4 +122,52 @@ async fn silent_or_refusing_switches_fail_within_the_timeout() {
     let silent = socket.local_addr().unwrap().to_string();
     let err = walk(&target(silent, "leaf1"), generic).await.unwrap_err();
     assert!(matches!(err.reason, "timeout" | "network"), "{err}");
+}
+
+fn v3_target(address: String, priv_password: &[u8]) -> SnmpTarget {
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    SnmpTarget {
+        credentials: Credentials::V3(Usm {
+            username: "monitor".into(),
+            auth: (AuthAlgorithm::Sha256, Secret::new(text(V3_AUTH_PASSWORD))),
+            privacy: Some((PrivAlgorithm::Aes, Secret::new(text(priv_password)))),
+        }),
+        ..target(address, "unused")
+    }
+}
+
+#[tokio::test]
+async fn snmpv3_auth_priv() {
+    let (agent, task) = start_agent().await;
+    let profiles = Profiles::builtin().unwrap();
+    let arista = profiles.get("arista_eos").unwrap();
+    let result = walk(
+        &v3_target(agent.local_addr().to_string(), V3_PRIV_PASSWORD),
+        arista,
+    )
+    .await
+    .expect("v3 walk");
+    let pfc = SampleKey {
+        ifindex: 1,
+        priority: Some(3),
+        direction: Some(Direction::Rx),
+        queue: None,
+    };
+    assert!(result.samples.iter().any(|s| s.metric == Metric::PfcFrames
+        && s.key == pfc
+        && s.value == SampleValue::Counter(12_345)));
+    // A wrong privacy password cannot decrypt the answers: the walk fails, and says nothing secret.
+    let started = Instant::now();
+    let err = walk(
+        &v3_target(agent.local_addr().to_string(), b"wrong-priv-999"),
+        arista,
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        !err.to_string().contains("wrong-priv-999") && !err.to_string().contains("auth-pass"),
+        "{err}"
+    );
+    task.abort();
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::snmp::SnmpVersion;
+use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,43 +67,155 @@ impl<'de> Deserialize<'de> for Protocol {
     }
 }
 
-/// Where the community comes from. Never inline: config files get pasted into tickets.
+/// SNMP settings. Secrets (community, v3 passwords) come from files or environment variables,
+/// never from the config file itself: config files get pasted into tickets.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(try_from = "RawSnmpConfig")]
 pub struct SnmpConfig {
     pub version: SnmpVersion,
-    pub community: CommunitySource,
+    /// v1 and v2c.
+    pub community: Option<SecretSource>,
+    /// v3.
+    pub user: Option<UsmConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CommunitySource {
+pub enum SecretSource {
     File(PathBuf),
     Env(String),
+}
+
+impl SecretSource {
+    fn from_pair(
+        file: Option<PathBuf>,
+        env: Option<String>,
+        what: &str,
+    ) -> Result<Option<Self>, String> {
+        match (file, env) {
+            (Some(file), None) => Ok(Some(SecretSource::File(file))),
+            (None, Some(var)) => Ok(Some(SecretSource::Env(var))),
+            (None, None) => Ok(None),
+            (Some(_), Some(_)) => Err(format!("set only one of {what}_file and {what}_env")),
+        }
+    }
+
+    /// Reads the secret; errors name the file or variable, never the value.
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            SecretSource::File(path) => std::fs::read_to_string(path)
+                .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+                .map_err(|e| format!("{}: {e}", path.display())),
+            SecretSource::Env(var) => {
+                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))
+            }
+        }
+    }
+}
+
+/// An SNMPv3 user: authNoPriv, or authPriv when `priv_protocol` is set.
+#[derive(Debug, Clone)]
+pub struct UsmConfig {
+    pub username: String,
+    pub auth_protocol: AuthAlgorithm,
+    pub auth_password: SecretSource,
+    pub privacy: Option<(PrivAlgorithm, SecretSource)>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSnmpConfig {
-    version: String,
+    version: VersionText,
     community_file: Option<PathBuf>,
     community_env: Option<String>,
+    username: Option<String>,
+    auth_protocol: Option<AuthAlgorithm>,
+    auth_password_file: Option<PathBuf>,
+    auth_password_env: Option<String>,
+    priv_protocol: Option<PrivAlgorithm>,
+    priv_password_file: Option<PathBuf>,
+    priv_password_env: Option<String>,
+}
+
+/// `version: 1`, `version: 2c` and `version: 3` (YAML reads 1 and 3 as numbers).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum VersionText {
+    Number(u32),
+    Text(String),
 }
 
 impl TryFrom<RawSnmpConfig> for SnmpConfig {
     type Error = String;
     fn try_from(raw: RawSnmpConfig) -> Result<Self, Self::Error> {
-        let version = match raw.version.as_str() {
-            "1" => SnmpVersion::V1,
-            "2c" => SnmpVersion::V2c,
-            "3" => return Err("SNMP version 3 is not supported yet; use 1 or 2c".into()),
-            other => return Err(format!("unknown SNMP version {other:?}; expected 1 or 2c")),
+        let version = match raw.version {
+            VersionText::Number(1) => SnmpVersion::V1,
+            VersionText::Text(t) if t == "1" => SnmpVersion::V1,
+            VersionText::Text(t) if t == "2c" => SnmpVersion::V2c,
+            VersionText::Number(3) => SnmpVersion::V3,
+            VersionText::Text(t) if t == "3" => SnmpVersion::V3,
+            _ => return Err("unknown SNMP version; expected 1, 2c or 3".into()),
         };
-        let community = match (raw.community_file, raw.community_env) {
-            (Some(file), None) => CommunitySource::File(file),
-            (None, Some(var)) => CommunitySource::Env(var),
-            _ => return Err("set exactly one of community_file and community_env".into()),
-        };
-        Ok(SnmpConfig { version, community })
+        let community =
+            SecretSource::from_pair(raw.community_file, raw.community_env, "community")?;
+        let auth = SecretSource::from_pair(
+            raw.auth_password_file,
+            raw.auth_password_env,
+            "auth_password",
+        )?;
+        let privacy = SecretSource::from_pair(
+            raw.priv_password_file,
+            raw.priv_password_env,
+            "priv_password",
+        )?;
+        let v3_fields = raw.username.is_some()
+            || raw.auth_protocol.is_some()
+            || auth.is_some()
+            || raw.priv_protocol.is_some()
+            || privacy.is_some();
+        match version {
+            SnmpVersion::V1 | SnmpVersion::V2c => {
+                if v3_fields {
+                    return Err(
+                        "username, auth_* and priv_* are SNMPv3 settings; set version: 3".into(),
+                    );
+                }
+                let community = community.ok_or(
+                    "set community_file or community_env (inline communities are not accepted)",
+                )?;
+                Ok(SnmpConfig {
+                    version,
+                    community: Some(community),
+                    user: None,
+                })
+            }
+            SnmpVersion::V3 => {
+                if community.is_some() {
+                    return Err("SNMPv3 uses username and passwords, not a community".into());
+                }
+                let username = raw.username.ok_or("SNMPv3 needs username")?;
+                // noAuthNoPriv would send counters in clear with no authentication: refused.
+                let auth_protocol = raw.auth_protocol.ok_or(
+                    "SNMPv3 needs auth_protocol (md5, sha, sha224, sha256, sha384, sha512)",
+                )?;
+                let auth_password =
+                    auth.ok_or("SNMPv3 needs auth_password_file or auth_password_env")?;
+                let privacy = match (raw.priv_protocol, privacy) {
+                    (Some(protocol), Some(password)) => Some((protocol, password)),
+                    (None, None) => None,
+                    _ => return Err("priv_protocol and priv_password_file/_env go together".into()),
+                };
+                Ok(SnmpConfig {
+                    version,
+                    community: None,
+                    user: Some(UsmConfig {
+                        username,
+                        auth_protocol,
+                        auth_password,
+                        privacy,
+                    }),
+                })
+            }
+        }
     }
 }
 
@@ -142,6 +254,44 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snmp(text: &str) -> Result<SnmpConfig, String> {
+        serde_yaml::from_str::<SnmpConfig>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn snmp_versions_and_secrets() {
+        let v1 = snmp("{version: 1, community_file: /c}").unwrap();
+        assert_eq!(v1.version, SnmpVersion::V1);
+        assert_eq!(v1.community, Some(SecretSource::File("/c".into())));
+        assert_eq!(
+            snmp("{version: 2c, community_env: C}").unwrap().version,
+            SnmpVersion::V2c
+        );
+        let v3 = snmp("{version: 3, username: mon, auth_protocol: sha256, auth_password_env: A, priv_protocol: aes, priv_password_file: /p}").unwrap();
+        let user = v3.user.unwrap();
+        assert_eq!(
+            (user.username.as_str(), user.auth_protocol),
+            ("mon", AuthAlgorithm::Sha256)
+        );
+        assert_eq!(
+            user.privacy,
+            Some((PrivAlgorithm::Aes, SecretSource::File("/p".into())))
+        );
+        for (text, expected) in [
+            ("{version: 2c, community: public}", "unknown field `community`"),
+            ("{version: 2c}", "set community_file or community_env"),
+            ("{version: 2c, community_file: /a, community_env: B}", "only one of community_file and community_env"),
+            ("{version: 3, username: mon}", "needs auth_protocol"),
+            ("{version: 3, username: mon, auth_protocol: sha, auth_password_env: A, priv_protocol: aes}", "go together"),
+            ("{version: 3, community_env: C}", "not a community"),
+            ("{version: 2c, community_env: C, username: mon}", "set version: 3"),
+            ("{version: 4, community_env: C}", "expected 1, 2c or 3"),
+        ] {
+            let err = snmp(text).unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -40,6 +40,9 @@ impl MibHandler for Table {
     }
 }
 
+pub const V3_AUTH_PASSWORD: &[u8] = b"auth-pass-123";
+pub const V3_PRIV_PASSWORD: &[u8] = b"priv-pass-456";
+
 fn row(table: &mut OidTable<Value>, oid: &str, value: Value) {
     table.insert(Oid::from_slice(&parse_oid(oid).unwrap()), value);
 }
@@ -105,8 +108,23 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         "1.0.8802.1.1.2.1.4.1.1.7.0.1.1",
         Value::OctetString("ens1f0np0".into()),
     );
+    // An SNMPv3 user next to the community, as switches are commonly set up.
+    let engine = async_snmp::AuthoritativeEngine::install(b"rfe-test-engine".to_vec(), |_| {
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .expect("engine");
     let agent = Agent::builder()
         .bind("127.0.0.1:0")
+        .authoritative_engine(engine)
+        .usm_user("monitor", |user| {
+            user.auth_priv(
+                async_snmp::AuthProtocol::Sha256,
+                V3_AUTH_PASSWORD,
+                async_snmp::PrivProtocol::Aes128,
+                V3_PRIV_PASSWORD,
+            )
+        })
+        .expect("v3 user")
         .community(b"leaf1".as_slice())
         .handler(Oid::from_slice(&[1]), Arc::new(Table(table)))
         .allow_all_access()
