@@ -245,8 +245,11 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
     if let Some(node) = &node {
         registry.register_collector(Box::new(node.clone()));
     }
-    if let Some(poller) = switches {
-        registry.register_collector(Box::new(SwitchCollector { poller }));
+    if let Some(poller) = &switches {
+        registry.register_collector(Box::new(SwitchCollector {
+            poller: poller.clone(),
+            only: None,
+        }));
     }
     AppState {
         registry,
@@ -257,5 +260,6 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
             .clone()
             .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
         scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
+        switches,
     }
 }

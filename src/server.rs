@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use std::collections::HashMap;
+
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -13,6 +15,8 @@ use prometheus_client::registry::Registry;
 
 use crate::exposition::Format;
 use crate::node::NodeCollector;
+use crate::switch::metrics::SwitchCollector;
+use crate::switch::poller::Poller;
 
 /// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,6 +29,8 @@ pub struct AppState {
     pub telemetry_path: String,
     /// One scrape walks sysfs at a time; others wait (bounded by their scrape timeout).
     pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Configured switches, for `/probe`.
+    pub switches: Option<Arc<Poller>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -32,6 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(&telemetry_path, get(metrics))
         .route("/healthz", get(|| async { "OK\n" }))
+        .route("/probe", get(probe))
         .route("/", get(landing_page))
         .with_state(state)
 }
@@ -97,6 +104,51 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("scrape did not finish within {timeout:?}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// `/probe?target=NAME`, in the snmp_exporter style: polls that configured switch now (within
+/// the scrape timeout) and returns its metrics only. Only configured targets are accepted, so the
+/// exporter is no open SNMP proxy.
+async fn probe(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(target) = params.get("target") else {
+        return (StatusCode::BAD_REQUEST, "missing parameter: target\n").into_response();
+    };
+    let Some(index) = state.switches.as_ref().and_then(|p| p.index_of(target)) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("unknown target {target:?}: /probe only polls switches named in the config\n"),
+        )
+            .into_response();
+    };
+    let poller = state.switches.clone().expect("index found in the poller");
+    let timeout = scrape_timeout(&headers);
+    if tokio::time::timeout(timeout, poller.poll_once(index))
+        .await
+        .is_err()
+    {
+        poller.record_timeout(index, timeout);
+    }
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SwitchCollector {
+        poller,
+        only: Some(index),
+    }));
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    match format.encode(&registry) {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Err(e) => {
+            tracing::error!("encoding probe metrics failed: {e}");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding metrics failed\n",
             )
                 .into_response()
         }

@@ -144,6 +144,44 @@ fn switches_are_polled_and_served() {
         "community value in a label"
     );
 
+    // /probe polls one configured switch on demand and returns only its series.
+    let (status, _, body) = exporter.get("/probe?target=leaf1");
+    assert_eq!(status, 200, "{body}");
+    let probed = parse_exposition(&body);
+    assert_eq!(up(&probed, "leaf1"), Some(1.0));
+    assert!(
+        probed
+            .iter()
+            .all(|s| s.labels.get("switch").map(String::as_str) == Some("leaf1")),
+        "{body}"
+    );
+    assert_eq!(
+        value_of(
+            &probed,
+            "rdma_switch_port_pfc_frames_total",
+            &leaf(&[("priority", "3"), ("direction", "rx")])
+        ),
+        Some(12_345.0)
+    );
+    assert_eq!(promtool_check_metrics(&body), "");
+    let started = Instant::now();
+    let (status, _, body) = get_with(
+        &exporter.url("/probe?target=dead"),
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "1")],
+    );
+    assert_eq!(status, 200);
+    assert_eq!(up(&parse_exposition(&body), "dead"), Some(0.0));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // Not an open proxy: only configured targets.
+    for query in ["/probe?target=127.0.0.1", "/probe"] {
+        let (status, _, body) = exporter.get(query);
+        assert_eq!(status, 400, "{query}: {body}");
+    }
+
     // The switch goes away: down at once, its data dropped once older than two intervals.
     agent_task.abort();
     drop(agent);

@@ -43,6 +43,8 @@ const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
 #[derive(Debug)]
 pub struct SwitchCollector {
     pub poller: Arc<Poller>,
+    /// Encode only this target (the `/probe` endpoint); all when `None`.
+    pub only: Option<usize>,
 }
 
 impl SwitchCollector {
@@ -164,7 +166,13 @@ impl Collector for SwitchCollector {
         let mut families = Families::default();
         // Snapshots are cloned out (Arc) so that no poll waits on an encoding scrape.
         let mut snapshots = Vec::with_capacity(self.poller.targets.len());
-        for (target, state) in &self.poller.targets {
+        let selected = self
+            .poller
+            .targets
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| self.only.is_none_or(|only| only == *index));
+        for (_, (target, state)) in selected {
             let state = state.lock().unwrap_or_else(|p| p.into_inner());
             let fresh = state.fresh_snapshot(target.interval).cloned();
             let switch = || vec![("switch", Cow::Owned(target.name.clone()))];

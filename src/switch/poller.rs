@@ -92,6 +92,23 @@ impl Poller {
         }
     }
 
+    /// Records a poll cut short by the caller's deadline (a `/probe` scrape timeout).
+    pub fn record_timeout(&self, index: usize, after: Duration) {
+        let (_, state) = &self.targets[index];
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        *state.errors.entry("scrape_timeout").or_default() += 1;
+        state.last_duration = Some(after);
+        state.last_error = Some(PollError {
+            reason: "scrape_timeout",
+            detail: format!("poll did not finish within the scrape timeout {after:?}"),
+        });
+    }
+
+    /// Index of the target configured under `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.targets.iter().position(|(t, _)| t.name == name)
+    }
+
     /// Polls one target now and records the outcome.
     pub async fn poll_once(&self, index: usize) {
         let (target, state) = &self.targets[index];
