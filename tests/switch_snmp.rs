@@ -171,3 +171,50 @@ async fn snmpv3_auth_priv() {
     );
     task.abort();
 }
+
+/// A peer that answers every request with the given bytes (garbage, or nothing at all).
+fn hostile_peer(reply: Option<Vec<u8>>) -> (String, std::thread::JoinHandle<()>) {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let address = socket.local_addr().unwrap().to_string();
+    let handle = std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        // Bounded: stops after a few requests or when the client stops asking.
+        for _ in 0..8 {
+            let Ok((_, from)) = socket.recv_from(&mut buf) else {
+                return;
+            };
+            if let Some(reply) = &reply {
+                let _ = socket.send_to(reply, from);
+            }
+        }
+    });
+    (address, handle)
+}
+
+#[tokio::test]
+async fn garbage_and_truncated_answers_fail_cleanly() {
+    let profiles = Profiles::builtin().unwrap();
+    let generic = profiles.get("generic").unwrap();
+    // Random bytes, a BER sequence cut short, and an oversized datagram of zeros.
+    let mut truncated = vec![0x30, 0x82, 0x01, 0x00, 0x02, 0x01, 0x01, 0x04, 0x05];
+    truncated.extend_from_slice(b"leaf1");
+    for reply in [
+        b"\xde\xad\xbe\xef garbage".to_vec(),
+        truncated,
+        vec![0u8; 60_000],
+    ] {
+        let (address, peer) = hostile_peer(Some(reply));
+        let started = Instant::now();
+        let err = walk(&target(address, "leaf1"), generic).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(err.reason, "timeout" | "decode"), "{err}");
+        peer.join().unwrap();
+    }
+}
