@@ -144,6 +144,18 @@ fn switches_are_polled_and_served() {
         "community value in a label"
     );
 
+    // Every switch family served is in the metric reference.
+    let reference = std::fs::read_to_string(project_root().join("docs/metrics.md")).unwrap();
+    let undocumented: std::collections::BTreeSet<_> = parse_exposition(&body)
+        .into_iter()
+        .map(|s| s.name)
+        .filter(|name| !reference.contains(&format!("`{name}")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "docs/metrics.md does not name {undocumented:?}"
+    );
+
     // /probe polls one configured switch on demand and returns only its series.
     let (status, _, body) = exporter.get("/probe?target=leaf1");
     assert_eq!(status, 200, "{body}");
