@@ -1,4 +1,5 @@
-//! Records the git revision and rustc version for `rdma_exporter_build_info`.
+//! Records the git revision and rustc version for `rdma_exporter_build_info`, and generates the
+//! gNMI code.
 use std::process::Command;
 
 fn output_of(program: &str, args: &[&str]) -> Option<String> {
@@ -10,6 +11,7 @@ fn output_of(program: &str, args: &[&str]) -> Option<String> {
 }
 
 fn main() {
+    compile_protos();
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let rustc_version = output_of(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into());
     let revision =
@@ -18,4 +20,16 @@ fn main() {
     println!("cargo:rustc-env=RFE_GIT_REVISION={revision}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
+}
+
+/// gNMI client and (for the tests' in-process target) server code from proto/gnmi.proto.
+fn compile_protos() {
+    println!("cargo:rerun-if-changed=proto");
+    let descriptors =
+        protox::compile(["gnmi.proto"], ["proto"]).expect("proto/gnmi.proto compiles");
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)
+        .expect("generating gNMI code");
 }

@@ -2,6 +2,7 @@
 //! normalized samples. The pollers (SNMP, gNMI) and the switch metrics build on this.
 
 pub mod config;
+pub mod gnmi;
 pub mod metrics;
 pub mod poller;
 pub mod profile;

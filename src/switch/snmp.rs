@@ -18,7 +18,7 @@ impl Secret {
         Secret(value.into())
     }
 
-    fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
