@@ -180,6 +180,19 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// Line, column and message of a YAML error. yaml_serde appends " at line L column C" to its
+/// message; callers print the location first, so it is cut from the message.
+pub fn yaml_error_parts(e: &serde_yaml::Error) -> (usize, usize, String) {
+    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+    let message = e.to_string();
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    (line, column, message)
+}
+
 /// Reads and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -196,14 +209,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         return Ok(Config::default());
     }
     let config: Config = serde_yaml::from_str(text).map_err(|e| {
-        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-        // yaml_serde appends " at line L column C"; the prefix already says where.
-        let message = e.to_string();
-        let message = message
-            .split(" at line ")
-            .next()
-            .unwrap_or(&message)
-            .to_string();
+        let (line, column, message) = yaml_error_parts(&e);
         ConfigError::Syntax {
             path: path.to_path_buf(),
             line,

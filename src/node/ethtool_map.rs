@@ -2,21 +2,7 @@
 //! per-priority PFC, ECN marks, discards and PHY errors. Names follow the kernel's
 //! `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c` and `counters.rst`.
 
-/// Traffic direction of a pause or discard counter, as seen from this NIC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Direction {
-    Rx,
-    Tx,
-}
-
-impl Direction {
-    pub fn label(self) -> &'static str {
-        match self {
-            Direction::Rx => "rx",
-            Direction::Tx => "tx",
-        }
-    }
-}
+pub use crate::direction::Direction;
 
 /// A driver statistic with a typed meaning. `priority` is the 802.1p priority 0-7.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::direction::Direction;
+
 /// The profiles shipped with the exporter.
 const BUILTIN: &[(&str, &str)] = &[
     ("if_mib", include_str!("../../profiles/if_mib.yml")),
@@ -143,22 +145,6 @@ impl<'de> Deserialize<'de> for IndexPart {
                 }
             },
         })
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    Rx,
-    Tx,
-}
-
-impl Direction {
-    pub fn label(self) -> &'static str {
-        match self {
-            Direction::Rx => "rx",
-            Direction::Tx => "tx",
-        }
     }
 }
 
@@ -479,13 +465,7 @@ impl Profiles {
         let mut files: BTreeMap<String, (String, ProfileFile)> = BTreeMap::new();
         for (origin, text) in sources {
             let file: ProfileFile = serde_yaml::from_str(&text).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                let message = e.to_string();
-                let message = message
-                    .split(" at line ")
-                    .next()
-                    .unwrap_or(&message)
-                    .to_string();
+                let (line, column, message) = crate::config::yaml_error_parts(&e);
                 ProfileError::Syntax {
                     origin: origin.clone(),
                     line,
