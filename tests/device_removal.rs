@@ -16,12 +16,7 @@ fn scrapes_survive_devices_vanishing_mid_walk() {
     let parked = tree.path().join("parked");
     std::fs::create_dir_all(&parked).unwrap();
 
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(tree.path()),
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(tree.path(), &[]);
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = {
         let (stop, class, parked) = (stop.clone(), class.clone(), parked.clone());

@@ -52,14 +52,10 @@ fn excluded_devices_are_never_opened() {
     drain(&mut inotify);
     drain(&mut control);
 
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(tree.path()),
-        "--collector.infiniband.device-exclude",
-        "^qrk_pma0$",
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(
+        tree.path(),
+        &["--collector.infiniband.device-exclude", "^qrk_pma0$"],
+    );
     let samples = parse_exposition(&exporter.metrics());
     assert!(samples
         .iter()
@@ -90,14 +86,10 @@ fn excluded_devices_are_never_opened() {
 
 #[test]
 fn include_regex_selects_devices() {
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&fixture("quirks/sys")),
-        "--collector.infiniband.device-include",
-        "nodirs",
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(
+        &fixture("quirks/sys"),
+        &["--collector.infiniband.device-include", "nodirs"],
+    );
     let samples = parse_exposition(&exporter.metrics());
     assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(1.0));
     let devices: std::collections::BTreeSet<_> = samples

@@ -5,15 +5,7 @@ mod common;
 use common::*;
 
 fn quirks_exporter(extra: &[&str]) -> Exporter {
-    let sysfs = fixture("quirks/sys");
-    let mut args = vec![
-        "--path.sysfs",
-        path_str(&sysfs),
-        "--collector.ethtool.source",
-        "none",
-    ];
-    args.extend_from_slice(extra);
-    Exporter::start(&args)
+    Exporter::on_sysfs(&fixture("quirks/sys"), extra)
 }
 
 #[test]

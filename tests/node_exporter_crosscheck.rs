@@ -144,12 +144,7 @@ fn every_node_exporter_value_matches_ours() {
         std::fs::read_to_string(dir.join("expected/e2e-output.node_infiniband.prom")).unwrap();
     let theirs = parse_exposition(&golden);
     let sysfs = dir.join("sys");
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&sysfs),
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(&sysfs, &[]);
     let ours = parse_exposition(&exporter.metrics());
     // Raw counters_ext values, to check the legacy families where the plain file wins.
     let snapshot = read_node(&sysfs, &DeviceFilter::default());

@@ -6,12 +6,7 @@ mod common;
 use common::*;
 
 fn scrape_quirks() -> Vec<Sample> {
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&fixture("quirks/sys")),
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(&fixture("quirks/sys"), &[]);
     let body = exporter.metrics();
     assert_eq!(promtool_check_metrics(&body), "", "promtool warnings");
     parse_exposition(&body)
@@ -126,12 +121,7 @@ fn vanished_device_missing_dirs_and_bad_attributes() {
 
 #[test]
 fn errors_accumulate_across_scrapes() {
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&fixture("quirks/sys")),
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(&fixture("quirks/sys"), &[]);
     exporter.metrics();
     let second = parse_exposition(&exporter.metrics());
     assert_eq!(errors(&second, "qrk_pma0", "not_available"), 2.0);
@@ -170,12 +160,7 @@ fn a_fifo_where_a_counter_should_be_does_not_hang_the_scrape() {
         .status()
         .unwrap();
     assert!(status.success());
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(tree.path()),
-        "--collector.ethtool.source",
-        "none",
-    ]);
+    let exporter = Exporter::on_sysfs(tree.path(), &[]);
     let (status, _, body) = get_with(
         &exporter.url("/metrics"),
         &[("X-Prometheus-Scrape-Timeout-Seconds", "5")],

@@ -1,7 +1,7 @@
 //! Reads `/sys/class/infiniband` into a plain snapshot. Every failure is recorded and skipped:
 //! one unreadable file never costs the rest of the device, one bad device never costs the node.
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
@@ -454,14 +454,6 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
         .and_then(|mut net| net.entries())
         .ok()
         .and_then(|names| names.into_iter().next())
-}
-
-/// Reads a sysfs attribute by path with one `read(2)` (used outside the walk, e.g. by tests).
-pub fn read_attribute(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    let mut buf = [0u8; 4096];
-    let n = file.read(&mut buf)?;
-    Ok(buf[..n].to_vec())
 }
 
 /// Maps an I/O error to a stable reason label.

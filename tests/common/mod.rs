@@ -80,6 +80,18 @@ impl Exporter {
         }
     }
 
+    /// The exporter on a sysfs tree alone (no ethtool statistics), plus `extra` flags.
+    pub fn on_sysfs(sys: &Path, extra: &[&str]) -> Exporter {
+        let mut args = vec![
+            "--path.sysfs",
+            path_str(sys),
+            "--collector.ethtool.source",
+            "none",
+        ];
+        args.extend_from_slice(extra);
+        Exporter::start(&args)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }
