@@ -12,8 +12,10 @@ use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::server::AppState;
+use crate::switch::config::{Access, SecretSource, SnmpConfig, SwitchConfig};
+use crate::switch::gnmi::{GnmiTarget, GnmiTls};
 use crate::switch::metrics::SwitchCollector;
-use crate::switch::poller::{Poller, Target, DEFAULT_CONCURRENCY};
+use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
 use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
 
@@ -186,47 +188,105 @@ pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError
                 profiles.names().collect::<Vec<_>>().join(", ")
             ))
         })?;
-        let secret = |source: &crate::switch::config::SecretSource, what: &str| {
+        let secret = |source: &SecretSource, what: &str| {
             source
                 .read()
                 .map(Secret::new)
                 .map_err(|e| invalid(format!("switch {:?}: {what}: {e}", switch.name)))
         };
-        let snmp = &switch.snmp;
-        let credentials = match (&snmp.community, &snmp.user) {
-            (Some(community), _) if snmp.version == SnmpVersion::V1 => {
-                Credentials::V1(secret(community, "community")?)
+        let source = match &switch.access {
+            Access::Snmp(snmp) => {
+                if profile.columns.is_empty() {
+                    return Err(invalid(format!(
+                        "switch {:?}: profile {:?} has no SNMP columns; use protocol: gnmi",
+                        switch.name, profile.name
+                    )));
+                }
+                Source::Snmp(snmp_target(switch, snmp, &secret)?)
             }
-            (Some(community), _) => Credentials::V2c(secret(community, "community")?),
-            (None, Some(user)) => Credentials::V3(Usm {
-                username: user.username.clone(),
-                auth: (
-                    user.auth_protocol,
-                    secret(&user.auth_password, "auth password")?,
-                ),
-                privacy: match &user.privacy {
-                    Some((protocol, password)) => {
-                        Some((*protocol, secret(password, "priv password")?))
+            Access::Gnmi(gnmi) => {
+                if profile.gnmi.is_empty() {
+                    return Err(invalid(format!(
+                        "switch {:?}: profile {:?} has no gNMI paths; use protocol: snmp, or a profile with a `gnmi:` section (sonic, openconfig)",
+                        switch.name, profile.name
+                    )));
+                }
+                let credentials = match (&gnmi.username, &gnmi.password) {
+                    (Some(user), Some(password)) => {
+                        Some((user.clone(), secret(password, "password")?))
                     }
-                    None => None,
-                },
-            }),
-            (None, None) => unreachable!("SnmpConfig always has a community or a user"),
+                    _ => None,
+                };
+                Source::Gnmi {
+                    target: GnmiTarget {
+                        address: with_default_port(&switch.address, 9339),
+                        timeout: switch.timeout,
+                        credentials,
+                        tls: gnmi.tls.as_ref().map(|tls| GnmiTls {
+                            ca_file: tls.ca_file.clone(),
+                            client_cert: tls.cert_file.clone().zip(tls.key_file.clone()),
+                            server_name: tls.server_name.clone(),
+                        }),
+                    },
+                    mode: gnmi.mode,
+                }
+            }
         };
         targets.push(Target {
             name: switch.name.clone(),
             profile: profile.clone(),
-            snmp: SnmpTarget {
-                address: switch.address.clone(),
-                credentials,
-                timeout: switch.timeout,
-                retries: switch.retries,
-                max_repetitions: switch.max_repetitions,
-            },
+            source,
             interval: switch.interval,
         });
     }
     Ok(Some(Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY))))
+}
+
+fn snmp_target(
+    switch: &SwitchConfig,
+    snmp: &SnmpConfig,
+    secret: &dyn Fn(&SecretSource, &str) -> Result<Secret, ConfigError>,
+) -> Result<SnmpTarget, ConfigError> {
+    let credentials = match (&snmp.community, &snmp.user) {
+        (Some(community), _) if snmp.version == SnmpVersion::V1 => {
+            Credentials::V1(secret(community, "community")?)
+        }
+        (Some(community), _) => Credentials::V2c(secret(community, "community")?),
+        (None, Some(user)) => Credentials::V3(Usm {
+            username: user.username.clone(),
+            auth: (
+                user.auth_protocol,
+                secret(&user.auth_password, "auth password")?,
+            ),
+            privacy: match &user.privacy {
+                Some((protocol, password)) => Some((*protocol, secret(password, "priv password")?)),
+                None => None,
+            },
+        }),
+        (None, None) => unreachable!("SnmpConfig always has a community or a user"),
+    };
+    Ok(SnmpTarget {
+        address: switch.address.clone(),
+        credentials,
+        timeout: switch.timeout,
+        retries: switch.retries,
+        max_repetitions: switch.max_repetitions,
+    })
+}
+
+/// `host` becomes `host:port`; `host:port` and `[v6]:port` stay as they are.
+fn with_default_port(address: &str, port: u16) -> String {
+    let has_port = match address.rsplit_once(':') {
+        Some((host, p)) => p.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']')),
+        None => false,
+    };
+    if has_port {
+        address.to_string()
+    } else if address.contains(':') && !address.starts_with('[') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
 }
 
 /// Registry and HTTP state for a resolved config.

@@ -1,222 +1,383 @@
 //! The gNMI client against an in-process tonic gNMI target on loopback: SONiC COUNTERS_DB and
-//! OpenConfig paths over Subscribe ONCE, Get as the fallback, and a target that goes silent.
+//! OpenConfig paths over Subscribe ONCE, POLL and STREAM, Get as the fallback, credentials,
+//! TLS and mutual TLS, and targets that go silent, refuse, or break a stream mid-sample.
 
-use std::pin::Pin;
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdma_fabric_exporter::switch::gnmi::proto::g_nmi_server::{GNmi, GNmiServer};
-use rdma_fabric_exporter::switch::gnmi::proto::{
-    self, subscribe_request, subscribe_response, typed_value, GetRequest, GetResponse,
-    Notification, SubscribeRequest, SubscribeResponse, TypedValue, Update,
-};
-use rdma_fabric_exporter::switch::gnmi::{
-    fetch_once, parse_path, GnmiTarget, GnmiUpdate, GnmiValue,
-};
+use common::gnmi_target::{serve, Behaviour, FakeSwitch, Pki, Transport};
+use rdma_fabric_exporter::switch::gnmi::session::{self, SessionMode};
+use rdma_fabric_exporter::switch::gnmi::{fetch_once, GnmiTarget, GnmiTls, GnmiUpdate};
+use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleValue};
 use rdma_fabric_exporter::switch::snmp::Secret;
-use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status, Streaming};
 
-#[derive(Clone, Copy, PartialEq)]
-enum Behaviour {
-    Full,
-    GetOnly,
-    Silent,
-}
+const USER: (&str, &str) = ("monitor", "gnmi-pass-1");
 
-#[derive(Clone)]
-struct Target {
-    behaviour: Behaviour,
-    /// Credentials the target saw, to prove they were sent.
-    seen_user: Arc<Mutex<Option<(String, String)>>>,
-}
-
-/// The answer for one requested path, as a SONiC or OpenConfig target would give it.
-fn notification_for(path: &proto::Path) -> Notification {
-    let value = if path.target == "COUNTERS_DB" {
-        // SONiC: a table as a JSON_IETF document whose numbers are strings.
-        typed_value::Value::JsonIetfVal(
-            br#"{"SAI_PORT_STAT_PFC_3_RX_PKTS":"12345","SAI_PORT_STAT_PFC_3_TX_PKTS":"678"}"#
-                .to_vec(),
-        )
-    } else {
-        typed_value::Value::UintVal(9_876_543_210)
-    };
-    Notification {
-        timestamp: 1,
-        prefix: None,
-        update: vec![Update {
-            path: Some(path.clone()),
-            val: Some(TypedValue { value: Some(value) }),
-            duplicates: 0,
-        }],
-        delete: vec![],
-        atomic: false,
-    }
-}
-
-type Answers = Pin<Box<dyn Stream<Item = Result<SubscribeResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl GNmi for Target {
-    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let notification = request
-            .into_inner()
-            .path
-            .iter()
-            .map(notification_for)
-            .collect();
-        Ok(Response::new(GetResponse { notification }))
-    }
-
-    type SubscribeStream = Answers;
-
-    async fn subscribe(
-        &self,
-        request: Request<Streaming<SubscribeRequest>>,
-    ) -> Result<Response<Answers>, Status> {
-        let metadata = request.metadata();
-        let text = |key| {
-            metadata
-                .get(key)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string()
-        };
-        *self.seen_user.lock().unwrap() = Some((text("username"), text("password")));
-        match self.behaviour {
-            Behaviour::GetOnly => return Err(Status::unimplemented("Subscribe")),
-            Behaviour::Silent => {
-                // Accept the stream, then never answer.
-                let pending = tokio_stream::pending::<Result<SubscribeResponse, Status>>();
-                return Ok(Response::new(Box::pin(pending)));
-            }
-            Behaviour::Full => {}
-        }
-        let mut requests = request.into_inner();
-        let first = requests
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("no request"))??;
-        let Some(subscribe_request::Request::Subscribe(list)) = first.request else {
-            return Err(Status::invalid_argument("expected a SubscriptionList"));
-        };
-        assert_eq!(
-            list.mode,
-            proto::subscription_list::Mode::Once as i32,
-            "ONCE expected"
-        );
-        let mut answers: Vec<Result<SubscribeResponse, Status>> = list
-            .subscription
-            .iter()
-            .filter_map(|s| s.path.as_ref())
-            .map(|path| {
-                Ok(SubscribeResponse {
-                    response: Some(subscribe_response::Response::Update(notification_for(path))),
-                })
-            })
-            .collect();
-        answers.push(Ok(SubscribeResponse {
-            response: Some(subscribe_response::Response::SyncResponse(true)),
-        }));
-        Ok(Response::new(Box::pin(tokio_stream::iter(answers))))
-    }
-}
-
-async fn serve(behaviour: Behaviour) -> (String, Target) {
-    let target = Target {
-        behaviour,
-        seen_user: Arc::default(),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let service = GNmiServer::new(target.clone());
-    tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(incoming)
-            .await;
-    });
-    (address, target)
-}
+/// One decoded series: port, metric, priority, queue, direction and value.
+type Row = (
+    String,
+    Metric,
+    Option<u8>,
+    Option<u32>,
+    Option<Direction>,
+    SampleValue,
+);
+type Views = Arc<Mutex<Vec<Vec<GnmiUpdate>>>>;
+type SessionEnd = tokio::task::JoinHandle<(rdma_fabric_exporter::switch::snmp::PollError, bool)>;
 
 fn client(address: String) -> GnmiTarget {
     GnmiTarget {
         address,
         timeout: Duration::from_millis(800),
-        credentials: Some(("monitor".into(), Secret::new("gnmi-pass-1"))),
+        credentials: Some((USER.0.into(), Secret::new(USER.1))),
+        tls: None,
     }
 }
 
-fn paths() -> Vec<proto::Path> {
-    vec![
-        parse_path("COUNTERS_DB:COUNTERS/Ethernet0").unwrap(),
-        parse_path("/interfaces/interface[name=Ethernet0]/state/counters/in-octets").unwrap(),
-    ]
+fn sonic_paths() -> Vec<rdma_fabric_exporter::switch::gnmi::proto::Path> {
+    Profiles::builtin()
+        .unwrap()
+        .get("sonic")
+        .unwrap()
+        .gnmi
+        .paths()
 }
 
-fn expected() -> Vec<GnmiUpdate> {
-    vec![
-        GnmiUpdate {
-            path: "/COUNTERS/Ethernet0/SAI_PORT_STAT_PFC_3_RX_PKTS".into(),
-            value: GnmiValue::Text("12345".into()),
-        },
-        GnmiUpdate {
-            path: "/COUNTERS/Ethernet0/SAI_PORT_STAT_PFC_3_TX_PKTS".into(),
-            value: GnmiValue::Text("678".into()),
-        },
-        GnmiUpdate {
-            path: "/interfaces/interface[name=Ethernet0]/state/counters/in-octets".into(),
-            value: GnmiValue::Uint(9_876_543_210),
-        },
-    ]
+/// The sonic profile's reading of `updates`: (port, metric, priority, queue, direction) -> value.
+fn decoded(updates: &[GnmiUpdate]) -> Vec<Row> {
+    let profiles = Profiles::builtin().unwrap();
+    let decoded = profiles.get("sonic").unwrap().gnmi.decode(updates);
+    assert!(decoded.errors.is_empty(), "{:?}", decoded.errors);
+    let names: std::collections::HashMap<u32, String> = decoded
+        .samples
+        .iter()
+        .filter_map(|s| match &s.value {
+            SampleValue::Text(t) if s.metric == Metric::IfName => Some((s.key.ifindex, t.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<_> = decoded
+        .samples
+        .iter()
+        .filter(|s| s.metric != Metric::IfName)
+        .map(|s| {
+            (
+                names[&s.key.ifindex].clone(),
+                s.metric,
+                s.key.priority,
+                s.key.queue,
+                s.key.direction,
+                s.value.clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    out
+}
+
+fn counter(rows: &[Row], port: &str, metric: Metric, direction: Option<Direction>) -> SampleValue {
+    rows.iter()
+        .find(|r| r.0 == port && r.1 == metric && r.4 == direction)
+        .unwrap_or_else(|| panic!("{port} {metric:?} missing from {rows:?}"))
+        .5
+        .clone()
 }
 
 #[tokio::test]
-async fn subscribe_once_reads_sonic_and_openconfig_paths() {
-    let (address, target) = serve(Behaviour::Full).await;
-    let mut updates = fetch_once(&client(address), &paths()).await.expect("fetch");
-    updates.sort_by(|a, b| a.path.cmp(&b.path));
-    assert_eq!(updates, expected());
-    assert_eq!(
-        updates[0].value.as_counter(),
-        Some(12_345),
-        "SONiC numbers arrive as strings"
-    );
-    assert_eq!(
-        *target.seen_user.lock().unwrap(),
-        Some(("monitor".into(), "gnmi-pass-1".into()))
-    );
+async fn subscribe_once_values_equal_the_switch() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let updates = fetch_once(&client(address), &sonic_paths())
+        .await
+        .expect("fetch");
+    let rows = decoded(&updates);
+    for port in ["Ethernet0", "Ethernet8"] {
+        assert_eq!(
+            counter(&rows, port, Metric::PfcFrames, Some(Direction::Rx)),
+            SampleValue::Counter(switch.port_value(port, "SAI_PORT_STAT_PFC_3_RX_PKTS"))
+        );
+        assert_eq!(
+            counter(&rows, port, Metric::PfcFrames, Some(Direction::Tx)),
+            SampleValue::Counter(switch.port_value(port, "SAI_PORT_STAT_PFC_3_TX_PKTS"))
+        );
+        assert_eq!(
+            counter(&rows, port, Metric::PfcPauseSeconds, Some(Direction::Rx)),
+            SampleValue::Seconds(
+                switch.port_value(port, "SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US") as f64 / 1e6
+            )
+        );
+        assert_eq!(
+            counter(&rows, port, Metric::InOctets, None),
+            SampleValue::Counter(switch.port_value(port, "SAI_PORT_STAT_IF_IN_OCTETS"))
+        );
+    }
+    let ecn = rows
+        .iter()
+        .find(|r| r.0 == "Ethernet8" && r.1 == Metric::QueueEcnMarkedPackets)
+        .unwrap();
+    assert_eq!((ecn.3, &ecn.5), (Some(3), &SampleValue::Counter(5033)));
+    assert_eq!(switch.modes.lock().unwrap().as_slice(), [1], "ONCE");
+    assert_eq!(*switch.capabilities_calls.lock().unwrap(), 1);
 }
 
 #[tokio::test]
 async fn get_is_the_fallback_when_subscribe_is_unimplemented() {
-    let (address, _) = serve(Behaviour::GetOnly).await;
-    let mut updates = fetch_once(&client(address), &paths())
+    let switch = FakeSwitch::new(Some(USER));
+    switch.set(Behaviour::GetOnly);
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let updates = fetch_once(&client(address), &sonic_paths())
         .await
-        .expect("fetch via Get");
-    updates.sort_by(|a, b| a.path.cmp(&b.path));
-    assert_eq!(updates, expected());
+        .expect("Get");
+    let rows = decoded(&updates);
+    assert_eq!(
+        counter(&rows, "Ethernet0", Metric::PfcFrames, Some(Direction::Rx)),
+        SampleValue::Counter(1011)
+    );
 }
 
 #[tokio::test]
-async fn a_silent_or_absent_target_fails_within_the_timeout() {
-    let (address, _) = serve(Behaviour::Silent).await;
+async fn openconfig_typed_leaves_under_a_prefix() {
+    let switch = FakeSwitch::new(None);
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let profiles = Profiles::builtin().unwrap();
+    let openconfig = &profiles.get("openconfig").unwrap().gnmi;
+    let mut target = client(address);
+    target.credentials = None;
+    let updates = fetch_once(&target, &openconfig.paths()).await.unwrap();
+    let decoded = openconfig.decode(&updates);
+    assert!(decoded.errors.is_empty(), "{:?}", decoded.errors);
+    let octets: Vec<u64> = decoded
+        .samples
+        .iter()
+        .filter_map(|s| match s.value {
+            SampleValue::Counter(v) if s.metric == Metric::InOctets => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(octets, [1_000_000_000, 5_000_000_000]);
+    assert!(decoded
+        .samples
+        .iter()
+        .any(|s| s.metric == Metric::OperStatus && s.value == SampleValue::Gauge(1)));
+}
+
+#[tokio::test]
+async fn wrong_password_silent_and_absent_targets_fail_within_the_timeout() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let mut wrong = client(address.clone());
+    wrong.credentials = Some((USER.0.into(), Secret::new("guess")));
+    let err = fetch_once(&wrong, &sonic_paths()).await.unwrap_err();
+    assert_eq!(err.reason, "auth", "{err}");
+    assert!(!err.to_string().contains("guess"));
+
+    switch.set(Behaviour::Silent);
     let started = Instant::now();
-    let err = fetch_once(&client(address), &paths()).await.unwrap_err();
+    let err = fetch_once(&client(address), &sonic_paths())
+        .await
+        .unwrap_err();
     assert_eq!(err.reason, "timeout", "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );
-    assert!(!err.to_string().contains("gnmi-pass-1"));
+    assert!(!err.to_string().contains(USER.1));
+
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .to_string();
-    let err = fetch_once(&client(closed), &paths()).await.unwrap_err();
+    let err = fetch_once(&client(closed), &sonic_paths())
+        .await
+        .unwrap_err();
     assert!(matches!(err.reason, "network" | "timeout"), "{err}");
+}
+
+/// Runs a session in the background, collecting its views; returns them and how it ended.
+fn spawn_session(target: GnmiTarget, mode: SessionMode, interval: Duration) -> (Views, SessionEnd) {
+    let views: Views = Arc::default();
+    let sink = views.clone();
+    let handle = tokio::spawn(async move {
+        session::run(&target, &sonic_paths(), mode, interval, move |view, _| {
+            sink.lock().unwrap().push(view)
+        })
+        .await
+    });
+    (views, handle)
+}
+
+async fn wait_for_views(views: &Mutex<Vec<Vec<GnmiUpdate>>>, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while views.lock().unwrap().len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "only {} views",
+            views.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn stream_sample_delivers_fresh_values_each_interval() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let (views, session) = spawn_session(
+        client(address),
+        SessionMode::Stream,
+        Duration::from_millis(200),
+    );
+    wait_for_views(&views, 1).await;
+    switch.bump("Ethernet0", "SAI_PORT_STAT_PFC_3_RX_PKTS", 500);
+    wait_for_views(&views, 4).await;
+    let last = views.lock().unwrap().last().unwrap().clone();
+    assert_eq!(
+        counter(
+            &decoded(&last),
+            "Ethernet0",
+            Metric::PfcFrames,
+            Some(Direction::Rx)
+        ),
+        SampleValue::Counter(1511)
+    );
+    assert_eq!(
+        switch.modes.lock().unwrap().as_slice(),
+        [0],
+        "one STREAM subscription"
+    );
+    session.abort();
+}
+
+#[tokio::test]
+async fn poll_mode_asks_on_the_open_stream() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let (views, session) = spawn_session(
+        client(address),
+        SessionMode::Poll,
+        Duration::from_millis(150),
+    );
+    wait_for_views(&views, 3).await;
+    assert_eq!(
+        switch.modes.lock().unwrap().as_slice(),
+        [2],
+        "one POLL subscription"
+    );
+    assert!(*switch.polls.lock().unwrap() >= 2);
+    session.abort();
+}
+
+#[tokio::test]
+async fn a_stream_broken_mid_sample_ends_the_session_and_delivers_no_partial_view() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let (views, session) = spawn_session(
+        client(address),
+        SessionMode::Stream,
+        Duration::from_millis(200),
+    );
+    wait_for_views(&views, 1).await;
+    switch.set(Behaviour::CloseMidSample);
+    let (error, delivered) = tokio::time::timeout(Duration::from_secs(5), session)
+        .await
+        .expect("the session ends")
+        .unwrap();
+    assert!(delivered);
+    assert_eq!(error.reason, "network", "{error}");
+    for view in views.lock().unwrap().iter() {
+        let rows = decoded(view);
+        assert!(
+            rows.iter().any(|r| r.0 == "Ethernet8"),
+            "a view lacks the second port"
+        );
+        assert!(rows.iter().any(|r| r.1 == Metric::QueueEcnMarkedPackets));
+    }
+}
+
+#[tokio::test]
+async fn a_silent_stream_is_declared_stalled() {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let interval = Duration::from_millis(200);
+    let (views, session) = spawn_session(client(address), SessionMode::Stream, interval);
+    wait_for_views(&views, 1).await;
+    switch.set(Behaviour::Silent);
+    let started = Instant::now();
+    let (error, _) = tokio::time::timeout(Duration::from_secs(5), session)
+        .await
+        .expect("the session ends")
+        .unwrap();
+    assert_eq!(error.reason, "stalled", "{error}");
+    // Two intervals plus the timeout, give or take a tick.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn tls_client(address: String, tls: GnmiTls) -> GnmiTarget {
+    let port = address.rsplit_once(':').unwrap().1;
+    GnmiTarget {
+        address: format!("localhost:{port}"),
+        tls: Some(tls),
+        ..client(address)
+    }
+}
+
+#[tokio::test]
+async fn tls_verifies_the_switch_and_mutual_tls_presents_a_client_certificate() {
+    let pki = Pki::new();
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Tls(&pki)).await;
+    let trusted = GnmiTls {
+        ca_file: Some(pki.path("ca.pem")),
+        ..GnmiTls::default()
+    };
+    let updates = fetch_once(
+        &tls_client(address.clone(), trusted.clone()),
+        &sonic_paths(),
+    )
+    .await
+    .expect("TLS with the right CA");
+    assert!(!updates.is_empty());
+    let untrusted = GnmiTls {
+        ca_file: Some(pki.path("other-ca.pem")),
+        ..GnmiTls::default()
+    };
+    let err = fetch_once(&tls_client(address.clone(), untrusted), &sonic_paths())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, "tls", "{err}");
+    let missing = GnmiTls {
+        ca_file: Some(pki.path("nope.pem")),
+        ..GnmiTls::default()
+    };
+    let err = fetch_once(&tls_client(address, missing), &sonic_paths())
+        .await
+        .unwrap_err();
+    assert!(
+        err.reason == "tls" && err.detail.contains("nope.pem"),
+        "{err}"
+    );
+
+    let mutual = serve(switch.clone(), Transport::MutualTls(&pki)).await;
+    let err = fetch_once(&tls_client(mutual.clone(), trusted.clone()), &sonic_paths())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err.reason, "tls" | "network" | "grpc_error"),
+        "{err}"
+    );
+    let with_cert = GnmiTls {
+        client_cert: Some((pki.path("client.pem"), pki.path("client.key"))),
+        ..trusted
+    };
+    fetch_once(&tls_client(mutual, with_cert), &sonic_paths())
+        .await
+        .expect("mutual TLS with a client certificate");
 }

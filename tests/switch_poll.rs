@@ -5,6 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::gnmi_target::{serve, Behaviour, FakeSwitch, Transport};
 use common::snmp_agent::start_agent;
 use common::*;
 
@@ -220,7 +221,28 @@ fn unsupported_or_unknown_switch_settings_are_config_errors() {
     assert_eq!(code, 2, "{stderr}");
     // Located at the switch entry (the YAML library reports custom errors there).
     assert!(
-        stderr.contains("config.yml:2:5: switches[0]: protocol gnmi is not supported yet"),
+        stderr.contains(
+            "config.yml:2:3: switches: switch \"leaf2\": protocol gnmi needs a `gnmi:` section"
+        ),
+        "{stderr}"
+    );
+
+    std::fs::write(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    protocol: gnmi\n    profile: sonic\n    gnmi: {username: mon, password_env: P}\n").unwrap();
+    let (code, _, stderr) = run(&["check-config", "--config.file", path_str(&config)]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("in clear"), "{stderr}");
+
+    std::fs::write(&config, "node: {enabled: false}\nswitches:\n  - name: leaf2\n    address: 127.0.0.1\n    protocol: gnmi\n    profile: arista_eos\n    gnmi: {}\n").unwrap();
+    let (code, _, stderr) = run(&[
+        "serve",
+        "--config.file",
+        path_str(&config),
+        "--web.listen-address",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("profile \"arista_eos\" has no gNMI paths"),
         "{stderr}"
     );
 
@@ -242,4 +264,146 @@ fn unsupported_or_unknown_switch_settings_are_config_errors() {
     ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("unknown profile \"acme\""), "{stderr}");
+}
+
+/// gNMI switches through the binary: a SONiC target streamed (STREAM/SAMPLE) over TLS with
+/// credentials and an OpenConfig target polled (POLL); values equal the switch's; a stream
+/// broken mid-sample marks the switch down with a reason, and the exporter reconnects.
+#[test]
+fn gnmi_switches_are_streamed_and_polled() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let pki = common::gnmi_target::Pki::new();
+    let sonic = FakeSwitch::new(Some(("monitor", "gnmi-pass-1")));
+    let openconfig = FakeSwitch::new(None);
+    let sonic_address = runtime.block_on(serve(sonic.clone(), Transport::Tls(&pki)));
+    let openconfig_address = runtime.block_on(serve(openconfig.clone(), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, "gnmi-pass-1\n").unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node:\n  enabled: false\nswitches:\n\
+             \x20 - name: sonic1\n    address: {sonic_address}\n    protocol: gnmi\n    profile: sonic\n    interval: 1s\n    timeout: 500ms\n\
+             \x20   gnmi: {{username: monitor, password_file: {}, tls: {{ca_file: {}, server_name: localhost}}}}\n\
+             \x20 - name: oc1\n    address: {openconfig_address}\n    protocol: gnmi\n    profile: openconfig\n    interval: 1s\n    timeout: 500ms\n    gnmi: {{mode: poll}}\n",
+            password.display(),
+            pki.path("ca.pem").display(),
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    let up = |s: &[Sample], switch: &str| value_of(s, "rdma_switch_up", &[("switch", switch)]);
+    let samples = wait_for(&exporter, "both gNMI switches up", |s| {
+        up(s, "sonic1") == Some(1.0) && up(s, "oc1") == Some(1.0)
+    });
+    let pfc = |s: &[Sample], port: &str, direction: &str| {
+        value_of(
+            s,
+            "rdma_switch_port_pfc_frames_total",
+            &[
+                ("switch", "sonic1"),
+                ("port", port),
+                ("priority", "3"),
+                ("direction", direction),
+            ],
+        )
+    };
+    for port in ["Ethernet0", "Ethernet8"] {
+        assert_eq!(
+            pfc(&samples, port, "rx"),
+            Some(sonic.port_value(port, "SAI_PORT_STAT_PFC_3_RX_PKTS") as f64)
+        );
+        assert_eq!(
+            pfc(&samples, port, "tx"),
+            Some(sonic.port_value(port, "SAI_PORT_STAT_PFC_3_TX_PKTS") as f64)
+        );
+    }
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_switch_queue_ecn_marked_packets_total",
+            &[("switch", "sonic1"), ("port", "Ethernet8"), ("queue", "3")]
+        ),
+        Some(5033.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_switch_port_pfc_pause_seconds_total",
+            &[
+                ("switch", "sonic1"),
+                ("port", "Ethernet0"),
+                ("priority", "3"),
+                ("direction", "rx")
+            ]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_switch_port_received_bytes_total",
+            &[("switch", "oc1"), ("port", "Ethernet8")]
+        ),
+        Some(5e9)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_switch_port_oper_status",
+            &[("switch", "oc1"), ("port", "Ethernet0")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_switch_port_info",
+            &[("switch", "sonic1"), ("port", "Ethernet0"), ("ifindex", "")]
+        ),
+        Some(1.0),
+        "gNMI ports carry no ifIndex"
+    );
+
+    // Traffic on the switch shows up on the next sample.
+    sonic.bump("Ethernet0", "SAI_PORT_STAT_PFC_3_RX_PKTS", 1000);
+    wait_for(&exporter, "the streamed counter to advance", |s| {
+        pfc(s, "Ethernet0", "rx") == Some(2011.0)
+    });
+
+    // The stream breaks and new connections are refused: down, with the reason.
+    sonic.set(Behaviour::Down);
+    sonic.set(Behaviour::CloseMidSample);
+    let samples = wait_for(&exporter, "sonic1 down", |s| up(s, "sonic1") == Some(0.0));
+    let network_errors = value_of(
+        &samples,
+        "rdma_switch_poll_errors_total",
+        &[("switch", "sonic1"), ("reason", "network")],
+    );
+    assert!(network_errors >= Some(1.0), "{network_errors:?}");
+    assert_eq!(
+        up(&samples, "oc1"),
+        Some(1.0),
+        "the other switch is unaffected"
+    );
+    // It comes back: the exporter reconnects on its own.
+    sonic.set(Behaviour::Normal);
+    wait_for(&exporter, "sonic1 up again", |s| {
+        up(s, "sonic1") == Some(1.0)
+    });
+    assert!(
+        openconfig.modes.lock().unwrap().iter().all(|m| *m == 2),
+        "POLL"
+    );
+    assert!(
+        sonic.modes.lock().unwrap().iter().all(|m| *m == 0),
+        "STREAM"
+    );
+    let logs = exporter.logs();
+    assert!(
+        !logs.contains("gnmi-pass-1"),
+        "the password leaked into the logs"
+    );
 }

@@ -9,28 +9,108 @@ use serde::{Deserialize, Deserializer};
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawSwitchConfig")]
 pub struct SwitchConfig {
     /// The `switch` label of every series of this target.
     pub name: String,
-    /// `host` or `host:port` (SNMP port 161 by default).
+    /// `host` or `host:port` (SNMP port 161, gNMI port 9339 by default).
     pub address: String,
-    #[serde(default)]
-    pub protocol: Protocol,
     /// A profile name: built-in (`profiles/`) or from `switch_profiles_dir`.
     pub profile: String,
-    pub snmp: SnmpConfig,
+    /// How to read the switch, with the protocol's settings.
+    pub access: Access,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub max_repetitions: u32,
+}
+
+#[derive(Debug, Clone)]
+pub enum Access {
+    Snmp(SnmpConfig),
+    Gnmi(GnmiConfig),
+}
+
+impl SwitchConfig {
+    pub fn protocol(&self) -> Protocol {
+        match self.access {
+            Access::Snmp(_) => Protocol::Snmp,
+            Access::Gnmi(_) => Protocol::Gnmi,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSwitchConfig {
+    name: String,
+    address: String,
+    #[serde(default)]
+    protocol: Protocol,
+    profile: String,
+    snmp: Option<SnmpConfig>,
+    gnmi: Option<GnmiConfig>,
     #[serde(
         default = "default_interval",
         deserialize_with = "deserialize_duration"
     )]
-    pub interval: Duration,
+    interval: Duration,
     #[serde(default = "default_timeout", deserialize_with = "deserialize_duration")]
-    pub timeout: Duration,
+    timeout: Duration,
     #[serde(default = "default_retries")]
-    pub retries: u32,
+    retries: u32,
     #[serde(default = "default_max_repetitions")]
-    pub max_repetitions: u32,
+    max_repetitions: u32,
+}
+
+impl TryFrom<RawSwitchConfig> for SwitchConfig {
+    type Error = String;
+    fn try_from(raw: RawSwitchConfig) -> Result<Self, Self::Error> {
+        let access = match (raw.protocol, raw.snmp, raw.gnmi) {
+            (Protocol::Snmp, Some(snmp), None) => Access::Snmp(snmp),
+            (Protocol::Gnmi, None, Some(gnmi)) => Access::Gnmi(gnmi),
+            (Protocol::Snmp, None, _) => {
+                return Err(format!(
+                    "switch {:?}: protocol snmp needs an `snmp:` section",
+                    raw.name
+                ))
+            }
+            (Protocol::Gnmi, _, None) => {
+                return Err(format!(
+                    "switch {:?}: protocol gnmi needs a `gnmi:` section",
+                    raw.name
+                ))
+            }
+            (Protocol::Snmp, Some(_), Some(_)) => {
+                return Err(format!(
+                    "switch {:?}: `gnmi:` is for protocol: gnmi",
+                    raw.name
+                ))
+            }
+            (Protocol::Gnmi, Some(_), Some(_)) => {
+                return Err(format!(
+                    "switch {:?}: `snmp:` is for protocol: snmp",
+                    raw.name
+                ))
+            }
+        };
+        if raw.timeout >= raw.interval {
+            return Err(format!(
+                "switch {:?}: timeout {:?} must be shorter than the interval {:?}",
+                raw.name, raw.timeout, raw.interval
+            ));
+        }
+        Ok(SwitchConfig {
+            name: raw.name,
+            address: raw.address,
+            profile: raw.profile,
+            access,
+            interval: raw.interval,
+            timeout: raw.timeout,
+            retries: raw.retries,
+            max_repetitions: raw.max_repetitions,
+        })
+    }
 }
 
 fn default_interval() -> Duration {
@@ -47,23 +127,100 @@ fn default_max_repetitions() -> u32 {
     25
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Protocol {
     #[default]
     Snmp,
+    Gnmi,
 }
 
-impl<'de> Deserialize<'de> for Protocol {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match String::deserialize(deserializer)?.as_str() {
-            "snmp" => Ok(Protocol::Snmp),
-            "gnmi" => Err(serde::de::Error::custom(
-                "protocol gnmi is not supported yet; use snmp",
-            )),
-            other => Err(serde::de::Error::custom(format!(
-                "unknown protocol {other:?}; expected snmp"
-            ))),
+/// gNMI settings. The password comes from a file or an environment variable; credentials are
+/// only sent over TLS unless the operator says `insecure: true` (a lab without certificates).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "RawGnmiConfig")]
+pub struct GnmiConfig {
+    pub mode: GnmiMode,
+    pub username: Option<String>,
+    pub password: Option<SecretSource>,
+    pub tls: Option<TlsConfig>,
+}
+
+/// How the exporter reads a gNMI target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GnmiMode {
+    /// Subscribe STREAM with SAMPLE at the interval: the target pushes.
+    #[default]
+    Stream,
+    /// Subscribe POLL: one open stream, polled every interval.
+    Poll,
+    /// Subscribe ONCE (or Get) every interval on a fresh connection.
+    Once,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// CA bundle for the switch's certificate; the system roots when unset.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key, for targets that require mutual TLS.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Name in the switch's certificate, when it differs from the address.
+    pub server_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGnmiConfig {
+    #[serde(default)]
+    mode: GnmiMode,
+    username: Option<String>,
+    username_file: Option<PathBuf>,
+    password_file: Option<PathBuf>,
+    password_env: Option<String>,
+    tls: Option<TlsConfig>,
+    #[serde(default)]
+    insecure: bool,
+}
+
+impl TryFrom<RawGnmiConfig> for GnmiConfig {
+    type Error = String;
+    fn try_from(raw: RawGnmiConfig) -> Result<Self, Self::Error> {
+        let password = SecretSource::from_pair(raw.password_file, raw.password_env, "password")?;
+        let username = match (raw.username, raw.username_file) {
+            (Some(name), None) => Some(name),
+            (None, Some(path)) => Some(
+                SecretSource::File(path)
+                    .read()
+                    .map_err(|e| format!("username_file: {e}"))?,
+            ),
+            (None, None) => None,
+            (Some(_), Some(_)) => return Err("set only one of username and username_file".into()),
+        };
+        if username.is_some() != password.is_some() {
+            return Err("username and password_file/password_env go together".into());
         }
+        if let Some(tls) = &raw.tls {
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return Err("tls.cert_file and tls.key_file go together".into());
+            }
+            if raw.insecure {
+                return Err("insecure: true turns TLS off; remove it or the tls section".into());
+            }
+        } else if password.is_some() && !raw.insecure {
+            return Err(
+                "the password would cross the network in clear: add a `tls:` section, or set insecure: true for a lab target"
+                    .into(),
+            );
+        }
+        Ok(GnmiConfig {
+            mode: raw.mode,
+            username,
+            password,
+            tls: raw.tls,
+        })
     }
 }
 
@@ -254,6 +411,32 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gnmi(text: &str) -> Result<GnmiConfig, String> {
+        serde_yaml::from_str::<GnmiConfig>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn gnmi_modes_credentials_and_tls() {
+        let plain = gnmi("{}").unwrap();
+        assert_eq!(plain.mode, GnmiMode::Stream);
+        assert!(plain.tls.is_none() && plain.password.is_none());
+        let tls = gnmi("{mode: poll, username: mon, password_env: P, tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem}}").unwrap();
+        assert_eq!(tls.mode, GnmiMode::Poll);
+        assert_eq!(tls.password, Some(SecretSource::Env("P".into())));
+        assert!(gnmi("{mode: once, username: mon, password_env: P, insecure: true}").is_ok());
+        for (text, expected) in [
+            ("{username: mon, password_env: P}", "in clear"),
+            ("{username: mon}", "go together"),
+            ("{password: x}", "unknown field `password`"),
+            ("{tls: {cert_file: /c.pem}}", "cert_file and tls.key_file"),
+            ("{tls: {}, insecure: true}", "turns TLS off"),
+            ("{mode: sample}", "unknown variant `sample`"),
+        ] {
+            let err = gnmi(text).unwrap_err();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
 
     fn snmp(text: &str) -> Result<SnmpConfig, String> {
         serde_yaml::from_str::<SnmpConfig>(text).map_err(|e| e.to_string())

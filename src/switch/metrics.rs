@@ -8,7 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::poller::Poller;
-use super::profile::{Metric, Sample, SampleValue};
+use super::profile::{Metric, SampleValue};
 use crate::exposition::{Families, Labels, Value};
 
 /// Name and help of each counter-like metric (labels beyond switch/port follow from the key).
@@ -55,13 +55,18 @@ impl SwitchCollector {
     ) {
         for (name, snapshot) in snapshots {
             if let Some(snapshot) = snapshot {
-                add_snapshot(families, name, &snapshot.samples);
+                add_snapshot(families, name, snapshot);
             }
         }
     }
 }
 
-fn add_snapshot<'a>(families: &mut Families<'a>, switch: &'a str, samples: &'a [Sample]) {
+fn add_snapshot<'a>(
+    families: &mut Families<'a>,
+    switch: &'a str,
+    snapshot: &'a super::poller::Snapshot,
+) {
+    let samples = &snapshot.samples;
     // Port label: ifName where the switch gives one, else the ifIndex.
     let mut names: HashMap<u32, &str> = HashMap::new();
     let mut aliases: HashMap<u32, &str> = HashMap::new();
@@ -93,11 +98,19 @@ fn add_snapshot<'a>(families: &mut Families<'a>, switch: &'a str, samples: &'a [
         let added = families.add(
             "rdma_switch_port",
             crate::exposition::Kind::Info,
-            "Switch port identity: ifName, ifIndex and ifAlias (the description).",
+            "Switch port identity: ifName, ifIndex (empty over gNMI) and ifAlias (the description).",
             vec![
                 ("switch", Cow::Borrowed(switch)),
                 ("port", Cow::Borrowed(name)),
-                ("ifindex", Cow::Owned(ifindex.to_string())),
+                // gNMI names ports: no ifIndex to show.
+                (
+                    "ifindex",
+                    if snapshot.synthetic_ifindex {
+                        Cow::Borrowed("")
+                    } else {
+                        Cow::Owned(ifindex.to_string())
+                    },
+                ),
                 (
                     "alias",
                     Cow::Borrowed(aliases.get(&ifindex).copied().unwrap_or_default()),

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod gnmi;
+pub mod gnmi_map;
 pub mod metrics;
 pub mod poller;
 pub mod profile;

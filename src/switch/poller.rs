@@ -1,5 +1,6 @@
 //! Background polling: one task per switch, a bounded number polling at once, start times
-//! spread over the interval. A scrape never waits on the network: it reads the last snapshot,
+//! spread over the interval. gNMI STREAM and POLL targets keep one subscription open instead,
+//! reconnecting with backoff. A scrape never waits on the network: it reads the last snapshot,
 //! and a snapshot older than two intervals is dropped rather than served as if fresh.
 
 use std::collections::BTreeMap;
@@ -8,7 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Semaphore;
 
-use super::profile::{Profile, Sample};
+use super::config::GnmiMode;
+use super::gnmi::session::{self, SessionMode};
+use super::gnmi::{fetch_once, GnmiTarget};
+use super::profile::{DecodeError, Profile, Sample};
 use super::snmp::{walk, PollError, SnmpTarget};
 
 /// Switches polled at the same time, whatever their number.
@@ -19,8 +23,15 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 pub struct Target {
     pub name: String,
     pub profile: Profile,
-    pub snmp: SnmpTarget,
+    pub source: Source,
     pub interval: Duration,
+}
+
+/// Where a target's data comes from.
+#[derive(Debug)]
+pub enum Source {
+    Snmp(SnmpTarget),
+    Gnmi { target: GnmiTarget, mode: GnmiMode },
 }
 
 /// Samples of one successful poll.
@@ -28,6 +39,8 @@ pub struct Target {
 pub struct Snapshot {
     pub taken: Instant,
     pub samples: Vec<Sample>,
+    /// The port numbers were given by the exporter (gNMI names ports), not the switch's ifIndex.
+    pub synthetic_ifindex: bool,
 }
 
 /// What the collector reads for one switch.
@@ -81,6 +94,9 @@ impl Poller {
         let (target, _) = &self.targets[index];
         // Spread the first polls so that many switches do not fire together.
         tokio::time::sleep(start_offset(&target.name, target.interval)).await;
+        if let Some(mode) = self.session_mode(index) {
+            return self.run_sessions(index, mode).await;
+        }
         let mut ticker = tokio::time::interval(target.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -89,6 +105,61 @@ impl Poller {
                 return;
             };
             self.poll_once(index).await;
+        }
+    }
+
+    /// The subscription kind of a gNMI STREAM or POLL target; `None` for polled targets.
+    fn session_mode(&self, index: usize) -> Option<SessionMode> {
+        match &self.targets[index].0.source {
+            Source::Gnmi {
+                mode: GnmiMode::Stream,
+                ..
+            } => Some(SessionMode::Stream),
+            Source::Gnmi {
+                mode: GnmiMode::Poll,
+                ..
+            } => Some(SessionMode::Poll),
+            _ => None,
+        }
+    }
+
+    /// Keeps a subscription open: after a failure, reconnects after a backoff that doubles up
+    /// to a minute (with jitter, so that a fleet does not reconnect in step) and starts over
+    /// once a session has delivered data.
+    async fn run_sessions(&self, index: usize, mode: SessionMode) {
+        let (target, _) = &self.targets[index];
+        let Source::Gnmi { target: gnmi, .. } = &target.source else {
+            return;
+        };
+        let paths = target.profile.gnmi.paths();
+        let first_backoff = (target.interval / 2).min(Duration::from_secs(1));
+        let mut backoff = first_backoff;
+        let mut attempt = 0u64;
+        loop {
+            let (error, delivered) =
+                session::run(gnmi, &paths, mode, target.interval, |view, at| {
+                    let decoded = target.profile.gnmi.decode(&view);
+                    self.record_success(
+                        index,
+                        decoded.samples,
+                        messages(&decoded.errors),
+                        at,
+                        true,
+                    );
+                })
+                .await;
+            self.record_error(index, error);
+            if delivered {
+                backoff = first_backoff;
+            }
+            attempt += 1;
+            // 80-120% of the backoff, varying by target and attempt.
+            let spread = start_offset(
+                &format!("{}#{attempt}", target.name),
+                Duration::from_secs(1),
+            );
+            tokio::time::sleep(backoff.mul_f64(0.8 + 0.4 * spread.as_secs_f64())).await;
+            backoff = (backoff * 2).min(Duration::from_secs(60));
         }
     }
 
@@ -109,49 +180,88 @@ impl Poller {
         self.targets.iter().position(|(t, _)| t.name == name)
     }
 
-    /// Polls one target now and records the outcome.
+    /// Polls one target now and records the outcome. Subscribed targets (gNMI STREAM and POLL)
+    /// are kept fresh by their session: nothing to do.
     pub async fn poll_once(&self, index: usize) {
         let (target, state) = &self.targets[index];
         let started = Instant::now();
-        // The walk has its own per-request timeouts; this bounds the whole poll.
-        let outcome = match tokio::time::timeout(
-            target.interval,
-            walk(&target.snmp, &target.profile),
-        )
-        .await
-        {
+        let poll = async {
+            match &target.source {
+                Source::Snmp(snmp) => walk(snmp, &target.profile)
+                    .await
+                    .map(|result| (result.samples, result.decode_errors, false)),
+                Source::Gnmi {
+                    target: gnmi,
+                    mode: GnmiMode::Once,
+                } => fetch_once(gnmi, &target.profile.gnmi.paths())
+                    .await
+                    .map(|updates| {
+                        let decoded = target.profile.gnmi.decode(&updates);
+                        (decoded.samples, messages(&decoded.errors), true)
+                    }),
+                Source::Gnmi { .. } => Err(PollError {
+                    reason: "subscribed",
+                    detail: String::new(),
+                }),
+            }
+        };
+        // Each request has its own timeout; this bounds the whole poll.
+        let outcome = match tokio::time::timeout(target.interval, poll).await {
             Ok(outcome) => outcome,
             Err(_) => Err(PollError {
                 reason: "poll_timeout",
                 detail: format!("poll took longer than the interval {:?}", target.interval),
             }),
         };
+        match outcome {
+            Ok((samples, errors, synthetic)) => {
+                self.record_success(index, samples, errors, Instant::now(), synthetic)
+            }
+            Err(e) if e.reason == "subscribed" => return,
+            Err(e) => self.record_error(index, e),
+        }
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         state.last_duration = Some(started.elapsed());
-        match outcome {
-            Ok(result) => {
-                if !result.decode_errors.is_empty() {
-                    *state.errors.entry("value").or_default() += result.decode_errors.len() as u64;
-                    tracing::debug!(switch = %target.name, errors = ?result.decode_errors, "values skipped");
-                }
-                state.snapshot = Some(Arc::new(Snapshot {
-                    taken: Instant::now(),
-                    samples: result.samples,
-                }));
-                state.last_success = Some(SystemTime::now());
-                if state.last_error.take().is_some() {
-                    tracing::info!(switch = %target.name, "switch answers again");
-                }
-            }
-            Err(e) => {
-                *state.errors.entry(e.reason).or_default() += 1;
-                if state.last_error.as_ref().map(|l| l.reason) != Some(e.reason) {
-                    tracing::warn!(switch = %target.name, reason = e.reason, "poll failed: {}", e.detail);
-                }
-                state.last_error = Some(e);
-            }
+    }
+
+    fn record_success(
+        &self,
+        index: usize,
+        samples: Vec<Sample>,
+        decode_errors: Vec<String>,
+        taken: Instant,
+        synthetic_ifindex: bool,
+    ) {
+        let (target, state) = &self.targets[index];
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        if !decode_errors.is_empty() {
+            *state.errors.entry("value").or_default() += decode_errors.len() as u64;
+            tracing::debug!(switch = %target.name, errors = ?decode_errors, "values skipped");
+        }
+        state.snapshot = Some(Arc::new(Snapshot {
+            taken,
+            samples,
+            synthetic_ifindex,
+        }));
+        state.last_success = Some(SystemTime::now());
+        if state.last_error.take().is_some() {
+            tracing::info!(switch = %target.name, "switch answers again");
         }
     }
+
+    fn record_error(&self, index: usize, error: PollError) {
+        let (target, state) = &self.targets[index];
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        *state.errors.entry(error.reason).or_default() += 1;
+        if state.last_error.as_ref().map(|l| l.reason) != Some(error.reason) {
+            tracing::warn!(switch = %target.name, reason = error.reason, "poll failed: {}", error.detail);
+        }
+        state.last_error = Some(error);
+    }
+}
+
+fn messages(errors: &[DecodeError]) -> Vec<String> {
+    errors.iter().map(ToString::to_string).collect()
 }
 
 /// A stable offset in [0, interval) from the target name.

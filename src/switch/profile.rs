@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::gnmi_map::{GnmiProfile, GnmiSectionFile};
 pub use crate::direction::Direction;
 
 /// The profiles shipped with the exporter.
@@ -24,6 +25,7 @@ const BUILTIN: &[(&str, &str)] = &[
         "juniper_junos",
         include_str!("../../profiles/juniper_junos.yml"),
     ),
+    ("openconfig", include_str!("../../profiles/openconfig.yml")),
 ];
 
 /// What a column measures, whatever the vendor calls it.
@@ -166,7 +168,7 @@ pub enum TimeUnit {
 }
 
 impl TimeUnit {
-    fn seconds(self, value: u64) -> f64 {
+    pub(crate) fn seconds(self, value: u64) -> f64 {
         match self {
             TimeUnit::Microseconds => value as f64 / 1e6,
             TimeUnit::Milliseconds => value as f64 / 1e3,
@@ -220,7 +222,12 @@ struct ProfileFile {
     name: String,
     description: String,
     extends: Option<String>,
+    /// SNMP columns.
+    #[serde(default)]
     columns: Vec<Column>,
+    /// gNMI paths and leaves.
+    #[serde(default)]
+    gnmi: GnmiSectionFile,
 }
 
 /// A resolved profile: its own columns plus those of the profile it extends.
@@ -229,6 +236,7 @@ pub struct Profile {
     pub name: String,
     pub description: String,
     pub columns: Vec<Column>,
+    pub gnmi: GnmiProfile,
 }
 
 /// The OIDs to walk and how to read what comes back.
@@ -367,30 +375,47 @@ impl Column {
         if self.metric.is_lldp() != has(IndexPart::LocalPort) {
             return Err("LLDP columns use `local_port`, all others `ifindex`".into());
         }
-        let priority = has(IndexPart::Priority) as u8 + self.labels.priority.is_some() as u8;
-        if self.metric.needs_priority() && priority != 1 {
-            return Err("needs the priority either in the index or in `labels`, once".into());
-        }
-        if !self.metric.needs_priority() && priority != 0 {
-            return Err(format!("{:?} has no priority", self.metric));
-        }
-        let queue = has(IndexPart::Queue) as u8 + self.labels.queue.is_some() as u8;
-        if self.metric.needs_queue() != (queue == 1) || queue > 1 {
-            return Err(
-                "queue metrics need the queue once (index or `labels`), others none".into(),
-            );
-        }
-        if self.metric.needs_direction() != self.labels.direction.is_some() {
-            return Err("PFC metrics need `labels.direction`, others none".into());
-        }
-        if (self.metric == Metric::PfcPauseSeconds) != self.unit.is_some() {
-            return Err("`unit` is required for pfc_pause_seconds and only there".into());
-        }
-        if let Some(p) = self.labels.priority.filter(|p| *p > 7) {
-            return Err(format!("priority {p} is outside 0-7"));
-        }
-        Ok(())
+        check_shape(
+            self.metric,
+            has(IndexPart::Priority),
+            has(IndexPart::Queue),
+            &self.labels,
+            self.unit,
+        )
     }
+}
+
+/// Checks that a column (SNMP) or leaf (gNMI) yields the labels its metric needs: a priority,
+/// queue or direction from exactly one place (`in_key`: the index or the path; or `labels`),
+/// and a time unit for pause time only.
+pub(crate) fn check_shape(
+    metric: Metric,
+    priority_in_key: bool,
+    queue_in_key: bool,
+    labels: &FixedLabels,
+    unit: Option<TimeUnit>,
+) -> Result<(), String> {
+    let priority = priority_in_key as u8 + labels.priority.is_some() as u8;
+    if metric.needs_priority() && priority != 1 {
+        return Err("needs the priority either in the index or in `labels`, once".into());
+    }
+    if !metric.needs_priority() && priority != 0 {
+        return Err(format!("{metric:?} has no priority"));
+    }
+    let queue = queue_in_key as u8 + labels.queue.is_some() as u8;
+    if metric.needs_queue() != (queue == 1) || queue > 1 {
+        return Err("queue metrics need the queue once (index or `labels`), others none".into());
+    }
+    if metric.needs_direction() != labels.direction.is_some() {
+        return Err("PFC metrics need `labels.direction`, others none".into());
+    }
+    if (metric == Metric::PfcPauseSeconds) != unit.is_some() {
+        return Err("`unit` is required for pfc_pause_seconds and only there".into());
+    }
+    if let Some(p) = labels.priority.filter(|p| *p > 7) {
+        return Err(format!("priority {p} is outside 0-7"));
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -480,6 +505,13 @@ impl Profiles {
                     message,
                 })?;
             }
+            file.gnmi
+                .check()
+                .map_err(|(column, message)| ProfileError::Invalid {
+                    origin: origin.clone(),
+                    column,
+                    message,
+                })?;
             files.insert(file.name.clone(), (origin, file));
         }
         let mut by_name = BTreeMap::new();
@@ -511,21 +543,28 @@ fn resolve(
             message: "`extends` goes in a circle".into(),
         });
     }
-    let mut columns = match &file.extends {
-        Some(parent) if files.contains_key(parent) => resolve(files, parent, depth + 1)?.columns,
+    let (mut columns, mut gnmi) = match &file.extends {
+        Some(parent) if files.contains_key(parent) => {
+            let parent = resolve(files, parent, depth + 1)?;
+            (parent.columns, parent.gnmi)
+        }
         Some(parent) => {
             return Err(ProfileError::Structure {
                 origin: origin.clone(),
                 message: format!("extends unknown profile {parent:?}"),
             })
         }
-        None => Vec::new(),
+        None => (Vec::new(), GnmiProfile::default()),
     };
     columns.extend(file.columns.iter().cloned());
+    if !file.gnmi.is_empty() {
+        gnmi.extend(&file.gnmi);
+    }
     Ok(Profile {
         name: file.name.clone(),
         description: file.description.clone(),
         columns,
+        gnmi,
     })
 }
 
@@ -558,10 +597,11 @@ mod tests {
                 "if_mib",
                 "juniper_junos",
                 "nvidia_cumulus",
+                "openconfig",
                 "sonic"
             ]
         );
-        for name in names {
+        for name in names.into_iter().filter(|n| *n != "openconfig") {
             let profile = profiles.get(name).unwrap();
             assert!(
                 profile.columns.iter().any(|c| c.metric == Metric::IfName),

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: run the real binary, scrape it, parse exposition.
 #![allow(dead_code)]
 
+pub mod gnmi_target;
 pub mod snmp_agent;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,8 @@ pub fn binary() -> PathBuf {
 pub struct Exporter {
     child: Child,
     pub address: String,
+    /// Everything the exporter has logged so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Drop for Exporter {
@@ -48,6 +51,8 @@ impl Exporter {
             .expect("starting the exporter");
         let (sender, receiver) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
+        let shared_log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let log_sink = shared_log.clone();
         // Keep draining stderr so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut log = String::new();
@@ -63,11 +68,18 @@ impl Exporter {
                 }
                 log.push_str(&line);
                 log.push('\n');
+                let mut shared = log_sink.lock().unwrap();
+                shared.push_str(&line);
+                shared.push('\n');
             }
             let _ = sender.send(Err(log));
         });
         match receiver.recv_timeout(Duration::from_secs(30)) {
-            Ok(Ok(address)) => Exporter { child, address },
+            Ok(Ok(address)) => Exporter {
+                child,
+                address,
+                log: shared_log,
+            },
             Ok(Err(log)) => {
                 let status = child.wait().unwrap();
                 panic!("exporter exited with {status} before listening:\n{log}")
@@ -90,6 +102,10 @@ impl Exporter {
         ];
         args.extend_from_slice(extra);
         Exporter::start(&args)
+    }
+
+    pub fn logs(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     pub fn url(&self, path: &str) -> String {

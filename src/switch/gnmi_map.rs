@@ -1,0 +1,414 @@
+//! The gNMI half of a vendor profile: which paths to subscribe to, and which leaves of the
+//! answers become which normalized metric. Leaves are matched by a regular expression over the
+//! rendered path (`/COUNTERS/Ethernet*/Ethernet0/SAI_PORT_STAT_PFC_3_RX_PKTS`); its named groups
+//! `port`, `priority` and `queue` give the labels, so a new platform is a new YAML file.
+
+use std::collections::HashMap;
+
+use regex::{Regex, RegexSet};
+use serde::Deserialize;
+
+use super::gnmi::{parse_path, proto, GnmiUpdate, GnmiValue};
+use super::profile::{
+    check_shape, DecodeError, FixedLabels, Metric, Sample, SampleKey, SampleValue, TimeUnit,
+};
+
+/// One leaf mapping as written in a profile.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeafFile {
+    name: String,
+    #[serde(rename = "match")]
+    pattern: String,
+    metric: Metric,
+    #[serde(default)]
+    labels: FixedLabels,
+    #[serde(default)]
+    queue_base: u32,
+    unit: Option<TimeUnit>,
+}
+
+/// The `gnmi:` section of a profile file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GnmiSectionFile {
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    leaves: Vec<LeafFile>,
+}
+
+#[derive(Debug, Clone)]
+struct Leaf {
+    name: String,
+    pattern: Regex,
+    metric: Metric,
+    labels: FixedLabels,
+    queue_base: u32,
+    unit: Option<TimeUnit>,
+}
+
+/// A resolved gNMI mapping: its own paths and leaves after those of the profile it extends.
+#[derive(Debug, Clone, Default)]
+pub struct GnmiProfile {
+    /// Subscription paths as written (`COUNTERS_DB:COUNTERS/Ethernet*`).
+    pub path_texts: Vec<String>,
+    leaves: Vec<Leaf>,
+    /// All leaf patterns, to find the candidates for an update in one pass.
+    set: Option<RegexSet>,
+}
+
+impl PartialEq for GnmiProfile {
+    fn eq(&self, other: &Self) -> bool {
+        self.path_texts == other.path_texts
+            && self.leaves.len() == other.leaves.len()
+            && self
+                .leaves
+                .iter()
+                .zip(&other.leaves)
+                .all(|(a, b)| a.name == b.name && a.pattern.as_str() == b.pattern.as_str())
+    }
+}
+
+/// What one update decodes to: the error names the leaf mapping, never a credential.
+pub struct Decoded {
+    pub samples: Vec<Sample>,
+    pub errors: Vec<DecodeError>,
+}
+
+impl GnmiSectionFile {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.leaves.is_empty()
+    }
+
+    /// Checks the section; the error names the path or leaf at fault.
+    pub(crate) fn check(&self) -> Result<(), (String, String)> {
+        for path in &self.paths {
+            parse_path(path).map_err(|e| (format!("path {path:?}"), e))?;
+        }
+        for leaf in &self.leaves {
+            let at = |message: String| (format!("leaf {}", leaf.name), message);
+            let pattern = Regex::new(&leaf.pattern).map_err(|e| at(e.to_string()))?;
+            let groups: Vec<&str> = pattern.capture_names().flatten().collect();
+            if let Some(unknown) = groups
+                .iter()
+                .find(|g| !matches!(**g, "port" | "priority" | "queue"))
+            {
+                return Err(at(format!(
+                    "unknown group {unknown:?}; the groups are port, priority and queue"
+                )));
+            }
+            if !groups.contains(&"port") {
+                return Err(at("the pattern needs a `(?P<port>...)` group".into()));
+            }
+            check_shape(
+                leaf.metric,
+                groups.contains(&"priority"),
+                groups.contains(&"queue"),
+                &leaf.labels,
+                leaf.unit,
+            )
+            .map_err(at)?;
+        }
+        Ok(())
+    }
+}
+
+impl GnmiProfile {
+    /// Appends a checked section (a profile's own after its parent's).
+    pub(crate) fn extend(&mut self, file: &GnmiSectionFile) {
+        self.path_texts.extend(file.paths.iter().cloned());
+        self.leaves.extend(file.leaves.iter().map(|leaf| Leaf {
+            name: leaf.name.clone(),
+            pattern: Regex::new(&leaf.pattern).expect("checked when the profile was loaded"),
+            metric: leaf.metric,
+            labels: leaf.labels.clone(),
+            queue_base: leaf.queue_base,
+            unit: leaf.unit,
+        }));
+        self.set = Some(
+            RegexSet::new(self.leaves.iter().map(|l| l.pattern.as_str()))
+                .expect("each pattern compiled alone"),
+        );
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.path_texts.is_empty()
+    }
+
+    /// The subscription paths.
+    pub fn paths(&self) -> Vec<proto::Path> {
+        self.path_texts
+            .iter()
+            .map(|p| parse_path(p).expect("checked when the profile was loaded"))
+            .collect()
+    }
+
+    /// Turns the leaves of one read into samples. gNMI names ports rather than numbering them,
+    /// so each port gets a number for this read (in order of appearance) and an `if_name`
+    /// sample that carries its name.
+    pub fn decode(&self, updates: &[GnmiUpdate]) -> Decoded {
+        let mut decoded = Decoded {
+            samples: Vec::new(),
+            errors: Vec::new(),
+        };
+        let Some(set) = &self.set else {
+            return decoded;
+        };
+        let mut ports: HashMap<String, u32> = HashMap::new();
+        for update in updates {
+            let Some(index) = set.matches(&update.path).into_iter().next() else {
+                continue;
+            };
+            let leaf = &self.leaves[index];
+            let Some(captures) = leaf.pattern.captures(&update.path) else {
+                continue;
+            };
+            let port_name = &captures["port"];
+            let next = ports.len() as u32 + 1;
+            let ifindex = *ports.entry(port_name.to_string()).or_insert_with(|| {
+                decoded.samples.push(Sample {
+                    metric: Metric::IfName,
+                    key: SampleKey {
+                        ifindex: next,
+                        ..SampleKey::default()
+                    },
+                    value: SampleValue::Text(port_name.to_string()),
+                });
+                next
+            });
+            match leaf.sample(ifindex, &captures, &update.value) {
+                Ok(sample) => decoded.samples.push(sample),
+                Err(reason) => decoded.errors.push(DecodeError {
+                    column: leaf.name.clone(),
+                    reason: format!("{}: {reason}", update.path),
+                }),
+            }
+        }
+        decoded
+    }
+}
+
+impl Leaf {
+    fn sample(
+        &self,
+        ifindex: u32,
+        captures: &regex::Captures<'_>,
+        value: &GnmiValue,
+    ) -> Result<Sample, String> {
+        let mut key = SampleKey {
+            ifindex,
+            priority: self.labels.priority,
+            queue: self.labels.queue,
+            direction: self.labels.direction,
+        };
+        if let Some(priority) = captures.name("priority") {
+            key.priority = Some(
+                priority
+                    .as_str()
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|p| *p < 8)
+                    .ok_or_else(|| format!("priority {:?} is not 0-7", priority.as_str()))?,
+            );
+        }
+        if let Some(queue) = captures.name("queue") {
+            key.queue = Some(
+                queue
+                    .as_str()
+                    .parse::<u32>()
+                    .ok()
+                    .and_then(|q| q.checked_sub(self.queue_base))
+                    .ok_or_else(|| format!("queue {:?} is not a queue number", queue.as_str()))?,
+            );
+        }
+        let value = if self.metric.is_text() {
+            match value {
+                GnmiValue::Text(text) => SampleValue::Text(text.trim().to_string()),
+                other => return Err(format!("expected text, got {other:?}")),
+            }
+        } else if self.metric == Metric::OperStatus {
+            SampleValue::Gauge(
+                oper_status(value)
+                    .ok_or_else(|| format!("expected an interface status, got {value:?}"))?,
+            )
+        } else {
+            let raw = value
+                .as_counter()
+                .ok_or_else(|| format!("expected a counter, got {value:?}"))?;
+            match self.unit {
+                Some(unit) => SampleValue::Seconds(unit.seconds(raw)),
+                None => SampleValue::Counter(raw),
+            }
+        };
+        Ok(Sample {
+            metric: self.metric,
+            key,
+            value,
+        })
+    }
+}
+
+/// OpenConfig `oper-status` names (and SONiC's lower-case ones) as IF-MIB ifOperStatus numbers,
+/// so that SNMP and gNMI switches share one `rdma_switch_port_oper_status`.
+fn oper_status(value: &GnmiValue) -> Option<i64> {
+    match value {
+        GnmiValue::Uint(v) => i64::try_from(*v).ok(),
+        GnmiValue::Int(v) => Some(*v),
+        GnmiValue::Text(text) => Some(match text.trim().to_ascii_uppercase().as_str() {
+            "UP" => 1,
+            "DOWN" => 2,
+            "TESTING" => 3,
+            "UNKNOWN" => 4,
+            "DORMANT" => 5,
+            "NOT_PRESENT" => 6,
+            "LOWER_LAYER_DOWN" => 7,
+            _ => return None,
+        }),
+        GnmiValue::Float(_) | GnmiValue::Bool(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::switch::profile::{Direction, Profiles};
+
+    fn update(path: &str, value: GnmiValue) -> GnmiUpdate {
+        GnmiUpdate {
+            path: path.into(),
+            value,
+        }
+    }
+
+    fn text(v: &str) -> GnmiValue {
+        GnmiValue::Text(v.into())
+    }
+
+    fn port_of(decoded: &Decoded, ifindex: u32) -> String {
+        decoded
+            .samples
+            .iter()
+            .find_map(|s| match (&s.metric, &s.value) {
+                (Metric::IfName, SampleValue::Text(t)) if s.key.ifindex == ifindex => {
+                    Some(t.clone())
+                }
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn sonic_counters_db_documents() {
+        let profiles = Profiles::builtin().unwrap();
+        let sonic = &profiles.get("sonic").unwrap().gnmi;
+        assert_eq!(sonic.paths()[0].target, "COUNTERS_DB");
+        let decoded = sonic.decode(&[
+            update(
+                "/COUNTERS/Ethernet*/Ethernet8/SAI_PORT_STAT_PFC_3_RX_PKTS",
+                text("12345"),
+            ),
+            update(
+                "/COUNTERS/Ethernet*/Ethernet8/SAI_PORT_STAT_PFC_3_ON2OFF_RX_PKTS",
+                text("9"),
+            ),
+            update(
+                "/COUNTERS/Ethernet*/Ethernet8/SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US",
+                text("2500000"),
+            ),
+            update(
+                "/COUNTERS/Ethernet*/Queues/Ethernet8:3/SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS",
+                text("77"),
+            ),
+            update(
+                "/COUNTERS/Ethernet*/Pfcwd/Ethernet12:4/PFC_WD_QUEUE_STATS_DEADLOCK_DETECTED",
+                text("2"),
+            ),
+            update(
+                "/COUNTERS/Ethernet*/Ethernet8/SAI_PORT_STAT_IF_IN_OCTETS",
+                text("lots"),
+            ),
+        ]);
+        let metric = |m: Metric| decoded.samples.iter().find(|s| s.metric == m).unwrap();
+        let pfc = metric(Metric::PfcFrames);
+        assert_eq!(port_of(&decoded, pfc.key.ifindex), "Ethernet8");
+        assert_eq!(
+            (pfc.key.priority, pfc.key.direction, &pfc.value),
+            (Some(3), Some(Direction::Rx), &SampleValue::Counter(12345))
+        );
+        assert_eq!(
+            metric(Metric::PfcPauseSeconds).value,
+            SampleValue::Seconds(2.5)
+        );
+        let ecn = metric(Metric::QueueEcnMarkedPackets);
+        assert_eq!((ecn.key.ifindex, ecn.key.queue), (pfc.key.ifindex, Some(3)));
+        let storm = metric(Metric::PfcWatchdogStorms);
+        assert_eq!(port_of(&decoded, storm.key.ifindex), "Ethernet12");
+        // ON2OFF is not mapped; a non-number is a value error naming the leaf, not a crash.
+        assert_eq!(
+            decoded
+                .samples
+                .iter()
+                .filter(|s| s.metric == Metric::PfcFrames)
+                .count(),
+            1
+        );
+        assert_eq!(decoded.errors.len(), 1);
+        assert!(decoded.errors[0]
+            .to_string()
+            .contains("SAI_PORT_STAT_IF_IN_OCTETS"));
+    }
+
+    #[test]
+    fn openconfig_leaves() {
+        let profiles = Profiles::builtin().unwrap();
+        let oc = &profiles.get("openconfig").unwrap().gnmi;
+        let decoded = oc.decode(&[
+            update("/interfaces/interface[name=Ethernet1/1]/state/oper-status", text("LOWER_LAYER_DOWN")),
+            update("/interfaces/interface[name=Ethernet1/1]/state/counters/in-octets", GnmiValue::Uint(5)),
+            update("/qos/interfaces/interface[interface-id=Ethernet1/1]/output/queues/queue[name=3]/state/ecn-marked-pkts", GnmiValue::Uint(8)),
+            update("/lldp/interfaces/interface[name=Ethernet1/1]/neighbors/neighbor[id=x]/state/system-name", text("gpu-node-01")),
+        ]);
+        assert!(decoded.errors.is_empty(), "{:?}", decoded.errors);
+        let status = decoded
+            .samples
+            .iter()
+            .find(|s| s.metric == Metric::OperStatus)
+            .unwrap();
+        assert_eq!(status.value, SampleValue::Gauge(7));
+        assert_eq!(port_of(&decoded, status.key.ifindex), "Ethernet1/1");
+        // One port, one number, one if_name.
+        assert!(decoded
+            .samples
+            .iter()
+            .all(|s| s.key.ifindex == status.key.ifindex));
+        assert_eq!(
+            decoded
+                .samples
+                .iter()
+                .filter(|s| s.metric == Metric::IfName)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn leaf_errors_name_the_leaf() {
+        let check = |yaml: &str| {
+            serde_yaml::from_str::<GnmiSectionFile>(yaml)
+                .unwrap()
+                .check()
+                .unwrap_err()
+        };
+        let (at, message) = check("{leaves: [{name: a, match: '/x/(?P<port>.+)/pfc', metric: pfc_frames, labels: {direction: rx}}]}");
+        assert_eq!(at, "leaf a");
+        assert!(message.contains("priority"), "{message}");
+        let (_, message) = check("{leaves: [{name: a, match: '/x/(.+)', metric: in_octets}]}");
+        assert!(message.contains("(?P<port>"), "{message}");
+        let (_, message) =
+            check("{leaves: [{name: a, match: '/x/(?P<port>.+)/(?P<slot>.)', metric: in_octets}]}");
+        assert!(message.contains("unknown group \"slot\""), "{message}");
+        let (at, _) = check("{paths: ['/a/b[c]']}");
+        assert!(at.starts_with("path"), "{at}");
+    }
+}
