@@ -14,7 +14,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use anyhow::{bail, Context};
+use common::proc::{cpu_seconds, free_port, load_average, memory_kib};
 use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_ethtool_files, write_tree};
 
 const DEVICES: usize = 10;
@@ -463,12 +466,6 @@ impl Server {
     }
 }
 
-/// A port that was free a moment ago (node_exporter 1.5 does not report the port it bound).
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// One server under measurement, with its own keep-alive connection.
 struct Target {
     server: Server,
@@ -556,52 +553,6 @@ impl Target {
             .sum();
         self.collect_ms.push(collect_s * 1000.0);
     }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// utime + stime of all threads of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed /proc/pid/stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    // Fields 14 (utime) and 15 (stime), counting from 1 with pid and comm as 1 and 2.
-    let ticks = |field: usize| -> anyhow::Result<u64> {
-        Ok(fields
-            .get(field - 3)
-            .context("short /proc/pid/stat")?
-            .parse()?)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks_per_second <= 0 {
-        bail!("sysconf(_SC_CLK_TCK) failed");
-    }
-    Ok((ticks(14)? + ticks(15)?) as f64 / ticks_per_second as f64)
-}
-
-/// (VmRSS, VmHWM) of `pid` in KiB.
-fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    let field = |name: &str| -> anyhow::Result<u64> {
-        let line = status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .with_context(|| format!("no {name} in /proc/{pid}/status"))?;
-        Ok(line.trim().trim_end_matches("kB").trim().parse()?)
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 struct Results {

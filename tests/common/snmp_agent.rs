@@ -1,4 +1,5 @@
-//! An SNMP agent on loopback (async-snmp's in-process agent) serving an Arista-like leaf.
+//! SNMP agents on loopback (async-snmp's in-process agent): an Arista-like leaf for the tests,
+//! and any table for the switch bench.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use async_snmp::{Oid, Value, VarBind};
 use rdma_fabric_exporter::switch::profile::parse_oid;
 
 /// Serves a fixed table, like a switch whose counters stand still.
-struct Table(OidTable<Value>);
+pub struct Table(pub OidTable<Value>);
 
 impl MibHandler for Table {
     fn get<'a>(
@@ -42,6 +43,26 @@ impl MibHandler for Table {
 
 pub const V3_AUTH_PASSWORD: &[u8] = b"auth-pass-123";
 pub const V3_PRIV_PASSWORD: &[u8] = b"priv-pass-456";
+
+/// A v2c agent on a loopback port serving `table` to `community` (the switch bench runs many).
+pub async fn serve_table(
+    table: Arc<Table>,
+    community: &[u8],
+) -> (Agent, tokio::task::JoinHandle<()>) {
+    let agent = Agent::builder()
+        .bind("127.0.0.1:0")
+        .community(community)
+        .handler(Oid::from_slice(&[1]), table)
+        .allow_all_access()
+        .build()
+        .await
+        .expect("agent");
+    let runner = agent.clone();
+    let task = tokio::spawn(async move {
+        let _ = runner.run().await;
+    });
+    (agent, task)
+}
 
 fn row(table: &mut OidTable<Value>, oid: &str, value: Value) {
     table.insert(Oid::from_slice(&parse_oid(oid).unwrap()), value);

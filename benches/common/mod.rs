@@ -1,0 +1,4 @@
+//! Helpers shared by the bench binaries.
+#![allow(dead_code)]
+
+pub mod proc;
