@@ -47,8 +47,8 @@ fn run() -> anyhow::Result<()> {
         .unwrap_or(DEFAULT_ROUNDS);
     let profiles = Profiles::builtin()?;
     let profile = profiles.get(PROFILE).context("profile")?.clone();
-    let table = Arc::new(snmp_agent::Table(switch_table(&profile)));
-    let varbinds = table.0.len();
+    let table = Arc::new(snmp_agent::Table::new(switch_table(&profile)));
+    let varbinds = table.len();
 
     // The agents live in this process, on their own runtime; both exporters poll the same ones.
     let runtime = tokio::runtime::Runtime::new()?;
@@ -162,6 +162,72 @@ fn run() -> anyhow::Result<()> {
         )?;
     }
     print!("{report}");
+    failing_targets(dir.path())
+}
+
+/// Memory and descriptors of the exporter while every switch fails: 25 SNMP targets that never
+/// answer and 25 gNMI targets whose port is closed, polled every second. Both must stay flat.
+fn failing_targets(dir: &Path) -> anyhow::Result<()> {
+    let seconds: u64 = std::env::var("BENCH_FAIL_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let silent: Vec<std::net::UdpSocket> = (0..SWITCHES / 2)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    let mut config = String::from("node: {enabled: false}\nswitches:\n");
+    let community = dir.join("community");
+    for (i, socket) in silent.iter().enumerate() {
+        writeln!(
+            config,
+            "  - {{name: snmp{i}, address: '{}', profile: {PROFILE}, interval: 1s, timeout: 200ms, retries: 1, snmp: {{version: 2c, community_file: '{}'}}}}",
+            socket.local_addr()?,
+            community.display()
+        )?;
+    }
+    for i in 0..SWITCHES / 2 {
+        writeln!(
+            config,
+            "  - {{name: gnmi{i}, address: '127.0.0.1:{}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 200ms, gnmi: {{}}}}",
+            free_port()?
+        )?;
+    }
+    let path = dir.join("failing.yml");
+    std::fs::write(&path, config)?;
+    let server = Server::ours_with_config(&path)?;
+    let pid = server.child.id();
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count());
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_secs(5));
+        let (rss, _) = memory_kib(pid)?;
+        samples.push((started.elapsed().as_secs_f64(), rss as f64 / 1024.0, fds()?));
+    }
+    // Least-squares slope of RSS over time, after the first sample (start-up allocations).
+    let points = &samples[1.min(samples.len())..];
+    let n = points.len() as f64;
+    let (mean_t, mean_m) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let slope = points
+        .iter()
+        .map(|p| (p.0 - mean_t) * (p.1 - mean_m))
+        .sum::<f64>()
+        / points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
+    println!(
+        "\n{} failing switches (half SNMP silent, half gNMI refused) polled every 1s for {seconds}s:",
+        SWITCHES
+    );
+    println!("| t s | RSS MiB | open fds |\n|---|---|---|");
+    for (t, rss, fds) in &samples {
+        println!("| {t:.0} | {rss:.1} | {fds} |");
+    }
+    println!(
+        "RSS slope after the first sample: {:.1} KiB/min",
+        slope * 1024.0 * 60.0
+    );
     Ok(())
 }
 
@@ -335,18 +401,22 @@ impl Server {
     fn ours(dir: &Path, agents: &[String]) -> anyhow::Result<Server> {
         let community = dir.join("community");
         std::fs::write(&community, COMMUNITY)?;
-        let mut config = String::from("node: {enabled: false}\nswitches:\n");
+        // Read on demand only, as snmp_exporter: no background poll besides the measured ones.
+        let mut config =
+            String::from("node: {enabled: false}\nswitch_polling: on_demand\nswitches:\n");
         for (i, address) in agents.iter().enumerate() {
-            // A long interval: the background poller stays out of the way of the measured
-            // `/probe` rounds.
             writeln!(
                 config,
-                "  - {{name: sw{i}, address: '{address}', profile: {PROFILE}, interval: 1h, timeout: 5s, retries: 1, max_repetitions: 25, snmp: {{version: 2c, community_file: '{}'}}}}",
+                "  - {{name: sw{i}, address: '{address}', profile: {PROFILE}, interval: 30s, timeout: 5s, retries: 1, max_repetitions: 25, snmp: {{version: 2c, community_file: '{}'}}}}",
                 community.display()
             )?;
         }
         let path = dir.join("config.yml");
         std::fs::write(&path, config)?;
+        Server::ours_with_config(&path)
+    }
+
+    fn ours_with_config(path: &Path) -> anyhow::Result<Server> {
         let binary = std::env::var_os("RFE_BINARY")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter")));
@@ -359,7 +429,7 @@ impl Server {
                 "text",
             ])
             .arg("--config.file")
-            .arg(&path)
+            .arg(path)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;

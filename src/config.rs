@@ -35,6 +35,19 @@ pub struct Config {
     pub switches: Vec<crate::switch::config::SwitchConfig>,
     /// Extra or replacement vendor profiles (`*.yml`).
     pub switch_profiles_dir: Option<PathBuf>,
+    /// Who decides when switches are read.
+    pub switch_polling: SwitchPolling,
+}
+
+/// `background`: every switch is read on its interval and `/metrics` serves them all.
+/// `on_demand`: switches are read only when `/probe` asks, so that Prometheus (and its
+/// sharding of targets across exporters) alone decides the load on the switches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchPolling {
+    #[default]
+    Background,
+    OnDemand,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -80,9 +80,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(config::default_listen_address);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
-        if let Some(switches) = &switches {
-            switches.spawn();
-            tracing::info!(switches = switches.targets.len(), "polling switches");
+        match &switches {
+            Some(switches) if config.switch_polling == config::SwitchPolling::Background => {
+                switches.spawn();
+                tracing::info!(switches = switches.targets.len(), "polling switches");
+            }
+            Some(switches) => tracing::info!(
+                switches = switches.targets.len(),
+                "switches are read on demand, through /probe"
+            ),
+            None => {}
         }
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await

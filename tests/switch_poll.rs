@@ -407,3 +407,79 @@ fn gnmi_switches_are_streamed_and_polled() {
         "the password leaked into the logs"
     );
 }
+
+/// `switch_polling: on_demand`: nothing is read until `/probe` asks (Prometheus alone sets the
+/// load on the switches), and gNMI subscriptions are read with Subscribe ONCE then.
+#[test]
+fn on_demand_polling_reads_only_when_probed() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (agent, _agent_task) = runtime.block_on(start_agent());
+    let sonic = FakeSwitch::new(None);
+    let sonic_address = runtime.block_on(serve(sonic.clone(), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let community = dir.path().join("community");
+    std::fs::write(&community, "leaf1\n").unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
+             \x20 - {{name: leaf1, address: '{}', profile: arista_eos, interval: 1s, timeout: 300ms, snmp: {{version: 2c, community_file: '{}'}}}}\n\
+             \x20 - {{name: sonic1, address: '{sonic_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 300ms, gnmi: {{mode: stream}}}}\n",
+            agent.local_addr(),
+            community.display()
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let samples = parse_exposition(&exporter.metrics());
+    assert_eq!(
+        value_of(&samples, "rdma_switch_up", &[("switch", "leaf1")]),
+        Some(0.0)
+    );
+    assert!(
+        !samples
+            .iter()
+            .any(|s| s.name.starts_with("rdma_switch_poll_errors")
+                || s.name.starts_with("rdma_switch_last_success")),
+        "nothing was polled yet"
+    );
+    assert!(
+        sonic.modes.lock().unwrap().is_empty(),
+        "no subscription yet"
+    );
+
+    let (status, _, body) = exporter.get("/probe?target=leaf1");
+    assert_eq!(status, 200, "{body}");
+    let probed = parse_exposition(&body);
+    assert_eq!(
+        value_of(&probed, "rdma_switch_up", &[("switch", "leaf1")]),
+        Some(1.0)
+    );
+    let (status, _, body) = exporter.get("/probe?target=sonic1");
+    assert_eq!(status, 200, "{body}");
+    let probed = parse_exposition(&body);
+    assert_eq!(
+        value_of(&probed, "rdma_switch_up", &[("switch", "sonic1")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(
+            &probed,
+            "rdma_switch_port_pfc_frames_total",
+            &[
+                ("switch", "sonic1"),
+                ("port", "Ethernet0"),
+                ("priority", "3"),
+                ("direction", "rx")
+            ]
+        ),
+        Some(1011.0)
+    );
+    assert_eq!(
+        sonic.modes.lock().unwrap().as_slice(),
+        [1],
+        "read with ONCE"
+    );
+}

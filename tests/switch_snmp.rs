@@ -218,3 +218,97 @@ async fn garbage_and_truncated_answers_fail_cleanly() {
         peer.join().unwrap();
     }
 }
+
+/// A Counter32 that wraps between two polls is served as the switch reports it (the new small
+/// value, no error, the switch stays readable): Prometheus' rate() takes the drop for a reset,
+/// as it does with snmp_exporter. 64-bit columns are preferred wherever the MIB has them.
+#[tokio::test]
+async fn a_wrapping_counter32_is_served_as_reported() {
+    use async_snmp::handler::OidTable;
+    use async_snmp::Value;
+    use common::snmp_agent::{serve_table, Table};
+    let table = std::sync::Arc::new(Table::new(OidTable::new()));
+    let discards = "1.3.6.1.2.1.2.2.1.13.7";
+    table.set(
+        "1.3.6.1.2.1.31.1.1.1.1.7",
+        Value::OctetString("Ethernet7".into()),
+    );
+    table.set(discards, Value::Counter32(u32::MAX - 5));
+    let (agent, task) = serve_table(table.clone(), b"leaf1").await;
+    let profiles = Profiles::builtin().unwrap();
+    let generic = profiles.get("generic").unwrap();
+    let discards_of = |result: &rdma_fabric_exporter::switch::snmp::WalkResult| {
+        result
+            .samples
+            .iter()
+            .find(|s| s.metric == Metric::InDiscards && s.key.ifindex == 7)
+            .map(|s| s.value.clone())
+    };
+    let address = agent.local_addr().to_string();
+    let before = walk(&target(address.clone(), "leaf1"), generic)
+        .await
+        .unwrap();
+    assert_eq!(
+        discards_of(&before),
+        Some(SampleValue::Counter(u64::from(u32::MAX - 5)))
+    );
+    table.set(discards, Value::Counter32(10));
+    let after = walk(&target(address, "leaf1"), generic).await.unwrap();
+    assert_eq!(discards_of(&after), Some(SampleValue::Counter(10)));
+    assert!(after.decode_errors.is_empty(), "{:?}", after.decode_errors);
+    task.abort();
+}
+
+/// A UDP relay in front of the agent that holds every answer for `delay`: a slow switch.
+async fn slow_relay(agent: std::net::SocketAddr, delay: Duration) -> String {
+    use std::sync::Arc;
+    use tokio::net::UdpSocket;
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let address = front.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, client)) = front.recv_from(&mut buf).await {
+            let request = buf[..len].to_vec();
+            let front = front.clone();
+            tokio::spawn(async move {
+                let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                back.send_to(&request, agent).await.unwrap();
+                let mut answer = vec![0u8; 65536];
+                let Ok(Ok((len, _))) =
+                    tokio::time::timeout(Duration::from_secs(2), back.recv_from(&mut answer)).await
+                else {
+                    return;
+                };
+                tokio::time::sleep(delay).await;
+                let _ = front.send_to(&answer[..len], client).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_slow_switch_is_read_within_its_timeout_and_fails_beyond_it() {
+    let (agent, task) = start_agent().await;
+    let profiles = Profiles::builtin().unwrap();
+    let arista = profiles.get("arista_eos").unwrap();
+    // Slower than a LAN, faster than the 300 ms timeout: read, just slowly.
+    let slow = slow_relay(agent.local_addr(), Duration::from_millis(60)).await;
+    let result = walk(&target(slow, "leaf1"), arista)
+        .await
+        .expect("a slow walk");
+    assert!(result.samples.iter().any(|s| s.metric == Metric::PfcFrames));
+    // An answer later than one timeout but within the retry is still taken: the retry resends
+    // the same request, as net-snmp does. Later than (retries + 1) x timeout: a timeout, in
+    // bounded time, not a hang.
+    let too_slow = slow_relay(agent.local_addr(), Duration::from_millis(700)).await;
+    let started = Instant::now();
+    let err = walk(&target(too_slow, "leaf1"), arista).await.unwrap_err();
+    assert_eq!(err.reason, "timeout", "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    task.abort();
+}

@@ -67,6 +67,8 @@ impl TargetState {
 pub struct Poller {
     pub targets: Vec<(Target, Mutex<TargetState>)>,
     concurrency: usize,
+    /// Set once background tasks run; until then gNMI subscriptions are read with ONCE.
+    background: std::sync::atomic::AtomicBool,
 }
 
 impl Poller {
@@ -77,11 +79,14 @@ impl Poller {
                 .map(|t| (t, Mutex::new(TargetState::default())))
                 .collect(),
             concurrency: concurrency.max(1),
+            background: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Starts one task per target on the current tokio runtime.
     pub fn spawn(self: &Arc<Self>) {
+        self.background
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let permits = Arc::new(Semaphore::new(self.concurrency));
         for index in 0..self.targets.len() {
             let poller = self.clone();
@@ -181,7 +186,8 @@ impl Poller {
     }
 
     /// Polls one target now and records the outcome. Subscribed targets (gNMI STREAM and POLL)
-    /// are kept fresh by their session: nothing to do.
+    /// are kept fresh by their session when background polling runs: nothing to do; without
+    /// it (on-demand polling) they are read with Subscribe ONCE.
     pub async fn poll_once(&self, index: usize) {
         let (target, state) = &self.targets[index];
         let started = Instant::now();
@@ -190,15 +196,17 @@ impl Poller {
                 Source::Snmp(snmp) => walk(snmp, &target.profile)
                     .await
                     .map(|result| (result.samples, result.decode_errors, false)),
-                Source::Gnmi {
-                    target: gnmi,
-                    mode: GnmiMode::Once,
-                } => fetch_once(gnmi, &target.profile.gnmi.paths())
-                    .await
-                    .map(|updates| {
-                        let decoded = target.profile.gnmi.decode(&updates);
-                        (decoded.samples, messages(&decoded.errors), true)
-                    }),
+                Source::Gnmi { target: gnmi, mode }
+                    if *mode == GnmiMode::Once
+                        || !self.background.load(std::sync::atomic::Ordering::Relaxed) =>
+                {
+                    fetch_once(gnmi, &target.profile.gnmi.paths())
+                        .await
+                        .map(|updates| {
+                            let decoded = target.profile.gnmi.decode(&updates);
+                            (decoded.samples, messages(&decoded.errors), true)
+                        })
+                }
                 Source::Gnmi { .. } => Err(PollError {
                     reason: "subscribed",
                     detail: String::new(),

@@ -10,8 +10,22 @@ use async_snmp::handler::{
 use async_snmp::{Oid, Value, VarBind};
 use rdma_fabric_exporter::switch::profile::parse_oid;
 
-/// Serves a fixed table, like a switch whose counters stand still.
-pub struct Table(pub OidTable<Value>);
+/// Serves a table; a test can change rows while the agent runs (a counter that wraps).
+pub struct Table(std::sync::RwLock<OidTable<Value>>);
+
+impl Table {
+    pub fn new(rows: OidTable<Value>) -> Table {
+        Table(std::sync::RwLock::new(rows))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.read().unwrap().len()
+    }
+
+    pub fn set(&self, oid: &str, value: Value) {
+        row(&mut self.0.write().unwrap(), oid, value);
+    }
+}
 
 impl MibHandler for Table {
     fn get<'a>(
@@ -20,7 +34,7 @@ impl MibHandler for Table {
         oid: &'a Oid,
     ) -> BoxFuture<'a, HandlerResult<GetResult>> {
         Box::pin(async move {
-            Ok(match self.0.get(oid) {
+            Ok(match self.0.read().unwrap().get(oid) {
                 Some(v) => GetResult::Value(v.clone()),
                 None => GetResult::NoSuchInstance,
             })
@@ -33,7 +47,7 @@ impl MibHandler for Table {
         oid: &'a Oid,
     ) -> BoxFuture<'a, HandlerResult<GetNextResult>> {
         Box::pin(async move {
-            Ok(match self.0.get_next(oid) {
+            Ok(match self.0.read().unwrap().get_next(oid) {
                 Some((next, v)) => GetNextResult::Value(VarBind::new(next.clone(), v.clone())),
                 None => GetNextResult::EndOfMibView,
             })
@@ -147,7 +161,7 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         })
         .expect("v3 user")
         .community(b"leaf1".as_slice())
-        .handler(Oid::from_slice(&[1]), Arc::new(Table(table)))
+        .handler(Oid::from_slice(&[1]), Arc::new(Table::new(table)))
         .allow_all_access()
         .build()
         .await
