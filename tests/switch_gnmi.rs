@@ -381,3 +381,25 @@ async fn tls_verifies_the_switch_and_mutual_tls_presents_a_client_certificate() 
         .await
         .expect("mutual TLS with a client certificate");
 }
+
+#[tokio::test]
+async fn capabilities_choose_the_encoding() {
+    use rdma_fabric_exporter::switch::gnmi::proto::Encoding;
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    // A target that offers PROTO only is asked for PROTO; one that offers only ASCII is
+    // refused with a reason rather than misread.
+    *switch.offered_encodings.lock().unwrap() = vec![Encoding::Proto as i32];
+    fetch_once(&client(address.clone()), &sonic_paths())
+        .await
+        .unwrap();
+    *switch.offered_encodings.lock().unwrap() = vec![Encoding::Ascii as i32];
+    let err = fetch_once(&client(address), &sonic_paths())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, "unsupported_encoding", "{err}");
+    assert_eq!(
+        switch.requested_encodings.lock().unwrap().as_slice(),
+        [Encoding::Proto as i32]
+    );
+}

@@ -52,6 +52,9 @@ pub struct FakeSwitch {
     pub modes: Arc<Mutex<Vec<i32>>>,
     pub polls: Arc<Mutex<u32>>,
     pub capabilities_calls: Arc<Mutex<u32>>,
+    /// Encodings the target offers in Capabilities, and those clients asked for.
+    pub offered_encodings: Arc<Mutex<Vec<i32>>>,
+    pub requested_encodings: Arc<Mutex<Vec<i32>>>,
     credentials: Option<(String, String)>,
 }
 
@@ -92,6 +95,11 @@ impl FakeSwitch {
             modes: Arc::default(),
             polls: Arc::default(),
             capabilities_calls: Arc::default(),
+            offered_encodings: Arc::new(Mutex::new(vec![
+                proto::Encoding::JsonIetf as i32,
+                proto::Encoding::Proto as i32,
+            ])),
+            requested_encodings: Arc::default(),
             credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
         }
     }
@@ -289,10 +297,7 @@ impl GNmi for FakeSwitch {
         *self.capabilities_calls.lock().unwrap() += 1;
         Ok(Response::new(CapabilityResponse {
             supported_models: vec![],
-            supported_encodings: vec![
-                proto::Encoding::JsonIetf as i32,
-                proto::Encoding::Proto as i32,
-            ],
+            supported_encodings: self.offered_encodings.lock().unwrap().clone(),
             g_nmi_version: "0.10.0".into(),
         }))
     }
@@ -327,6 +332,7 @@ impl GNmi for FakeSwitch {
             return Err(Status::invalid_argument("expected a SubscriptionList"));
         };
         self.modes.lock().unwrap().push(list.mode);
+        self.requested_encodings.lock().unwrap().push(list.encoding);
         let paths: Vec<proto::Path> = list
             .subscription
             .iter()
