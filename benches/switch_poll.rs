@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use async_snmp::handler::OidTable;
-use async_snmp::{Oid, Value};
 use common::proc::{cpu_seconds, free_port, load_average, memory_kib};
-use rdma_fabric_exporter::switch::profile::{Column, IndexPart, Metric, Profile, Profiles};
+use rdma_fabric_exporter::switch::profile::{
+    Column, IndexPart, Metric, Profile, Profiles, SnmpValue as Value,
+};
 
 const SWITCHES: usize = 50;
 const PORTS: u32 = 64;
@@ -232,8 +232,8 @@ fn failing_targets(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Every row the profile's columns read, for `PORTS` ports: eight priorities and queues.
-fn switch_table(profile: &Profile) -> OidTable<Value> {
-    let mut table = OidTable::new();
+fn switch_table(profile: &Profile) -> snmp_agent::Rows {
+    let mut table = snmp_agent::Rows::new();
     for column in &profile.columns {
         for suffix in index_rows(column) {
             let mut oid = column.oid.clone();
@@ -243,7 +243,8 @@ fn switch_table(profile: &Profile) -> OidTable<Value> {
                 .zip(&column.index)
                 .find(|(_, part)| matches!(part, IndexPart::IfIndex | IndexPart::LocalPort))
                 .map_or(0, |(arc, _)| *arc);
-            table.insert(Oid::from_slice(&oid), value(column, port, &oid));
+            let value = value(column, port, &oid);
+            table.push((oid, value));
         }
     }
     table
@@ -283,9 +284,11 @@ fn value(column: &Column, port: u32, oid: &[u32]) -> Value {
         (h ^ u64::from(*a)).wrapping_mul(1099511628211)
     }) >> 20;
     match column.metric {
-        Metric::IfName => Value::OctetString(format!("Ethernet{port}/1").into()),
-        Metric::IfAlias => Value::OctetString(format!("gpu-node-{port:03} mlx5_0").into()),
-        Metric::LldpRemoteSystemName => Value::OctetString(format!("gpu-node-{port:03}").into()),
+        Metric::IfName => Value::OctetString(format!("Ethernet{port}/1").into_bytes()),
+        Metric::IfAlias => Value::OctetString(format!("gpu-node-{port:03} mlx5_0").into_bytes()),
+        Metric::LldpRemoteSystemName => {
+            Value::OctetString(format!("gpu-node-{port:03}").into_bytes())
+        }
         Metric::LldpRemotePortId | Metric::LldpRemotePortDescription => {
             Value::OctetString("ens1f0np0".into())
         }

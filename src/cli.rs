@@ -40,12 +40,81 @@ pub struct Cli {
 pub enum Command {
     /// Run the per-node agent and serve /metrics (the default).
     Serve(ServeArgs),
+    /// Serve a simulated fabric (hosts, RoCE NICs, leaf switches) in a chosen scenario: no
+    /// hardware needed.
+    Demo(DemoArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).
         #[arg(long = "config.file", value_name = "FILE")]
         config_file: PathBuf,
     },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct DemoArgs {
+    /// What the fabric goes through (a 300 s cycle: 60 s healthy, 180 s of the fault, 60 s of
+    /// recovery, in simulated time).
+    #[arg(long, value_enum, default_value = "pfc-storm")]
+    pub scenario: crate::sim::scenario::ScenarioName,
+    /// Simulated seconds per second (60 runs a cycle in 5 minutes).
+    #[arg(long, default_value_t = 1.0, value_parser = positive_speed)]
+    pub speed: f64,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
+    pub hosts: u16,
+    /// RoCE GPU NICs per host.
+    #[arg(long = "nics-per-host", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=8))]
+    pub nics_per_host: u16,
+    /// Leaf switches; NIC n of every host is cabled to leaf n mod leaves (rail-optimized).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=8))]
+    pub leaves: u16,
+    /// Simulated seconds into the scenario's cycle to start at (60: straight into the fault).
+    #[arg(long = "start-at", default_value_t = 0.0, value_parser = start_offset)]
+    pub start_at: f64,
+    /// How often the switch poller walks the simulated leaves (as in a config: 5s, 500ms).
+    #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::switch::config::parse_duration)]
+    pub switch_interval: std::time::Duration,
+    /// Seed of the fabric's counters (same seed, same fabric).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Address to listen on: `host:port` or `:port`.
+    #[arg(long = "web.listen-address", value_name = "ADDRESS")]
+    pub listen_address: Option<String>,
+    /// Path of the metrics endpoints (the switches' and each host's).
+    #[arg(long = "web.telemetry-path", value_name = "PATH", default_value = config::DEFAULT_TELEMETRY_PATH)]
+    pub telemetry_path: String,
+}
+
+fn start_offset(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a number of seconds")),
+    }
+}
+
+fn positive_speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 10_000.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a speed between 0 and 10000")),
+    }
+}
+
+impl DemoArgs {
+    pub fn options(&self) -> crate::sim::demo::DemoOptions {
+        crate::sim::demo::DemoOptions {
+            scenario: self.scenario,
+            speed: self.speed,
+            shape: crate::sim::fabric::Shape {
+                hosts: usize::from(self.hosts),
+                nics_per_host: usize::from(self.nics_per_host),
+                leaves: usize::from(self.leaves),
+                seed: self.seed,
+            },
+            start_at_s: self.start_at,
+            switch_interval: self.switch_interval,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Args, Default, Clone)]
@@ -321,5 +390,6 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
             .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
         scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
         switches,
+        hosts: Default::default(),
     }
 }

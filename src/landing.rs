@@ -106,3 +106,22 @@ pub fn render(telemetry_path: &str, node: Option<&NodeCollector>) -> String {
     html.push_str("</body></html>");
     html
 }
+
+/// The `demo` page: where each simulated host's agent and the switches are served.
+pub fn render_demo<'a>(telemetry_path: &str, hosts: impl Iterator<Item = &'a str>) -> String {
+    let path = escape(telemetry_path);
+    let mut html = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>rdma-fabric-exporter demo</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}</style></head><body>\
+         <h1>rdma-fabric-exporter demo</h1><p>Version {}. A simulated fabric: \
+         <a href=\"{path}\">switches</a> · <a href=\"/sd\">Prometheus HTTP service discovery</a> · \
+         <a href=\"/healthz\">Health</a></p><h2>Hosts</h2><ul>",
+        crate::build::VERSION
+    );
+    for host in hosts {
+        let host = escape(host);
+        let _ = write!(html, "<li><a href=\"/hosts/{host}{path}\">{host}</a></li>");
+    }
+    html.push_str("</ul></body></html>\n");
+    html
+}

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use rdma_fabric_exporter::cli::{self, Cli, Command, LogArgs, ServeArgs};
+use rdma_fabric_exporter::cli::{self, Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config::{self, ConfigError};
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     init_tracing(&cli.log);
     let result = match cli.command {
         Some(Command::Serve(args)) => serve(args),
+        Some(Command::Demo(args)) => demo(&args),
         Some(Command::CheckConfig { config_file }) => check_config(&config_file),
         None => serve(cli.serve),
     };
@@ -101,6 +102,45 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "rdma-fabric-exporter listening"
         );
         let app = rdma_fabric_exporter::server::router(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("serving HTTP")?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
+    if !args.telemetry_path.starts_with('/') {
+        eprintln!("error: --web.telemetry-path must start with `/`");
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let listen_address = args
+        .listen_address
+        .clone()
+        .unwrap_or_else(config::default_listen_address);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let options = args.options();
+        let demo = Arc::new(
+            rdma_fabric_exporter::sim::demo::Demo::start(options, &args.telemetry_path).await?,
+        );
+        demo.spawn_ticker();
+        let listener = rdma_fabric_exporter::server::bind(&listen_address)
+            .await
+            .with_context(|| format!("listening on {listen_address}"))?;
+        tracing::info!(
+            address = %listener.local_addr()?,
+            scenario = args.scenario.as_str(),
+            speed = args.speed,
+            hosts = demo.host_names.len(),
+            fabric = %demo.dir().display(),
+            "rdma-fabric-exporter demo listening: /hosts/<host>{} per host, {} for the switches, /sd for Prometheus",
+            args.telemetry_path,
+            args.telemetry_path,
+        );
+        tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
+        let app = rdma_fabric_exporter::server::router(demo.state.clone());
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())
             .await

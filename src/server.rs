@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -31,16 +31,53 @@ pub struct AppState {
     pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
     /// Configured switches, for `/probe`.
     pub switches: Option<Arc<Poller>>,
+    /// `demo`: one node agent per simulated host, at `/hosts/<name><telemetry path>`.
+    pub hosts: BTreeMap<String, Arc<AppState>>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
     let telemetry_path = state.telemetry_path.clone();
-    Router::new()
+    let mut router = Router::new()
         .route(&telemetry_path, get(metrics))
         .route("/healthz", get(|| async { "OK\n" }))
         .route("/probe", get(probe))
-        .route("/", get(landing_page))
-        .with_state(state)
+        .route("/", get(landing_page));
+    if !state.hosts.is_empty() {
+        router = router
+            .route(
+                &format!("/hosts/{{host}}{telemetry_path}"),
+                get(host_metrics),
+            )
+            .route("/sd", get(service_discovery));
+    }
+    router.with_state(state)
+}
+
+/// One simulated host's node agent (`demo`).
+async fn host_metrics(
+    State(state): State<Arc<AppState>>,
+    Path(host): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match state.hosts.get(&host) {
+        Some(host_state) => metrics(State(host_state.clone()), headers).await,
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no simulated host {host:?}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// Prometheus HTTP service discovery of the simulated hosts (`demo`), addressed the way the
+/// caller reached us.
+async fn service_discovery(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let Some(address) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return (StatusCode::BAD_REQUEST, "a Host header is needed\n").into_response();
+    };
+    let hosts: Vec<String> = state.hosts.keys().cloned().collect();
+    let body = crate::sim::demo::service_discovery(address, &state.telemetry_path, &hosts);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Binds `host:port`, `:port` (all interfaces) or `[v6]:port`.
@@ -156,6 +193,13 @@ async fn probe(
 }
 
 async fn landing_page(State(state): State<Arc<AppState>>) -> Response {
+    if !state.hosts.is_empty() {
+        return Html(crate::landing::render_demo(
+            &state.telemetry_path,
+            state.hosts.keys().map(String::as_str),
+        ))
+        .into_response();
+    }
     let node = state.node.clone();
     let path = state.telemetry_path.clone();
     let page = tokio::task::spawn_blocking(move || crate::landing::render(&path, node.as_deref()))

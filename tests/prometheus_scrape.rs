@@ -4,73 +4,13 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::prometheus::{self, query, wait_for};
 use common::*;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-type Vector = Vec<(std::collections::BTreeMap<String, String>, f64)>;
-
-fn query(prometheus: &str, expr: &str) -> Vector {
-    try_query(prometheus, expr).expect("Prometheus answers queries")
-}
-
-/// `None` while Prometheus is still starting.
-fn try_query(prometheus: &str, expr: &str) -> Option<Vector> {
-    let url = format!("http://{prometheus}/api/v1/query");
-    let response: serde_json::Value = reqwest::blocking::Client::new()
-        .get(url)
-        .query(&[("query", expr)])
-        .send()
-        .ok()?
-        .json()
-        .ok()?;
-    assert_eq!(response["status"], "success", "{response}");
-    let vector = response["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let labels = r["metric"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect();
-            let value = r["value"][1].as_str().unwrap().parse().unwrap();
-            (labels, value)
-        })
-        .collect();
-    Some(vector)
-}
 
 #[test]
 fn prometheus_scrapes_openmetrics_and_sees_every_series() {
-    if Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!("prometheus not found: install Debian's `prometheus` package (scripts/test does)");
-    }
     let (sys, ethtool) = (fixture("cx7-roce/sys"), fixture("cx7-roce/ethtool"));
     let exporter = Exporter::start(&[
         "--path.sysfs",
@@ -81,39 +21,19 @@ fn prometheus_scrapes_openmetrics_and_sees_every_series() {
     let expected_series = parse_exposition(&exporter.metrics()).len();
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: rdma\n    static_configs:\n      - targets: ['{}']\n",
+    let (_prometheus, address) = prometheus::start(
+        dir.path(),
+        &format!(
+            "  - job_name: rdma\n    static_configs:\n      - targets: ['{}']\n",
             exporter.address
         ),
-    )
-    .unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={address}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
     );
-
-    // Wait for a successful scrape.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let up = loop {
-        let up = try_query(&address, "up{job=\"rdma\"}").unwrap_or_default();
-        if up.first().is_some_and(|(_, v)| *v == 1.0) || Instant::now() > deadline {
-            break up;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let up = wait_for(
+        &address,
+        "up{job=\"rdma\"}",
+        Duration::from_secs(60),
+        |up| up.first().is_some_and(|(_, v)| *v == 1.0),
+    );
     assert_eq!(up.len(), 1, "no scrape seen: {up:?}");
     assert_eq!(up[0].1, 1.0, "target down: {up:?}");
 
@@ -131,4 +51,53 @@ fn prometheus_scrapes_openmetrics_and_sees_every_series() {
     assert!(pause[0].1 > 0.0);
     let build = query(&address, "rdma_exporter_build_info");
     assert_eq!(build[0].0["version"], env!("CARGO_PKG_VERSION"));
+}
+
+/// The demo's documented Prometheus config: HTTP service discovery gives every simulated host
+/// its own `instance`, and PromQL then finds the storming NIC by host.
+#[test]
+fn prometheus_discovers_the_demo_hosts_and_finds_the_storm() {
+    let demo = Exporter::start_subcommand(
+        "demo",
+        &[
+            "--speed",
+            "10",
+            "--start-at",
+            "70",
+            "--switch-interval",
+            "1s",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_prometheus, address) = prometheus::start(
+        dir.path(),
+        &format!(
+            "  - job_name: rdma-demo\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n",
+            demo.address
+        ),
+    );
+    let up = wait_for(&address, "up == 1", Duration::from_secs(60), |up| {
+        up.len() == 5
+    });
+    let mut instances: Vec<&str> = up.iter().map(|(l, _)| l["instance"].as_str()).collect();
+    instances.sort();
+    assert_eq!(
+        instances,
+        [
+            "gpu-node-01",
+            "gpu-node-02",
+            "gpu-node-03",
+            "gpu-node-04",
+            "switch-poller"
+        ]
+    );
+    let storming = wait_for(
+        &address,
+        "rate(rdma_pfc_pause_duration_seconds_total{direction=\"tx\"}[5s]) > 1",
+        Duration::from_secs(30),
+        |v| !v.is_empty(),
+    );
+    assert_eq!(storming.len(), 1, "{storming:?}");
+    assert_eq!(storming[0].0["instance"], "gpu-node-01");
+    assert_eq!(storming[0].0["device"], "mlx5_2");
 }

@@ -224,10 +224,9 @@ async fn garbage_and_truncated_answers_fail_cleanly() {
 /// as it does with snmp_exporter. 64-bit columns are preferred wherever the MIB has them.
 #[tokio::test]
 async fn a_wrapping_counter32_is_served_as_reported() {
-    use async_snmp::handler::OidTable;
-    use async_snmp::Value;
     use common::snmp_agent::{serve_table, Table};
-    let table = std::sync::Arc::new(Table::new(OidTable::new()));
+    use rdma_fabric_exporter::switch::profile::SnmpValue as Value;
+    let table = std::sync::Arc::new(Table::new(Vec::new()));
     let discards = "1.3.6.1.2.1.2.2.1.13.7";
     table.set(
         "1.3.6.1.2.1.31.1.1.1.1.7",

@@ -1,3 +1,9 @@
-//! Simulated RDMA hardware: sysfs fixture trees and driver statistics for tests and benchmarks.
+//! Simulated RDMA hardware: sysfs fixture trees and driver statistics for tests and benchmarks,
+//! and a whole simulated fabric (hosts, NICs, leaf switches, scenarios) for `demo`.
 
+pub mod demo;
+pub mod fabric;
+pub mod scenario;
+pub mod snmp_agent;
+pub mod switch_mib;
 pub mod sysfs_tree;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod gnmi_target;
+pub mod prometheus;
 pub mod snmp_agent;
 
 use std::collections::BTreeMap;
@@ -40,9 +41,14 @@ impl Exporter {
     /// Starts `rdma-fabric-exporter serve ARGS` on an ephemeral loopback port (port 0, so
     /// parallel tests never race for one) and reads the bound address from its log.
     pub fn start(args: &[&str]) -> Exporter {
+        Exporter::start_subcommand("serve", args)
+    }
+
+    /// Starts `rdma-fabric-exporter SUBCOMMAND ARGS` (`serve` or `demo`) the same way.
+    pub fn start_subcommand(subcommand: &str, args: &[&str]) -> Exporter {
         use std::io::BufRead;
         let mut child = Command::new(binary())
-            .arg("serve")
+            .arg(subcommand)
             .args(["--web.listen-address", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::null())
@@ -102,6 +108,24 @@ impl Exporter {
         ];
         args.extend_from_slice(extra);
         Exporter::start(&args)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     pub fn logs(&self) -> String {
@@ -198,17 +222,23 @@ fn parse_labels(text: &str) -> BTreeMap<String, String> {
     labels
 }
 
-/// The value of the one sample named `name` whose labels include all of `labels`.
-pub fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let matching: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.name == name)
-        .filter(|s| {
-            labels
+/// The samples named `name` whose labels include all of `labels`.
+pub fn matching<'a>(
+    samples: &'a [Sample],
+    name: &'a str,
+    labels: &'a [(&str, &str)],
+) -> impl Iterator<Item = &'a Sample> {
+    samples.iter().filter(move |s| {
+        s.name == name
+            && labels
                 .iter()
                 .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
-        })
-        .collect();
+    })
+}
+
+/// The value of the one sample named `name` whose labels include all of `labels`.
+pub fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matching: Vec<&Sample> = matching(samples, name, labels).collect();
     assert!(
         matching.len() <= 1,
         "{name} {labels:?} matches {matching:?}"

@@ -4,54 +4,37 @@
 use std::sync::Arc;
 
 use async_snmp::agent::Agent;
-use async_snmp::handler::{
-    BoxFuture, GetNextResult, GetResult, HandlerResult, MibHandler, OidTable, RequestContext,
-};
-use async_snmp::{Oid, Value, VarBind};
-use rdma_fabric_exporter::switch::profile::parse_oid;
+use async_snmp::Oid;
+use rdma_fabric_exporter::sim::snmp_agent::LiveTable;
+use rdma_fabric_exporter::switch::profile::{parse_oid, SnmpValue as Value};
 
-/// Serves a table; a test can change rows while the agent runs (a counter that wraps).
-pub struct Table(std::sync::RwLock<OidTable<Value>>);
+/// Rows of an agent under construction (OID text, value).
+pub type Rows = Vec<(Vec<u32>, Value)>;
+
+/// A table whose rows a test can change while the agent runs (a counter that wraps).
+pub struct Table {
+    live: Arc<LiveTable>,
+    rows: std::sync::Mutex<Rows>,
+}
 
 impl Table {
-    pub fn new(rows: OidTable<Value>) -> Table {
-        Table(std::sync::RwLock::new(rows))
+    pub fn new(rows: Rows) -> Table {
+        let live = Arc::new(LiveTable::default());
+        live.replace(&rows);
+        Table {
+            live,
+            rows: std::sync::Mutex::new(rows),
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.0.read().unwrap().len()
+        self.rows.lock().unwrap().len()
     }
 
     pub fn set(&self, oid: &str, value: Value) {
-        row(&mut self.0.write().unwrap(), oid, value);
-    }
-}
-
-impl MibHandler for Table {
-    fn get<'a>(
-        &'a self,
-        _: &'a RequestContext,
-        oid: &'a Oid,
-    ) -> BoxFuture<'a, HandlerResult<GetResult>> {
-        Box::pin(async move {
-            Ok(match self.0.read().unwrap().get(oid) {
-                Some(v) => GetResult::Value(v.clone()),
-                None => GetResult::NoSuchInstance,
-            })
-        })
-    }
-
-    fn get_next<'a>(
-        &'a self,
-        _: &'a RequestContext,
-        oid: &'a Oid,
-    ) -> BoxFuture<'a, HandlerResult<GetNextResult>> {
-        Box::pin(async move {
-            Ok(match self.0.read().unwrap().get_next(oid) {
-                Some((next, v)) => GetNextResult::Value(VarBind::new(next.clone(), v.clone())),
-                None => GetNextResult::EndOfMibView,
-            })
-        })
+        let mut rows = self.rows.lock().unwrap();
+        row(&mut rows, oid, value);
+        self.live.replace(&rows);
     }
 }
 
@@ -66,7 +49,7 @@ pub async fn serve_table(
     let agent = Agent::builder()
         .bind("127.0.0.1:0")
         .community(community)
-        .handler(Oid::from_slice(&[1]), table)
+        .handler(Oid::from_slice(&[1]), table.live.clone())
         .allow_all_access()
         .build()
         .await
@@ -78,14 +61,16 @@ pub async fn serve_table(
     (agent, task)
 }
 
-fn row(table: &mut OidTable<Value>, oid: &str, value: Value) {
-    table.insert(Oid::from_slice(&parse_oid(oid).unwrap()), value);
+fn row(rows: &mut Rows, oid: &str, value: Value) {
+    let oid = parse_oid(oid).unwrap();
+    rows.retain(|(existing, _)| *existing != oid);
+    rows.push((oid, value));
 }
 
 /// An Arista-like leaf: two ports, PFC on priority 3, ECN marks on queue 3, an LLDP neighbour,
 /// and one counter the agent answers with the wrong type.
 pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
-    let mut table = OidTable::new();
+    let mut table = Rows::new();
     row(
         &mut table,
         "1.3.6.1.2.1.31.1.1.1.1.1",
@@ -161,7 +146,7 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         })
         .expect("v3 user")
         .community(b"leaf1".as_slice())
-        .handler(Oid::from_slice(&[1]), Arc::new(Table::new(table)))
+        .handler(Oid::from_slice(&[1]), Table::new(table).live)
         .allow_all_access()
         .build()
         .await

@@ -1,0 +1,239 @@
+//! `demo`: a simulated fabric served through the real exporter. Each host's NICs are written as
+//! a sysfs tree and `ethtool -S` files that a per-host node agent reads through the same code as
+//! `/sys`; each leaf switch is an SNMP agent on loopback that the real switch poller walks.
+//!
+//! One listener serves it all: `/hosts/<host>/metrics` is one host's node agent (what a
+//! DaemonSet pod would serve), `/metrics` the switches (what the switch poller would serve),
+//! `/sd` lists the hosts for Prometheus' HTTP service discovery.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::{Config, EthtoolSourceKind, SwitchPolling};
+use crate::server::AppState;
+use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
+use crate::switch::profile::{Profile, Profiles};
+use crate::switch::snmp::{Credentials, Secret, SnmpTarget};
+
+use super::fabric::{Fabric, Shape};
+use super::scenario::{Scenario, ScenarioName};
+use super::snmp_agent::{self, LiveTable};
+use super::switch_mib::leaf_rows;
+use super::sysfs_tree::{write_ethtool_files, write_tree};
+
+/// The SNMP profile the simulated leaves speak.
+pub const SWITCH_PROFILE: &str = "arista_eos";
+const COMMUNITY: &str = "demo";
+
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub scenario: ScenarioName,
+    /// Simulated seconds per wall-clock second.
+    pub speed: f64,
+    pub shape: Shape,
+    /// Wall time between two steps of the model.
+    pub tick: Duration,
+    /// How often the switch poller walks the simulated leaves.
+    pub switch_interval: Duration,
+    /// Simulated time to start at (seconds into the scenario's cycle).
+    pub start_at_s: f64,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            scenario: ScenarioName::PfcStorm,
+            speed: 1.0,
+            shape: Shape::default(),
+            tick: Duration::from_secs(1),
+            switch_interval: Duration::from_secs(5),
+            start_at_s: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("writing the simulated fabric to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting a simulated switch: {0}")]
+    Agent(std::io::Error),
+    #[error("{0}")]
+    Profile(String),
+}
+
+/// A running simulated fabric and the exporter state that serves it.
+pub struct Demo {
+    /// Removed when the demo is dropped.
+    dir: tempfile::TempDir,
+    fabric: Arc<Mutex<Fabric>>,
+    tables: Vec<Arc<LiveTable>>,
+    profile: Profile,
+    options: DemoOptions,
+    /// The switches' state; `hosts` holds one state per host.
+    pub state: Arc<AppState>,
+    pub host_names: Vec<String>,
+}
+
+impl Demo {
+    /// Builds the fabric, writes every host's tree, starts the switch agents and the poller.
+    pub async fn start(options: DemoOptions, telemetry_path: &str) -> Result<Demo, DemoError> {
+        let dir = tempfile::Builder::new()
+            .prefix("rfe-demo-")
+            .tempdir()
+            .map_err(|source| DemoError::Write {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        let mut fabric = Fabric::new(options.shape, Scenario::new(options.scenario));
+        fabric.time_s = options.start_at_s;
+        let profile = Profiles::builtin()
+            .map_err(|e| DemoError::Profile(e.to_string()))?
+            .get(SWITCH_PROFILE)
+            .cloned()
+            .ok_or_else(|| DemoError::Profile(format!("no built-in profile {SWITCH_PROFILE}")))?;
+        write_hosts(dir.path(), &fabric)?;
+
+        let mut tables = Vec::new();
+        let mut targets = Vec::new();
+        for (index, leaf) in fabric.leaves.iter().enumerate() {
+            let table = Arc::new(LiveTable::default());
+            table.replace(&leaf_rows(&profile, &fabric, index));
+            let address = snmp_agent::start(table.clone(), COMMUNITY)
+                .await
+                .map_err(DemoError::Agent)?;
+            tables.push(table);
+            targets.push(Target {
+                name: leaf.name.clone(),
+                profile: profile.clone(),
+                source: Source::Snmp(SnmpTarget {
+                    address: address.to_string(),
+                    credentials: Credentials::V2c(Secret::new(COMMUNITY)),
+                    timeout: Duration::from_secs(2).min(options.switch_interval / 2),
+                    retries: 1,
+                    max_repetitions: 25,
+                }),
+                interval: options.switch_interval,
+            });
+        }
+        let poller = Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY));
+        poller.spawn();
+
+        let mut hosts = BTreeMap::new();
+        let mut host_names = Vec::new();
+        for host in &fabric.hosts {
+            let root = dir.path().join("hosts").join(&host.name);
+            let mut config = Config::default();
+            config.node.sysfs_path = root.join("sys");
+            config.node.ethtool.source = EthtoolSourceKind::Files;
+            config.node.ethtool.stats_dir = Some(root.join("ethtool"));
+            config.web.telemetry_path = Some(telemetry_path.to_string());
+            hosts.insert(
+                host.name.clone(),
+                Arc::new(crate::cli::app_state(&config, None)),
+            );
+            host_names.push(host.name.clone());
+        }
+        let mut config = Config::default();
+        config.node.enabled = false;
+        config.switch_polling = SwitchPolling::Background;
+        config.web.telemetry_path = Some(telemetry_path.to_string());
+        let mut state = crate::cli::app_state(&config, Some(poller));
+        state.hosts = hosts;
+        Ok(Demo {
+            dir,
+            fabric: Arc::new(Mutex::new(fabric)),
+            tables,
+            profile,
+            options,
+            state: Arc::new(state),
+            host_names,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Advances the model one tick and publishes it: trees rewritten, switch tables replaced.
+    pub fn advance(&self) -> Result<(), DemoError> {
+        let mut fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
+        fabric.step(self.options.tick.as_secs_f64() * self.options.speed);
+        write_hosts(self.dir.path(), &fabric)?;
+        for (index, table) in self.tables.iter().enumerate() {
+            table.replace(&leaf_rows(&self.profile, &fabric, index));
+        }
+        Ok(())
+    }
+
+    /// Simulated seconds since the start.
+    pub fn time_s(&self) -> f64 {
+        self.fabric.lock().unwrap_or_else(|p| p.into_inner()).time_s
+    }
+
+    /// Steps the model every tick until the runtime stops; a failed write is logged once per
+    /// kind and retried on the next tick.
+    pub fn spawn_ticker(self: &Arc<Self>) {
+        let demo = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(demo.options.tick);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            let mut failing = false;
+            loop {
+                ticker.tick().await;
+                let step = demo.clone();
+                match tokio::task::spawn_blocking(move || step.advance()).await {
+                    Ok(Ok(())) => failing = false,
+                    Ok(Err(e)) if !failing => {
+                        failing = true;
+                        tracing::error!("simulated fabric: {e}");
+                    }
+                    Ok(Err(_)) => {}
+                    Err(e) => tracing::error!("simulated fabric step panicked: {e}"),
+                }
+            }
+        });
+    }
+}
+
+/// `<dir>/hosts/<host>/sys` and `<dir>/hosts/<host>/ethtool` for every host.
+fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
+    for host in &fabric.hosts {
+        let root = dir.join("hosts").join(&host.name);
+        let specs: Vec<_> = host.nics.iter().map(|n| n.spec.clone()).collect();
+        let error = |path: PathBuf| move |source| DemoError::Write { path, source };
+        write_tree(&root.join("sys"), &specs).map_err(error(root.join("sys")))?;
+        write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;
+    }
+    Ok(())
+}
+
+/// Prometheus HTTP service discovery for the demo: one target per host, each with its own
+/// metrics path and `instance` label, and one for the switches.
+pub fn service_discovery(address: &str, telemetry_path: &str, hosts: &[String]) -> String {
+    let mut groups: Vec<serde_json::Value> = hosts
+        .iter()
+        .map(|host| {
+            serde_json::json!({
+                "targets": [address],
+                "labels": {
+                    "__metrics_path__": format!("/hosts/{host}{telemetry_path}"),
+                    "instance": host,
+                    "job": "rdma-node",
+                }
+            })
+        })
+        .collect();
+    groups.push(serde_json::json!({
+        "targets": [address],
+        "labels": {"__metrics_path__": telemetry_path, "instance": "switch-poller", "job": "rdma-switches"}
+    }));
+    serde_json::Value::Array(groups).to_string()
+}

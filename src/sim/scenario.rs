@@ -1,0 +1,186 @@
+//! Scenarios of the simulated fabric: what each NIC and its switch port go through over time.
+//! Every scenario runs a 300-second cycle: 60 s healthy, 180 s of the fault, 60 s of recovery.
+
+/// Length of one scenario cycle and of its healthy lead-in, in simulated seconds.
+pub const CYCLE_S: f64 = 300.0;
+pub const FAULT_START_S: f64 = 60.0;
+pub const FAULT_END_S: f64 = 240.0;
+
+/// The NIC a single-NIC fault hits: host index, NIC index.
+pub const PFC_STORM_NIC: (usize, usize) = (0, 2);
+pub const FLAPPING_NIC: (usize, usize) = (1, 5);
+pub const CNP_IGNORING_NIC: (usize, usize) = (1, 1);
+pub const TRANSPORT_ERROR_NIC: (usize, usize) = (1, 0);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScenarioName {
+    /// Steady all-reduce near line rate: some ECN marks, no PFC.
+    Healthy,
+    /// One NIC stops draining and pauses its switch port without end; the pause spreads to the
+    /// senders behind that switch; pause storm warning, then error events.
+    PfcStorm,
+    /// ECN threshold above the PFC threshold: PFC pauses climb while ECN marks stay near zero.
+    EcnTooHigh,
+    /// ECN threshold far too low: no PFC, many marks and CNPs, throughput far below line rate.
+    EcnTooLow,
+    /// One NIC's link goes down for 5 s every 30 s.
+    LinkFlap,
+    /// ECN/DCQCN not enabled on one NIC: it ignores the CNPs its receivers send.
+    CnpIgnored,
+    /// One NIC's connections see out-of-sequence packets, sequence errors and ACK timeouts.
+    TransportErrors,
+}
+
+impl ScenarioName {
+    pub const ALL: [ScenarioName; 7] = [
+        ScenarioName::Healthy,
+        ScenarioName::PfcStorm,
+        ScenarioName::EcnTooHigh,
+        ScenarioName::EcnTooLow,
+        ScenarioName::LinkFlap,
+        ScenarioName::CnpIgnored,
+        ScenarioName::TransportErrors,
+    ];
+
+    /// The name as given on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScenarioName::Healthy => "healthy",
+            ScenarioName::PfcStorm => "pfc-storm",
+            ScenarioName::EcnTooHigh => "ecn-too-high",
+            ScenarioName::EcnTooLow => "ecn-too-low",
+            ScenarioName::LinkFlap => "link-flap",
+            ScenarioName::CnpIgnored => "cnp-ignored",
+            ScenarioName::TransportErrors => "transport-errors",
+        }
+    }
+
+    /// What an operator should see in the metrics during the fault.
+    pub fn signature(self) -> &'static str {
+        match self {
+            ScenarioName::Healthy => "rdma_hw_np_ecn_marked_roce_packets_total and rdma_hw_np_cnp_sent_total rise slowly; rdma_pfc_pause_duration_seconds_total flat; ~92% of line rate",
+            ScenarioName::PfcStorm => "gpu-node-01 mlx5_2: tx pause duration rises at 1 s/s, pause storm warning then error events; its leaf port's rx PFC frames climb; senders on that leaf are paused (rx pause) and slow down",
+            ScenarioName::EcnTooHigh => "rx pause duration on every NIC rises (~15% of the time), switch ports send PFC, ECN marks and CNPs near zero",
+            ScenarioName::EcnTooLow => "no PFC; ECN marks and CNPs ~40x healthy; throughput ~35% of line rate",
+            ScenarioName::LinkFlap => "gpu-node-02 mlx5_5: port state DOWN 5 s of every 30 s, link_downed and link_down_events_phy count up, switch port oper status 2",
+            ScenarioName::CnpIgnored => "gpu-node-02 mlx5_1: rdma_hw_rp_cnp_ignored_total rises instead of rp_cnp_handled",
+            ScenarioName::TransportErrors => "gpu-node-02 mlx5_0: out_of_sequence, packet_seq_err and local_ack_timeout_err rise",
+        }
+    }
+}
+
+/// What one NIC (and hence its switch port) goes through during a step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NicCondition {
+    pub link_up: bool,
+    /// Share of line rate the NIC would send if never paused.
+    pub utilization: f64,
+    /// Share of the time the switch pauses this NIC (PFC it receives).
+    pub paused_by_switch: f64,
+    /// Share of the time this NIC pauses the switch (PFC it sends).
+    pub pausing_switch: f64,
+    /// Share of the packets this NIC receives that the switch queue ECN-marked.
+    pub ecn_mark_fraction: f64,
+    /// DCQCN off on this NIC: CNPs for its traffic are ignored, not handled.
+    pub ignores_cnps: bool,
+    pub transport_errors_per_s: f64,
+    /// Packets the switch drops per second on the queue toward this NIC.
+    pub switch_drops_per_s: f64,
+}
+
+const HEALTHY: NicCondition = NicCondition {
+    link_up: true,
+    utilization: 0.92,
+    paused_by_switch: 0.0,
+    pausing_switch: 0.0,
+    ecn_mark_fraction: 2e-4,
+    ignores_cnps: false,
+    transport_errors_per_s: 0.0,
+    switch_drops_per_s: 0.0,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scenario {
+    pub name: ScenarioName,
+    /// The fabric's shape, to find a NIC's leaf and its upstream sender.
+    pub hosts: usize,
+    pub leaves: usize,
+}
+
+impl Scenario {
+    /// The scenario on the default fabric shape; `Fabric::new` sets the real one.
+    pub fn new(name: ScenarioName) -> Scenario {
+        Scenario {
+            name,
+            hosts: 4,
+            leaves: 2,
+        }
+    }
+
+    /// Whether the fault is on at simulated time `t`.
+    pub fn in_fault(t: f64) -> bool {
+        let phase = t % CYCLE_S;
+        (FAULT_START_S..FAULT_END_S).contains(&phase)
+    }
+
+    /// The condition of NIC `nic` of host `host` at simulated time `t`.
+    pub fn condition(&self, t: f64, host: usize, nic: usize) -> NicCondition {
+        // A small, deterministic wobble so that graphs look alive.
+        let wobble = 1.0 + 0.03 * (t / 7.0 + host as f64 * 1.3 + nic as f64 * 0.7).sin();
+        let mut c = NicCondition {
+            utilization: HEALTHY.utilization * wobble,
+            ..HEALTHY
+        };
+        if !Scenario::in_fault(t) {
+            return c;
+        }
+        let me = (host, nic);
+        match self.name {
+            ScenarioName::Healthy => {}
+            ScenarioName::PfcStorm => {
+                let (victim_host, victim_nic) = PFC_STORM_NIC;
+                let leaves = self.leaves.max(1);
+                // Ring all-reduce: a NIC receives from the same rail of the previous host.
+                let feeder = (
+                    (victim_host + self.hosts - 1) % self.hosts.max(1),
+                    victim_nic,
+                );
+                if me == PFC_STORM_NIC {
+                    // Its receive path is wedged: it pauses the switch all the time.
+                    c.pausing_switch = 1.0;
+                    c.ecn_mark_fraction = 0.0;
+                } else if nic % leaves == victim_nic % leaves {
+                    // Same leaf: the switch buffer fills behind the wedged port and the switch
+                    // pauses the senders; the one feeding the victim almost all the time.
+                    c.paused_by_switch = if me == feeder { 0.97 } else { 0.45 };
+                    c.ecn_mark_fraction = 0.0;
+                }
+            }
+            ScenarioName::EcnTooHigh => {
+                c.paused_by_switch = 0.15;
+                c.ecn_mark_fraction = 1e-7;
+                c.utilization *= 0.9;
+            }
+            ScenarioName::EcnTooLow => {
+                c.ecn_mark_fraction = 8e-3;
+                c.utilization = 0.35 * wobble;
+            }
+            ScenarioName::LinkFlap => {
+                if me == FLAPPING_NIC && (t % 30.0) < 5.0 {
+                    c.link_up = false;
+                }
+            }
+            ScenarioName::CnpIgnored => {
+                if me == CNP_IGNORING_NIC {
+                    c.ignores_cnps = true;
+                }
+            }
+            ScenarioName::TransportErrors => {
+                if me == TRANSPORT_ERROR_NIC {
+                    c.transport_errors_per_s = 400.0;
+                }
+            }
+        }
+        c
+    }
+}

@@ -1,0 +1,107 @@
+//! A real Prometheus (Debian's `prometheus` package) started by a test, and its query API.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub type Vector = Vec<(std::collections::BTreeMap<String, String>, f64)>;
+
+pub fn query(prometheus: &str, expr: &str) -> Vector {
+    try_query(prometheus, expr).expect("Prometheus answers queries")
+}
+
+/// `None` while Prometheus is still starting.
+pub fn try_query(prometheus: &str, expr: &str) -> Option<Vector> {
+    let url = format!("http://{prometheus}/api/v1/query");
+    let response: serde_json::Value = reqwest::blocking::Client::new()
+        .get(url)
+        .query(&[("query", expr)])
+        .send()
+        .ok()?
+        .json()
+        .ok()?;
+    assert_eq!(response["status"], "success", "{response}");
+    let vector = response["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels = r["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            let value = r["value"][1].as_str().unwrap().parse().unwrap();
+            (labels, value)
+        })
+        .collect();
+    Some(vector)
+}
+
+/// Starts Prometheus with `scrape_configs` (YAML, indented as a top-level key's items) and a
+/// 1 s scrape interval; returns the process and its address.
+pub fn start(dir: &Path, scrape_configs: &str) -> (Killed, String) {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("prometheus not found: install Debian's `prometheus` package (scripts/test does)");
+    }
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"),
+    )
+    .unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Killed(child), address)
+}
+
+/// Polls `expr` until `done` holds for its result or `within` passes; returns the last result.
+pub fn wait_for(
+    prometheus: &str,
+    expr: &str,
+    within: Duration,
+    done: impl Fn(&Vector) -> bool,
+) -> Vector {
+    let deadline = Instant::now() + within;
+    loop {
+        let result = try_query(prometheus, expr).unwrap_or_default();
+        if done(&result) || Instant::now() > deadline {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
