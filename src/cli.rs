@@ -159,6 +159,12 @@ pub struct ServeArgs {
     /// Also export untyped driver statistics whose name matches this regex.
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
     pub ethtool_include: Option<Pattern>,
+    /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
+    #[arg(long = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::switch::config::parse_duration)]
+    pub pfc_storm_period: Option<std::time::Duration>,
+    /// Turn the fast PFC storm sampler off.
+    #[arg(long = "no-collector.pfc-storm")]
+    pub no_pfc_storm: bool,
 }
 
 impl ServeArgs {
@@ -197,6 +203,12 @@ impl ServeArgs {
         if let Some(v) = &self.ethtool_include {
             node.ethtool.include = Some(v.clone());
         }
+        if let Some(period) = self.pfc_storm_period {
+            node.pfc_storm.period = period;
+        }
+        if self.no_pfc_storm {
+            node.pfc_storm.enabled = false;
+        }
         let origin = self
             .config_file
             .clone()
@@ -212,16 +224,16 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
     if !node.enabled {
         return None;
     }
-    let ethtool: Option<Box<dyn EthtoolSource>> = match node.ethtool.source {
-        EthtoolSourceKind::Ioctl => Some(Box::new(IoctlSource)),
+    let ethtool: Option<Arc<dyn EthtoolSource>> = match node.ethtool.source {
+        EthtoolSourceKind::Ioctl => Some(Arc::new(IoctlSource)),
         EthtoolSourceKind::Files => node
             .ethtool
             .stats_dir
             .as_ref()
-            .map(|dir| Box::new(FileSource::new(dir)) as Box<dyn EthtoolSource>),
+            .map(|dir| Arc::new(FileSource::new(dir)) as Arc<dyn EthtoolSource>),
         EthtoolSourceKind::None => None,
     };
-    Some(NodeCollector::new(NodeCollectorConfig {
+    let mut collector = NodeCollector::new(NodeCollectorConfig {
         sysfs_root: node.sysfs_path.clone(),
         devices: DeviceFilter {
             include: node.devices.include.as_ref().map(|p| p.0.clone()),
@@ -229,7 +241,14 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
         },
         ethtool,
         ethtool_include: node.ethtool.include.as_ref().map(|p| p.0.clone()),
-    }))
+    });
+    if node.pfc_storm.enabled {
+        if let Err(e) = collector.start_storm_detector(node.pfc_storm.storm_config()) {
+            // Scrapes still carry the cumulative pause counters.
+            tracing::error!("the PFC storm sampler did not start: {e}");
+        }
+    }
+    Some(collector)
 }
 
 /// Builds the switch poller: profiles resolved, communities read. Errors name the switch, never

@@ -66,6 +66,7 @@ pub struct NodeConfig {
     pub sysfs_path: PathBuf,
     pub devices: DeviceSelection,
     pub ethtool: EthtoolConfig,
+    pub pfc_storm: PfcStormConfig,
 }
 
 impl Default for NodeConfig {
@@ -75,7 +76,59 @@ impl Default for NodeConfig {
             sysfs_path: PathBuf::from("/sys"),
             devices: DeviceSelection::default(),
             ethtool: EthtoolConfig::default(),
+            pfc_storm: PfcStormConfig::default(),
         }
+    }
+}
+
+/// `node.pfc_storm`: the fast PFC storm sampler (`node::storm`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PfcStormConfig {
+    pub enabled: bool,
+    #[serde(deserialize_with = "duration")]
+    pub period: std::time::Duration,
+    #[serde(deserialize_with = "duration")]
+    pub detection_time: std::time::Duration,
+    #[serde(deserialize_with = "ratio")]
+    pub min_paused_ratio: f64,
+}
+
+impl Default for PfcStormConfig {
+    fn default() -> Self {
+        let defaults = crate::node::storm::StormConfig::default();
+        PfcStormConfig {
+            enabled: true,
+            period: defaults.period,
+            detection_time: defaults.detection,
+            min_paused_ratio: defaults.min_paused_ratio,
+        }
+    }
+}
+
+impl PfcStormConfig {
+    pub fn storm_config(&self) -> crate::node::storm::StormConfig {
+        crate::node::storm::StormConfig {
+            period: self.period,
+            detection: self.detection_time,
+            min_paused_ratio: self.min_paused_ratio,
+        }
+    }
+}
+
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    crate::switch::config::parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "min_paused_ratio {value} must be in (0, 1]"
+        )))
     }
 }
 

@@ -164,6 +164,31 @@ fn a_pfc_storm_names_its_source() {
         &[("host", "gpu-node-01"), ("device", "mlx5_2")],
     );
     assert!(events >= 1.0, "{events}");
+    // The agent's own sampler saw the storm, and the victim's peak paused share is total.
+    let mut sampled = victim.to_vec();
+    sampled.push(("direction", "tx"));
+    let detected = total(&w.after, "rdma_pfc_storms_detected_total", &sampled);
+    assert!(detected >= 1.0, "{detected}");
+    // Only the victim pauses its switch. (Accelerated time inflates paused shares, so at
+    // --speed 10 the senders the switch pauses count as stormed too: rx is not checked.)
+    assert_eq!(
+        total(
+            &w.after,
+            "rdma_pfc_storms_detected_total",
+            &[("direction", "tx")]
+        ),
+        detected,
+        "only the victim: {:?}",
+        matching(
+            &w.after,
+            "rdma_pfc_storms_detected_total",
+            &[("direction", "tx")]
+        )
+        .filter(|s| s.value > 0.0)
+        .collect::<Vec<_>>()
+    );
+    let peak = total(&w.after, "rdma_pfc_paused_ratio_peak", &sampled);
+    assert!(peak > 0.9, "{peak}");
     // The switch port it hangs off receives PFC; the neighbour tells which host it is.
     let neighbors: BTreeMap<String, String> = w
         .after

@@ -87,10 +87,13 @@ fn serve_cx7() -> Exporter {
     serve_cx7_with(&[])
 }
 
-/// The bundled node with its ethtool files, plus `extra` flags.
+/// The bundled node with its ethtool files, plus `extra` flags. The PFC storm sampler is off:
+/// what it reports depends on how many periods passed before the scrape (tests/demo.rs and
+/// src/node/storm.rs cover it).
 fn serve_cx7_with(extra: &[&str]) -> Exporter {
     let (sys, ethtool) = (cx7().join("sys"), cx7().join("ethtool"));
     let mut args = vec![
+        "--no-collector.pfc-storm",
         "--path.sysfs",
         path_str(&sys),
         "--collector.ethtool.source",

@@ -566,6 +566,49 @@ fn add_ethtool<'a>(
     }
 }
 
+/// The fast PFC storm sampler's findings since the previous scrape, and its own health.
+pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::StormDetector) {
+    for report in detector.take_reports() {
+        let key = report.key;
+        let labels = || {
+            vec![
+                ("device", Cow::Owned(key.device.clone())),
+                ("port", Cow::Owned(key.port.clone())),
+                ("netdev", Cow::Owned(key.netdev.clone())),
+                ("priority", Cow::Owned(key.priority.to_string())),
+                ("direction", Cow::Borrowed(key.direction.label())),
+            ]
+        };
+        families.gauge(
+            "rdma_pfc_paused_ratio_peak",
+            "Highest share of time the priority was paused over one sampling period (collector.pfc-storm.period) since the previous scrape; rx = the NIC was paused, tx = it paused its switch port.",
+            labels(),
+            Value::F64(report.peak_paused_ratio),
+        );
+        families.counter(
+            "rdma_pfc_storms_detected",
+            "PFC storms the agent's sampler detected: the priority stayed paused (at least min_paused_ratio of the time) for the detection time, as a PFC watchdog would judge it.",
+            labels(),
+            Value::U64(report.storms),
+        );
+    }
+    if let Some((duration, ok)) = detector.last_round() {
+        let labels = vec![("collector", Cow::Borrowed("pfc_storm"))];
+        families.gauge(
+            "rdma_exporter_collector_success",
+            super::SUCCESS_HELP,
+            labels.clone(),
+            Value::U64(u64::from(ok)),
+        );
+        families.gauge(
+            "rdma_exporter_collector_duration_seconds",
+            super::DURATION_HELP,
+            labels,
+            Value::F64(duration.as_secs_f64()),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@ pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod metrics;
 pub mod parse;
+pub mod storm;
 pub mod sysfs;
 
 use std::borrow::Cow;
@@ -31,7 +32,7 @@ pub struct NodeCollectorConfig {
     pub sysfs_root: PathBuf,
     pub devices: DeviceFilter,
     /// `None` disables the ethtool collector.
-    pub ethtool: Option<Box<dyn EthtoolSource>>,
+    pub ethtool: Option<std::sync::Arc<dyn EthtoolSource>>,
     /// Untyped driver statistics to export as `rdma_ethtool_stat`.
     pub ethtool_include: Option<Regex>,
 }
@@ -70,6 +71,8 @@ struct State {
 pub struct NodeCollector {
     config: NodeCollectorConfig,
     state: Mutex<State>,
+    /// The fast PFC storm sampler, when it runs.
+    storm: Option<std::sync::Arc<storm::StormDetector>>,
 }
 
 /// Timing and outcome of one collection.
@@ -87,7 +90,24 @@ impl NodeCollector {
         NodeCollector {
             config,
             state: Mutex::new(State::default()),
+            storm: None,
         }
+    }
+
+    /// Starts the fast PFC storm sampler on the same statistics source; its findings are
+    /// served with each scrape. Without an ethtool source there is nothing to sample.
+    pub fn start_storm_detector(&mut self, config: storm::StormConfig) -> std::io::Result<()> {
+        let Some(source) = self.config.ethtool.clone() else {
+            return Ok(());
+        };
+        let detector = std::sync::Arc::new(storm::StormDetector::new(config));
+        detector.spawn(
+            self.config.sysfs_root.clone(),
+            self.config.devices.clone(),
+            source,
+        )?;
+        self.storm = Some(detector);
+        Ok(())
     }
 
     pub fn config(&self) -> &NodeCollectorConfig {
@@ -158,6 +178,9 @@ impl NodeCollector {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.record(&self.config.sysfs_root, &collection, &issues);
         add_self_metrics(&mut families, &collection, &state);
+        if let Some(detector) = &self.storm {
+            metrics::add_storm_metrics(&mut families, detector);
+        }
         let result = use_families(&families);
         drop(families);
         state.last.snapshot = collection.snapshot;
@@ -238,9 +261,10 @@ impl State {
     }
 }
 
+pub(crate) const SUCCESS_HELP: &str = "1 if the collector's last run succeeded (individual unreadable values are counted in rdma_exporter_read_errors_total instead).";
+pub(crate) const DURATION_HELP: &str = "Duration of the collector's last run in seconds.";
+
 fn add_self_metrics(families: &mut Families<'_>, collection: &Collection, state: &State) {
-    const SUCCESS_HELP: &str = "1 if the collector's last run succeeded (individual unreadable values are counted in rdma_exporter_read_errors_total instead).";
-    const DURATION_HELP: &str = "Duration of the collector's last run in seconds.";
     let mut collectors = vec![("sysfs", collection.sysfs_ok, collection.sysfs_duration)];
     if let Some((ok, duration)) = collection.ethtool {
         collectors.push(("ethtool", ok, duration));

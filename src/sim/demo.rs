@@ -21,7 +21,7 @@ use super::fabric::{Fabric, Shape};
 use super::scenario::{Scenario, ScenarioName};
 use super::snmp_agent::{self, LiveTable};
 use super::switch_mib::leaf_rows;
-use super::sysfs_tree::{write_ethtool_files, write_tree};
+use super::sysfs_tree::{update_tree, write_ethtool_files, write_tree, NicSpec};
 
 /// The SNMP profile the simulated leaves speak.
 pub const SWITCH_PROFILE: &str = "arista_eos";
@@ -47,7 +47,8 @@ impl Default for DemoOptions {
             scenario: ScenarioName::PfcStorm,
             speed: 1.0,
             shape: Shape::default(),
-            tick: Duration::from_secs(1),
+            // Short enough for the PFC storm sampler (200 ms) to see pauses as they happen.
+            tick: Duration::from_millis(100),
             switch_interval: Duration::from_secs(5),
             start_at_s: 0.0,
         }
@@ -72,6 +73,8 @@ pub enum DemoError {
 pub struct Demo {
     /// Removed when the demo is dropped.
     dir: tempfile::TempDir,
+    /// Each host's NICs as last written, so that a step rewrites only what changed.
+    written: Mutex<Vec<Vec<NicSpec>>>,
     fabric: Arc<Mutex<Fabric>>,
     tables: Vec<Arc<LiveTable>>,
     profile: Profile,
@@ -84,9 +87,16 @@ pub struct Demo {
 impl Demo {
     /// Builds the fabric, writes every host's tree, starts the switch agents and the poller.
     pub async fn start(options: DemoOptions, telemetry_path: &str) -> Result<Demo, DemoError> {
+        // tmpfs where there is one: the fabric is rewritten ten times a second.
+        let shm = Path::new("/dev/shm");
+        let parent = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
         let dir = tempfile::Builder::new()
             .prefix("rfe-demo-")
-            .tempdir()
+            .tempdir_in(&parent)
             .map_err(|source| DemoError::Write {
                 path: std::env::temp_dir(),
                 source,
@@ -99,6 +109,7 @@ impl Demo {
             .cloned()
             .ok_or_else(|| DemoError::Profile(format!("no built-in profile {SWITCH_PROFILE}")))?;
         write_hosts(dir.path(), &fabric)?;
+        let written = fabric.hosts.iter().map(specs).collect();
 
         let mut tables = Vec::new();
         let mut targets = Vec::new();
@@ -133,6 +144,9 @@ impl Demo {
             config.node.sysfs_path = root.join("sys");
             config.node.ethtool.source = EthtoolSourceKind::Files;
             config.node.ethtool.stats_dir = Some(root.join("ethtool"));
+            // Simulated counters move in tick-sized steps: judge storms over a longer window.
+            config.node.pfc_storm.detection_time = Duration::from_secs(1);
+            config.node.pfc_storm.min_paused_ratio = 0.8;
             config.web.telemetry_path = Some(telemetry_path.to_string());
             hosts.insert(
                 host.name.clone(),
@@ -148,6 +162,7 @@ impl Demo {
         state.hosts = hosts;
         Ok(Demo {
             dir,
+            written: Mutex::new(written),
             fabric: Arc::new(Mutex::new(fabric)),
             tables,
             profile,
@@ -165,7 +180,16 @@ impl Demo {
     pub fn advance(&self) -> Result<(), DemoError> {
         let mut fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
         fabric.step(self.options.tick.as_secs_f64() * self.options.speed);
-        write_hosts(self.dir.path(), &fabric)?;
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        for (host, before) in fabric.hosts.iter().zip(written.iter_mut()) {
+            let root = self.dir.path().join("hosts").join(&host.name);
+            let after = specs(host);
+            let error = |path: PathBuf| move |source| DemoError::Write { path, source };
+            update_tree(&root.join("sys"), before, &after).map_err(error(root.join("sys")))?;
+            write_ethtool_files(&root.join("ethtool"), &after)
+                .map_err(error(root.join("ethtool")))?;
+            *before = after;
+        }
         for (index, table) in self.tables.iter().enumerate() {
             table.replace(&leaf_rows(&self.profile, &fabric, index));
         }
@@ -203,11 +227,15 @@ impl Demo {
     }
 }
 
+fn specs(host: &super::fabric::Host) -> Vec<NicSpec> {
+    host.nics.iter().map(|n| n.spec.clone()).collect()
+}
+
 /// `<dir>/hosts/<host>/sys` and `<dir>/hosts/<host>/ethtool` for every host.
 fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
     for host in &fabric.hosts {
         let root = dir.join("hosts").join(&host.name);
-        let specs: Vec<_> = host.nics.iter().map(|n| n.spec.clone()).collect();
+        let specs = specs(host);
         let error = |path: PathBuf| move |source| DemoError::Write { path, source };
         write_tree(&root.join("sys"), &specs).map_err(error(root.join("sys")))?;
         write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;

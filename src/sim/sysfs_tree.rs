@@ -140,6 +140,47 @@ pub fn write_tree(root: &Path, nics: &[NicSpec]) -> io::Result<()> {
     Ok(())
 }
 
+/// Rewrites only what differs between `before` (already on disk under `root`, written by
+/// `write_tree`) and `after`: counter values and port states. The simulated fabric calls this
+/// ten times a second, where comparing every file on disk would cost more than the model.
+pub fn update_tree(root: &Path, before: &[NicSpec], after: &[NicSpec]) -> io::Result<()> {
+    let writer = Writer {
+        root,
+        tmp: root.join(format!(".sysfs_tree.{}.tmp", std::process::id())),
+    };
+    for (position, (old, new)) in before.iter().zip(after).enumerate() {
+        // A new device, or a link that changed state (the netdev's carrier, operstate and
+        // speed follow it): the whole device, compared file by file. Rare.
+        if old.name != new.name || old.state != new.state || old.phys_state != new.phys_state {
+            writer.nic(new, position)?;
+            continue;
+        }
+        let device = new.device_dir(root);
+        let port = device.join("ports/1");
+        let changed = |old: &[(String, u64)], new: &'_ [(String, u64)]| -> Vec<(String, u64)> {
+            new.iter()
+                .zip(old)
+                .filter(|(n, o)| n != o)
+                .map(|(n, _)| n.clone())
+                .collect()
+        };
+        for (dir, old, new) in [
+            (port.join("counters"), &old.counters, &new.counters),
+            (port.join("hw_counters"), &old.hw_counters, &new.hw_counters),
+            (
+                device.join("hw_counters"),
+                &old.device_hw_counters,
+                &new.device_hw_counters,
+            ),
+        ] {
+            for (name, value) in changed(old, new) {
+                writer.replace(&dir.join(name), &format!("{value}\n"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `<dir>/<netdev>.txt` in `ethtool -S` format for every NIC with a netdev and statistics.
 pub fn write_ethtool_files(dir: &Path, nics: &[NicSpec]) -> io::Result<()> {
     fs::create_dir_all(dir)?;
@@ -365,6 +406,11 @@ impl Writer<'_> {
         if fs::read(path).is_ok_and(|old| old == contents.as_bytes()) {
             return Ok(());
         }
+        self.replace(path, contents)
+    }
+
+    /// Replaces `path` by rename: a reader sees the old or the new value, never half of one.
+    fn replace(&self, path: &Path, contents: &str) -> io::Result<()> {
         fs::write(&self.tmp, contents)?;
         fs::rename(&self.tmp, path)
     }
@@ -1401,5 +1447,26 @@ mod tests {
         assert!(!snapshot(&sys)
             .keys()
             .any(|p| p.to_string_lossy().contains(".tmp")));
+    }
+
+    #[test]
+    fn updating_a_tree_writes_what_changed_and_gives_the_same_tree() {
+        let before = connectx7_node(2, 11);
+        let dir = written(&before);
+        let sys = dir.path().join("sys");
+        let mut after = before.clone();
+        after[1].counters[0].1 += 7;
+        after[0].hw_counters[3].1 += 2;
+        after[0].state = "1: DOWN".into();
+        update_tree(&sys, &before, &after).unwrap();
+        let fresh = written(&after);
+        let (updated, expected) = (snapshot(&sys), snapshot(&fresh.path().join("sys")));
+        let differing: Vec<_> = expected
+            .iter()
+            .filter(|(path, value)| updated.get(*path) != Some(value))
+            .map(|(path, _)| path)
+            .chain(updated.keys().filter(|p| !expected.contains_key(*p)))
+            .collect();
+        assert!(differing.is_empty(), "{differing:?}");
     }
 }
