@@ -105,3 +105,49 @@ pub fn wait_for(
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// Like `start`, plus recording/alerting rule files evaluated every second
+/// (`evaluation_interval: 1s`).
+pub fn start_with_rules(
+    dir: &Path,
+    scrape_configs: &str,
+    rule_files: &[&Path],
+) -> (Killed, String) {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("prometheus not found: install Debian's `prometheus` package (scripts/test does)");
+    }
+    let rule_files: String = rule_files
+        .iter()
+        .map(|file| {
+            // A JSON string is a valid YAML double-quoted scalar.
+            let quoted = serde_json::to_string(file.to_str().expect("UTF-8 rule file path"));
+            format!("  - {}\n", quoted.unwrap())
+        })
+        .collect();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n{rule_files}scrape_configs:\n{scrape_configs}"
+        ),
+    )
+    .unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Killed(child), address)
+}
