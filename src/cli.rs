@@ -8,6 +8,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::config::{self, Config, ConfigError, EthtoolSourceKind, Pattern};
+use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
@@ -43,6 +44,11 @@ pub enum Command {
     /// Serve a simulated fabric (hosts, RoCE NICs, leaf switches) in a chosen scenario: no
     /// hardware needed.
     Demo(DemoArgs),
+    /// Check whether this host or container can use its RDMA devices (exit 0 healthy,
+    /// 1 problems found, 2 could not run).
+    Doctor(crate::diag::doctor::DoctorArgs),
+    /// Read NCCL_DEBUG=INFO logs: which network NCCL chose, GPUDirect RDMA, socket fallbacks.
+    Nccl(crate::diag::nccl::NcclArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).
@@ -165,6 +171,9 @@ pub struct ServeArgs {
     /// Turn the fast PFC storm sampler off.
     #[arg(long = "no-collector.pfc-storm")]
     pub no_pfc_storm: bool,
+    /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
+    #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
+    pub nccl_log_dir: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -208,6 +217,9 @@ impl ServeArgs {
         }
         if self.no_pfc_storm {
             node.pfc_storm.enabled = false;
+        }
+        if let Some(dir) = &self.nccl_log_dir {
+            config.nccl.log_dir = Some(dir.clone());
         }
         let origin = self
             .config_file
@@ -377,6 +389,20 @@ fn with_default_port(address: &str, port: u16) -> String {
     }
 }
 
+/// The NCCL log collector, when `nccl.log_dir` is set.
+fn nccl_collector(config: &Config, node: Option<Arc<NodeCollector>>) -> Option<NcclCollector> {
+    let nccl = &config.nccl;
+    Some(NcclCollector {
+        log_dir: nccl.log_dir.clone()?,
+        limits: NcclLogLimits {
+            max_files: nccl.max_files,
+            max_bytes_per_file: nccl.max_bytes_per_file,
+            max_age: nccl.max_age,
+        },
+        node,
+    })
+}
+
 /// Registry and HTTP state for a resolved config.
 pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
     let mut registry = Registry::default();
@@ -390,8 +416,14 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
         ]),
     );
     let node = node_collector(config).map(Arc::new);
-    if let Some(node) = &node {
-        registry.register_collector(Box::new(node.clone()));
+    match nccl_collector(config, node.clone()) {
+        // It encodes the node's families with its own (they share self-metric families).
+        Some(nccl) => registry.register_collector(Box::new(nccl)),
+        None => {
+            if let Some(node) = &node {
+                registry.register_collector(Box::new(node.clone()));
+            }
+        }
     }
     if let Some(poller) = &switches {
         registry.register_collector(Box::new(SwitchCollector {

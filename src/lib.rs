@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod diag;
 pub mod direction;
 pub mod exposition;
 pub mod landing;

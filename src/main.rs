@@ -15,6 +15,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Serve(args)) => serve(args),
         Some(Command::Demo(args)) => demo(&args),
+        Some(Command::Doctor(args)) => Ok(rdma_fabric_exporter::diag::doctor::main(&args)),
+        Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::diag::nccl::main(&args)),
         Some(Command::CheckConfig { config_file }) => check_config(&config_file),
         None => serve(cli.serve),
     };

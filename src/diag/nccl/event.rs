@@ -1,0 +1,313 @@
+//! What one NCCL message says about transport choice, GPUDirect RDMA and settings.
+//!
+//! Format strings from ops.md §6.2; matching follows §6.3: stable substrings first (cheap
+//! `contains`), a regex only on the few lines that pass, so that version drift in the rest of a
+//! line does not break detection.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// One HCA port NCCL's IB transport uses: `[0]mlx5_0:1/RoCE`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hca {
+    pub index: u32,
+    pub name: String,
+    pub port: u32,
+    /// `IB`, `RoCE` or `UNSPECIFIED` (NCCL_IB_LLSTR).
+    pub link_layer: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `NCCL version 2.x.y+cudaX` banner.
+    Version(String),
+    /// `Using network IB|Socket|<plugin>` (init.cc, v2.18+).
+    NetworkChosen(String),
+    /// `NET/IB : Using [0]mlx5_0:1/RoCE ...; OOB ...`.
+    IbDevices(Vec<Hca>),
+    /// `NET/IB : No device found.`
+    IbNoDevice,
+    /// `NET/Socket : Using [0]eth0:10.0.0.1<0>`: the interfaces.
+    SocketInterfaces(Vec<String>),
+    /// `Failed to initialize NET plugin X` / `Failed to initialize any NET plugin`.
+    PluginInitFailed(String),
+    /// `NET/Plugin: Could not find ...` and older `No plugin found` wordings: informational
+    /// (no external plugin installed), the internal IB transport may still be used.
+    PluginNotFound,
+    /// `NET/<net> : GPU Direct RDMA Enabled|Disabled for HCA <n> '<name>'`, or the older
+    /// per-GPU form `... for GPU <x> / HCA <n> ...` (no name).
+    Gdr {
+        net: String,
+        enabled: bool,
+        hca_index: Option<u32>,
+        hca_name: Option<String>,
+    },
+    /// `Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA`.
+    NetChannel {
+        net: String,
+        gdrdma: bool,
+        local_rank: Option<u32>,
+    },
+    /// `comm 0x... rank R nranks N ... commId 0x...`.
+    CommRank { rank: u32, comm_id: Option<String> },
+    /// `<NAME> set by environment to <value>`.
+    Setting { name: String, value: String },
+    /// Any WARN record (connection errors, plugin failures, async IB events).
+    Warning(String),
+}
+
+static IB_HCA: LazyLock<Regex> = LazyLock::new(|| {
+    // `[%d]%s:%d[:rail][:plane]/<IB|RoCE|UNSPECIFIED>`
+    Regex::new(r"\[(\d+)\]([^\s:\[\]]+):(\d+)(?::[^/\s]*)?/(IB|RoCE|UNSPECIFIED)").expect("static")
+});
+static SOCKET_IF: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\[(\d+)\]([^\s:\[\]]+):(\S+)").expect("static"));
+static GDR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:NET/(\S+) : )?GPU Direct RDMA (Enabled|Disabled) for (?:HCA (\d+) '([^']*)'|GPU \S+ / HCA (\d+))")
+        .expect("static")
+});
+static CHANNEL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^Channel \d+(?:/\d+)? : (\d+)\[\d+\] -> (\d+)\[\d+\](?: \[(send|receive)\])? via NET/([^/\s]+)/\d+(\S*)")
+        .expect("static")
+});
+static COMM_RANK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\bcomm 0x[0-9a-fA-F]+ rank (\d+) n[Rr]anks \d+(?:.*\bcommId (0x[0-9a-fA-F]+))?")
+        .expect("static")
+});
+static SETTING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*)$").expect("static")
+});
+
+/// Classifies one message; `None` for the many lines that say nothing we use.
+pub fn classify(message: &str, warn: bool) -> Option<Event> {
+    let message = message.trim();
+    if let Some(rest) = message.strip_prefix("NCCL version ") {
+        let version = rest.split_whitespace().next()?;
+        return Some(Event::Version(version.to_string()));
+    }
+    if let Some(net) = message.strip_prefix("Using network ") {
+        let net = net.split_whitespace().next()?;
+        return Some(Event::NetworkChosen(net.to_string()));
+    }
+    if message.contains("No device found") && message.starts_with("NET/IB") {
+        return Some(Event::IbNoDevice);
+    }
+    if let Some(rest) = message.strip_prefix("NET/Socket : Using") {
+        let interfaces = SOCKET_IF
+            .captures_iter(rest)
+            .filter_map(|c| Some(format!("{}:{}", c.get(2)?.as_str(), c.get(3)?.as_str())))
+            .collect();
+        return Some(Event::SocketInterfaces(interfaces));
+    }
+    if message.starts_with("NET/") && message.contains(" : Using") {
+        let hcas: Vec<Hca> = IB_HCA.captures_iter(message).filter_map(hca).collect();
+        if !hcas.is_empty() {
+            return Some(Event::IbDevices(hcas));
+        }
+    }
+    if message.contains("GPU Direct RDMA ") {
+        if let Some(event) = gdr(message) {
+            return Some(event);
+        }
+    }
+    if message.contains(" via NET/") {
+        if let Some(c) = CHANNEL.captures(message) {
+            let send = c.get(3).is_none_or(|d| d.as_str() == "send");
+            // `[send]` prints the local rank first, `[receive]` the peer first (net.cc).
+            let local = if send { c.get(1) } else { c.get(2) };
+            return Some(Event::NetChannel {
+                net: c.get(4)?.as_str().to_string(),
+                gdrdma: c.get(5)?.as_str().contains("/GDRDMA"),
+                local_rank: local.and_then(|m| m.as_str().parse().ok()),
+            });
+        }
+    }
+    if let Some(rest) = message
+        .find("Failed to initialize")
+        .map(|at| &message[at..])
+        .filter(|rest| rest.contains("NET plugin"))
+    {
+        let name = rest
+            .strip_prefix("Failed to initialize NET plugin ")
+            .unwrap_or("any");
+        return Some(Event::PluginInitFailed(name.trim().to_string()));
+    }
+    if message.starts_with("NET/Plugin")
+        && (message.contains("Could not find") || message.contains("No plugin found"))
+    {
+        return Some(Event::PluginNotFound);
+    }
+    if message.contains(" set by environment to ") {
+        if let Some(c) = SETTING.captures(message) {
+            return Some(Event::Setting {
+                name: c.get(1)?.as_str().to_string(),
+                value: c.get(2)?.as_str().trim().to_string(),
+            });
+        }
+    }
+    if message.contains("comm 0x") && message.contains(" rank ") {
+        if let Some(c) = COMM_RANK.captures(message) {
+            if let Ok(rank) = c.get(1)?.as_str().parse() {
+                return Some(Event::CommRank {
+                    rank,
+                    comm_id: c.get(2).map(|m| m.as_str().to_ascii_lowercase()),
+                });
+            }
+        }
+    }
+    if warn {
+        return Some(Event::Warning(message.to_string()));
+    }
+    None
+}
+
+fn hca(c: regex::Captures<'_>) -> Option<Hca> {
+    Some(Hca {
+        index: c.get(1)?.as_str().parse().ok()?,
+        name: c.get(2)?.as_str().to_string(),
+        port: c.get(3)?.as_str().parse().ok()?,
+        link_layer: c.get(4)?.as_str().to_string(),
+    })
+}
+
+fn gdr(message: &str) -> Option<Event> {
+    let c = GDR.captures(message)?;
+    Some(Event::Gdr {
+        // The per-GPU form (v2.18-v2.28 paths.cc) carries no net name: it is IB's.
+        net: c.get(1).map_or("IB", |m| m.as_str()).to_string(),
+        enabled: c.get(2)?.as_str() == "Enabled",
+        hca_index: c
+            .get(3)
+            .or_else(|| c.get(5))
+            .and_then(|m| m.as_str().parse().ok()),
+        hca_name: c.get(4).map(|m| m.as_str().to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ib_devices_with_link_layers() {
+        let event = classify(
+            "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>",
+            false,
+        );
+        let Some(Event::IbDevices(hcas)) = event else {
+            panic!("{event:?}")
+        };
+        assert_eq!(hcas.len(), 2);
+        assert_eq!(hcas[0].name, "mlx5_0");
+        assert_eq!(hcas[0].link_layer, "RoCE");
+        assert_eq!(hcas[1].link_layer, "IB");
+    }
+
+    #[test]
+    fn rail_and_plane_suffixes() {
+        let Some(Event::IbDevices(hcas)) = classify(
+            "NET/IB : Using [0]mlx5_0:1:0:1/IB ; OOB ib0:10.1.0.1<0>",
+            false,
+        ) else {
+            panic!()
+        };
+        assert_eq!((hcas[0].port, hcas[0].link_layer.as_str()), (1, "IB"));
+    }
+
+    #[test]
+    fn gdr_both_forms() {
+        assert_eq!(
+            classify("NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'", false),
+            Some(Event::Gdr {
+                net: "IB".into(),
+                enabled: true,
+                hca_index: Some(0),
+                hca_name: Some("mlx5_0".into())
+            })
+        );
+        assert_eq!(
+            classify(
+                "GPU Direct RDMA Disabled for GPU 1b000 / HCA 2 (distance 7 > 4)",
+                false
+            ),
+            Some(Event::Gdr {
+                net: "IB".into(),
+                enabled: false,
+                hca_index: Some(2),
+                hca_name: None
+            })
+        );
+    }
+
+    #[test]
+    fn channels_send_and_receive() {
+        assert_eq!(
+            classify(
+                "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+                false
+            ),
+            Some(Event::NetChannel {
+                net: "IB".into(),
+                gdrdma: true,
+                local_rank: Some(0)
+            })
+        );
+        assert_eq!(
+            classify("Channel 01/0 : 0[0] -> 1[0] [send] via NET/Socket/0", false),
+            Some(Event::NetChannel {
+                net: "Socket".into(),
+                gdrdma: false,
+                local_rank: Some(0)
+            })
+        );
+    }
+
+    #[test]
+    fn settings_and_banner() {
+        assert_eq!(
+            classify("NCCL_PROTO set by environment to Simple", false),
+            Some(Event::Setting {
+                name: "NCCL_PROTO".into(),
+                value: "Simple".into()
+            })
+        );
+        assert_eq!(
+            classify("NCCL version 2.21.5+cuda12.4", false),
+            Some(Event::Version("2.21.5+cuda12.4".into()))
+        );
+    }
+
+    #[test]
+    fn comm_rank_with_comm_id() {
+        assert_eq!(
+            classify("ncclCommInitRank comm 0x5581e0 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 3f000 commId 0xABC123 - Init START", false),
+            Some(Event::CommRank { rank: 3, comm_id: Some("0xabc123".into()) })
+        );
+        assert_eq!(
+            classify(
+                "comm 0x7f00 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+                false
+            ),
+            Some(Event::CommRank {
+                rank: 1,
+                comm_id: None
+            })
+        );
+    }
+
+    #[test]
+    fn plugin_lines() {
+        assert_eq!(
+            classify("Failed to initialize NET plugin IB", false),
+            Some(Event::PluginInitFailed("IB".into()))
+        );
+        assert_eq!(
+            classify(
+                "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+                false
+            ),
+            Some(Event::PluginNotFound)
+        );
+    }
+}

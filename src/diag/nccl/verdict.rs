@@ -1,0 +1,394 @@
+//! From processes to jobs: what each rank used, one verdict per job, and warnings about
+//! debugging settings left on. Detection rules of ops.md §6.3.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use super::process::{Evidence, ProcessLog, SignalKind};
+
+/// The transport a process ended up with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// IB verbs (InfiniBand or RoCE), internal or through a plugin such as IBext.
+    Rdma,
+    Socket,
+    /// No `Using network` and no NET channel: single-node job, or the log stops early.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gdr {
+    Enabled,
+    Disabled,
+    /// Some HCAs or connections with GPUDirect RDMA, some without.
+    Partial,
+    Unknown,
+}
+
+impl Gdr {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gdr::Enabled => "enabled",
+            Gdr::Disabled => "disabled",
+            Gdr::Partial => "partial",
+            Gdr::Unknown => "unknown",
+        }
+    }
+}
+
+/// One process, summarized.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessSummary {
+    pub host: String,
+    pub pid: u32,
+    pub ranks: Vec<u32>,
+    pub nccl_version: Option<String>,
+    /// As NCCL names it (`IB`, `Socket`, `IBext_v8`), empty when none was chosen.
+    pub network: String,
+    pub transport: Transport,
+    /// `IB`, `RoCE`, `IB+RoCE`, or empty.
+    pub link_layer: String,
+    pub gdr: Gdr,
+    pub hcas: Vec<super::event::Hca>,
+    pub socket_interfaces: Vec<String>,
+    pub channels_gdrdma: u32,
+    pub channels_host_staged: u32,
+    pub settings: Vec<(String, String)>,
+    pub evidence: Vec<Evidence>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    RdmaWithGdr,
+    RdmaWithoutGdr,
+    /// All on IB/RoCE, GPUDirect RDMA on some ranks only.
+    RdmaMixedGdr,
+    SocketFallback,
+    /// Some ranks chose no network while others chose IB.
+    MissingNetwork,
+    /// No rank chose a network: nothing to judge.
+    Unknown,
+}
+
+impl VerdictKind {
+    /// Whether the command should exit 1 for it.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            VerdictKind::SocketFallback | VerdictKind::MissingNetwork
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Warning {
+    pub setting: String,
+    pub value: String,
+    pub message: &'static str,
+    pub evidence: Evidence,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// NCCL `commId` shared by its ranks; `None` when the logs carry none (all input, one job).
+    pub comm_id: Option<String>,
+    pub verdict: VerdictKind,
+    pub summary: String,
+    pub processes: Vec<ProcessSummary>,
+    pub warnings: Vec<Warning>,
+}
+
+pub fn summarize(process: &ProcessLog) -> ProcessSummary {
+    let chosen = process.networks.last().map(|(net, _)| net.clone());
+    // Before v2.18 there is no `Using network`: the channels' net name says it.
+    let network = chosen
+        .or_else(|| {
+            process
+                .channels
+                .keys()
+                .find(|n| n.as_str() != "Socket")
+                .or_else(|| process.channels.keys().next())
+                .cloned()
+        })
+        .unwrap_or_default();
+    let transport = match network.as_str() {
+        "" => Transport::None,
+        "Socket" => Transport::Socket,
+        _ => Transport::Rdma,
+    };
+    let (with, without) = process.channels.get(&network).copied().unwrap_or((0, 0));
+    let gdr = if transport != Transport::Rdma {
+        Gdr::Unknown
+    } else if with + without > 0 {
+        // Per-connection truth beats per-HCA capability (§6.3: no /GDRDMA = host-staged).
+        ratio_state(with > 0, without > 0)
+    } else {
+        let enabled = process.gdr_by_hca.values().any(|e| *e);
+        let disabled = process.gdr_by_hca.values().any(|e| !*e);
+        ratio_state(enabled, disabled)
+    };
+    let link_layers: BTreeSet<&str> = process
+        .hcas
+        .iter()
+        .map(|h| h.link_layer.as_str())
+        .filter(|l| *l != "UNSPECIFIED")
+        .collect();
+    let link_layer = if transport == Transport::Rdma {
+        link_layers.into_iter().collect::<Vec<_>>().join("+")
+    } else {
+        String::new()
+    };
+    let mut evidence: Vec<Evidence> = Vec::new();
+    evidence.extend(process.networks.last().map(|(_, e)| e.clone()));
+    evidence.extend(process.hca_evidence.clone());
+    evidence.extend(process.gdr_evidence.iter().take(2).cloned());
+    evidence.extend(process.channel_evidence.iter().take(1).cloned());
+    evidence.extend(
+        process
+            .signals
+            .iter()
+            .filter(|(kind, _)| *kind != SignalKind::PluginNotFound)
+            .map(|(_, e)| e.clone()),
+    );
+    evidence.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    evidence.dedup();
+    ProcessSummary {
+        host: process.host.clone(),
+        pid: process.pid,
+        ranks: process.ranks.iter().copied().collect(),
+        nccl_version: process.version.clone(),
+        network,
+        transport,
+        link_layer,
+        gdr,
+        hcas: process.hcas.clone(),
+        socket_interfaces: process.socket_interfaces.clone(),
+        channels_gdrdma: with,
+        channels_host_staged: without,
+        settings: process
+            .settings
+            .iter()
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect(),
+        evidence,
+    }
+}
+
+fn processes_word(n: usize) -> String {
+    if n == 1 {
+        "1 process".into()
+    } else {
+        format!("{n} processes")
+    }
+}
+
+fn ratio_state(some_on: bool, some_off: bool) -> Gdr {
+    match (some_on, some_off) {
+        (true, false) => Gdr::Enabled,
+        (false, true) => Gdr::Disabled,
+        (true, true) => Gdr::Partial,
+        (false, false) => Gdr::Unknown,
+    }
+}
+
+/// Groups processes into jobs: processes sharing a `commId` are one job (union of shared ids,
+/// since a rank may sit in several communicators); without any commId, all input is one job.
+pub fn jobs(processes: &[ProcessLog]) -> Vec<Job> {
+    let mut groups: Vec<(BTreeSet<String>, Vec<usize>)> = Vec::new();
+    let mut without_id: Vec<usize> = Vec::new();
+    for (index, process) in processes.iter().enumerate() {
+        if process.comm_ids.is_empty() {
+            without_id.push(index);
+            continue;
+        }
+        let mut ids = process.comm_ids.clone();
+        let mut members = vec![index];
+        // Merge every existing group that shares an id with this process.
+        let mut kept = Vec::with_capacity(groups.len());
+        for (group_ids, group_members) in groups.drain(..) {
+            if group_ids.is_disjoint(&ids) {
+                kept.push((group_ids, group_members));
+            } else {
+                ids.extend(group_ids);
+                members.extend(group_members);
+            }
+        }
+        kept.push((ids, members));
+        groups = kept;
+    }
+    let mut jobs: Vec<Job> = groups
+        .into_iter()
+        .map(|(ids, mut members)| {
+            members.sort_unstable();
+            judge(ids.into_iter().next(), &members, processes)
+        })
+        .collect();
+    if !without_id.is_empty() {
+        jobs.push(judge(None, &without_id, processes));
+    }
+    jobs
+}
+
+fn judge(comm_id: Option<String>, members: &[usize], processes: &[ProcessLog]) -> Job {
+    let summaries: Vec<ProcessSummary> = members
+        .iter()
+        .filter_map(|&i| processes.get(i))
+        .map(summarize)
+        .collect();
+    let warnings = members
+        .iter()
+        .filter_map(|&i| processes.get(i))
+        .flat_map(debug_settings)
+        .fold(Vec::<Warning>::new(), |mut all, w| {
+            // One warning per setting and value for the job, with its first evidence.
+            if !all
+                .iter()
+                .any(|x| x.setting == w.setting && x.value == w.value)
+            {
+                all.push(w);
+            }
+            all
+        });
+    let (verdict, summary) = verdict(&summaries);
+    Job {
+        comm_id,
+        verdict,
+        summary,
+        processes: summaries,
+        warnings,
+    }
+}
+
+/// Names a process by its ranks when known, else by host:pid.
+fn who(p: &ProcessSummary) -> String {
+    if p.ranks.is_empty() {
+        format!("{}:{}", p.host, p.pid)
+    } else {
+        let ranks: Vec<String> = p.ranks.iter().map(u32::to_string).collect();
+        format!("{} ({}:{})", ranks.join(","), p.host, p.pid)
+    }
+}
+
+fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
+    let of = |t: Transport| processes.iter().filter(move |p| p.transport == t);
+    let names =
+        |list: Vec<&ProcessSummary>| list.into_iter().map(who).collect::<Vec<_>>().join(", ");
+    let socket: Vec<_> = of(Transport::Socket).collect();
+    let rdma: Vec<_> = of(Transport::Rdma).collect();
+    let none: Vec<_> = of(Transport::None).collect();
+    let total = processes.len();
+    if !socket.is_empty() {
+        let scope = if socket.len() == total {
+            "all ranks".to_string()
+        } else {
+            format!(
+                "{} of {} processes; the others on IB/RoCE (mixed)",
+                socket.len(),
+                total
+            )
+        };
+        return (
+            VerdictKind::SocketFallback,
+            format!("SOCKET FALLBACK on ranks {} ({scope})", names(socket)),
+        );
+    }
+    if rdma.is_empty() {
+        return (
+            VerdictKind::Unknown,
+            "no network chosen in these logs (single-node job, or NCCL_DEBUG=INFO output incomplete)".into(),
+        );
+    }
+    if !none.is_empty() {
+        return (
+            VerdictKind::MissingNetwork,
+            format!(
+                "NO NETWORK chosen on ranks {} while {} other processes use IB/RoCE",
+                names(none),
+                rdma.len()
+            ),
+        );
+    }
+    let layers: BTreeSet<&str> = rdma
+        .iter()
+        .flat_map(|p| p.link_layer.split('+'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let over = if layers.is_empty() {
+        "IB/RoCE".to_string()
+    } else {
+        layers.into_iter().collect::<Vec<_>>().join("+")
+    };
+    let with: Vec<_> = rdma
+        .iter()
+        .filter(|p| p.gdr == Gdr::Enabled)
+        .copied()
+        .collect();
+    let without: Vec<_> = rdma
+        .iter()
+        .filter(|p| p.gdr == Gdr::Disabled)
+        .copied()
+        .collect();
+    if with.len() == rdma.len() {
+        (
+            VerdictKind::RdmaWithGdr,
+            format!(
+                "all {} on {over} with GPUDirect RDMA",
+                processes_word(rdma.len())
+            ),
+        )
+    } else if without.len() == rdma.len() {
+        (
+            VerdictKind::RdmaWithoutGdr,
+            format!(
+                "all {} on {over} without GPUDirect RDMA (host-staged through bounce buffers)",
+                processes_word(rdma.len())
+            ),
+        )
+    } else {
+        let others: Vec<_> = rdma
+            .iter()
+            .filter(|p| p.gdr != Gdr::Enabled)
+            .copied()
+            .collect();
+        (
+            VerdictKind::RdmaMixedGdr,
+            format!(
+                "mixed: all on {over}, GPUDirect RDMA not (or not known to be) enabled on ranks {}",
+                names(others)
+            ),
+        )
+    }
+}
+
+/// Settings meant for isolating faults that cost performance when left on.
+fn debug_settings(process: &ProcessLog) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    for (name, (value, evidence)) in &process.settings {
+        let v = value.trim();
+        let message = match name.as_str() {
+            "NCCL_PROTO" if v.eq_ignore_ascii_case("simple") => {
+                "restricts NCCL to its slowest protocol (Simple); meant for isolating faults"
+            }
+            "NCCL_IB_DISABLE" if v == "1" => "disables IB/RoCE: NCCL uses TCP sockets",
+            "NCCL_NET_GDR_LEVEL" if v == "0" || v.eq_ignore_ascii_case("LOC") => {
+                "disables GPUDirect RDMA: transfers are staged through host memory"
+            }
+            "NCCL_P2P_DISABLE" if v == "1" => {
+                "disables GPU peer-to-peer (NVLink/PCIe): intra-node traffic goes through host memory"
+            }
+            "NCCL_SHM_DISABLE" if v == "1" => "disables shared-memory transport between local processes",
+            _ => continue,
+        };
+        warnings.push(Warning {
+            setting: name.clone(),
+            value: value.clone(),
+            message,
+            evidence: evidence.clone(),
+        });
+    }
+    warnings
+}
