@@ -89,6 +89,9 @@ pub struct DemoArgs {
     /// Path of the metrics endpoints (the switches' and each host's).
     #[arg(long = "web.telemetry-path", value_name = "PATH", default_value = config::DEFAULT_TELEMETRY_PATH)]
     pub telemetry_path: String,
+    /// Exporter-toolkit web config (TLS, basic auth, headers); re-read on change and SIGHUP.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
 }
 
 fn start_offset(text: &str) -> Result<f64, String> {
@@ -147,6 +150,9 @@ pub struct ServeArgs {
     /// Path under which metrics are exposed [default: /metrics].
     #[arg(long = "web.telemetry-path", value_name = "PATH")]
     pub telemetry_path: Option<String>,
+    /// Exporter-toolkit web config (TLS, basic auth, headers); re-read on change and SIGHUP.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// sysfs mount point [default: /sys].
     #[arg(long = "path.sysfs", value_name = "DIR")]
     pub sysfs_path: Option<PathBuf>,

@@ -12,6 +12,7 @@ pub mod node;
 pub mod server;
 pub mod sim;
 pub mod switch;
+pub mod web;
 
 /// Version and build facts for `rdma_exporter_build_info`.
 pub mod build {

@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use rdma_fabric_exporter::cli::{self, Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config::{self, ConfigError};
+use rdma_fabric_exporter::web::LiveWebConfig;
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
 const EXIT_CONFIG: u8 = 2;
@@ -66,10 +67,43 @@ fn config_error(e: &ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
+/// Loads `--web.config.file` when given; a bad file is a config error (exit 2).
+fn web_config(path: Option<&std::path::Path>) -> Result<Option<Arc<LiveWebConfig>>, ExitCode> {
+    let Some(path) = path else { return Ok(None) };
+    match rdma_fabric_exporter::web::load(path) {
+        Ok(config) => Ok(Some(LiveWebConfig::new(path.to_path_buf(), config))),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+    }
+}
+
+/// Plain `axum::serve` as always, or the web-config server (TLS, basic auth, headers).
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    web: Option<Arc<LiveWebConfig>>,
+) -> anyhow::Result<()> {
+    match web {
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("serving HTTP"),
+        Some(web) => rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal())
+            .await
+            .context("serving HTTP"),
+    }
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = match args.resolve() {
         Ok(config) => config,
         Err(e) => return Ok(config_error(&e)),
+    };
+    let web = match web_config(args.web_config_file.as_deref()) {
+        Ok(web) => web,
+        Err(code) => return Ok(code),
     };
     let switches = match cli::switch_poller(&config) {
         Ok(switches) => switches,
@@ -103,11 +137,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             sysfs = %config.node.sysfs_path.display(),
             "rdma-fabric-exporter listening"
         );
+        if let Some(web) = &web {
+            tracing::info!(tls = web.current().tls.is_some(), "web config loaded");
+        }
         let app = rdma_fabric_exporter::server::router(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving HTTP")?;
+        serve_http(listener, app, web).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -117,6 +151,10 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: --web.telemetry-path must start with `/`");
         return Ok(ExitCode::from(EXIT_CONFIG));
     }
+    let web = match web_config(args.web_config_file.as_deref()) {
+        Ok(web) => web,
+        Err(code) => return Ok(code),
+    };
     let listen_address = args
         .listen_address
         .clone()
@@ -143,10 +181,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
         let app = rdma_fabric_exporter::server::router(demo.state.clone());
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving HTTP")?;
+        serve_http(listener, app, web).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
