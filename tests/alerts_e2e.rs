@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::prometheus::{free_port, Killed};
+use common::prometheus::{self, free_port, Killed};
 use common::*;
 
 /// One alert as Alertmanager's webhook delivered it, and when it arrived.
@@ -98,31 +98,11 @@ fn prometheus(
     alertmanager: &str,
     scrape_configs: &str,
 ) -> Killed {
-    let rules: Vec<String> = rule_files
-        .iter()
-        .map(|p| format!("  - {}\n", p.display()))
-        .collect();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nscrape_configs:\n{scrape_configs}",
-            rules.concat()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{}", free_port()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus");
-    Killed(child)
+    let config = format!(
+        "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nscrape_configs:\n{scrape_configs}",
+        prometheus::rule_file_list(rule_files)
+    );
+    prometheus::launch(dir, &config).0
 }
 
 /// The shipped alerts with every `for:` cut to 10 s: the expressions and thresholds are the

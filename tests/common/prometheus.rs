@@ -61,6 +61,15 @@ pub fn try_query(prometheus: &str, expr: &str) -> Option<Vector> {
 /// Starts Prometheus with `scrape_configs` (YAML, indented as a top-level key's items) and a
 /// 1 s scrape interval; returns the process and its address.
 pub fn start(dir: &Path, scrape_configs: &str) -> (Killed, String) {
+    launch(
+        dir,
+        &format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"),
+    )
+}
+
+/// Starts Prometheus with the whole configuration `config` (YAML) on a free loopback port;
+/// returns the process and its address.
+pub fn launch(dir: &Path, config: &str) -> (Killed, String) {
     if Command::new("prometheus")
         .arg("--version")
         .output()
@@ -68,15 +77,11 @@ pub fn start(dir: &Path, scrape_configs: &str) -> (Killed, String) {
     {
         panic!("prometheus not found: install Debian's `prometheus` package (scripts/test does)");
     }
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"),
-    )
-    .unwrap();
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).unwrap();
     let address = format!("127.0.0.1:{}", free_port());
     let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--config.file={}", path.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             dir.join("data").display()
@@ -113,41 +118,24 @@ pub fn start_with_rules(
     scrape_configs: &str,
     rule_files: &[&Path],
 ) -> (Killed, String) {
-    if Command::new("prometheus")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!("prometheus not found: install Debian's `prometheus` package (scripts/test does)");
-    }
-    let rule_files: String = rule_files
+    launch(
+        dir,
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n{}scrape_configs:\n{scrape_configs}",
+            rule_file_list(rule_files)
+        ),
+    )
+}
+
+/// `rule_files:` items, one per line.
+pub fn rule_file_list(rule_files: &[&Path]) -> String {
+    rule_files
         .iter()
         .map(|file| {
             // A JSON string is a valid YAML double-quoted scalar.
             let quoted = serde_json::to_string(file.to_str().expect("UTF-8 rule file path"));
             format!("  - {}\n", quoted.unwrap())
         })
-        .collect();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n{rule_files}scrape_configs:\n{scrape_configs}"
-        ),
-    )
-    .unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={address}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    (Killed(child), address)
+        .collect()
 }

@@ -54,6 +54,11 @@ pub async fn serve_table(
         .build()
         .await
         .expect("agent");
+    run(agent)
+}
+
+/// Runs `agent` on the current runtime until the task is aborted.
+fn run(agent: Agent) -> (Agent, tokio::task::JoinHandle<()>) {
     let runner = agent.clone();
     let task = tokio::spawn(async move {
         let _ = runner.run().await;
@@ -151,9 +156,5 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         .build()
         .await
         .expect("agent");
-    let runner = agent.clone();
-    let task = tokio::spawn(async move {
-        let _ = runner.run().await;
-    });
-    (agent, task)
+    run(agent)
 }
