@@ -412,6 +412,12 @@ fn nccl_collector(config: &Config, node: Option<Arc<NodeCollector>>) -> Option<N
 /// Registry and HTTP state for a resolved config.
 pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
     let mut registry = Registry::default();
+    let coalesced_scrapes = prometheus_client::metrics::counter::Counter::default();
+    registry.register(
+        "rdma_exporter_coalesced_scrapes",
+        "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
+        coalesced_scrapes.clone(),
+    );
     registry.register(
         "rdma_exporter_build",
         "Build facts of the running rdma-fabric-exporter; value is always 1",
@@ -446,6 +452,8 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
             .clone()
             .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
         scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
+        last_scrape: Arc::default(),
+        coalesced_scrapes,
         switches,
         hosts: Default::default(),
     }

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,10 +29,22 @@ pub struct AppState {
     pub telemetry_path: String,
     /// One scrape walks sysfs at a time; others wait (bounded by their scrape timeout).
     pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The last scrape's result, for scrapes that arrived while it ran (see `metrics`).
+    pub last_scrape: Arc<std::sync::Mutex<Option<FinishedScrape>>>,
+    /// Scrapes answered with a result finished after they arrived, without a walk of their own.
+    pub coalesced_scrapes: prometheus_client::metrics::counter::Counter,
     /// Configured switches, for `/probe`.
     pub switches: Option<Arc<Poller>>,
     /// `demo`: one node agent per simulated host, at `/hosts/<name><telemetry path>`.
     pub hosts: BTreeMap<String, Arc<AppState>>,
+}
+
+/// A scrape's encoded body and when it was finished.
+#[derive(Debug, Clone)]
+pub struct FinishedScrape {
+    pub finished: Instant,
+    pub format: Format,
+    pub body: Arc<String>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -112,18 +124,42 @@ fn scrape_timeout(headers: &HeaderMap) -> Duration {
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let timeout = scrape_timeout(&headers);
+    let arrived = Instant::now();
     let scrape = async {
         let guard = state.scrape_lock.clone().lock_owned().await;
+        // Scrapes that queued behind a running one take its result: however many scrapers
+        // arrive together, the node is read once (bounded CPU, sysfs and firmware load).
+        let finished_while_waiting = state
+            .last_scrape
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|s| s.finished >= arrived && s.format == format)
+            .map(|s| s.body.clone());
+        if let Some(body) = finished_while_waiting {
+            state.coalesced_scrapes.inc();
+            return Ok(Ok::<_, std::fmt::Error>(body));
+        }
         let state = state.clone();
         // sysfs reads block; keep them off the async workers.
         tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            format.encode(&state.registry)
+            let body = Arc::new(format.encode(&state.registry)?);
+            *state.last_scrape.lock().unwrap_or_else(|p| p.into_inner()) = Some(FinishedScrape {
+                finished: Instant::now(),
+                format,
+                body: body.clone(),
+            });
+            Ok(body)
         })
         .await
     };
     match tokio::time::timeout(timeout, scrape).await {
-        Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(Ok(Ok(body))) => (
+            [(header::CONTENT_TYPE, format.content_type())],
+            String::clone(&body),
+        )
+            .into_response(),
         Ok(Ok(Err(e))) => {
             tracing::error!("encoding metrics failed: {e}");
             (

@@ -84,3 +84,38 @@ fn custom_telemetry_path() {
     assert_eq!(exporter.get("/metrics").0, 404);
     assert!(exporter.get("/").2.contains("href=\"/rdma\""));
 }
+
+/// Scrapers that arrive while a scrape runs take its result instead of reading the node again:
+/// every one is answered in full, and the exporter counts the coalesced ones.
+#[test]
+fn simultaneous_scrapes_share_one_read() {
+    let exporter = Exporter::on_sysfs(&fixture("cx7-roce/sys"), &[]);
+    let url = exporter.url("/metrics");
+    let mut coalesced = 0.0;
+    for _round in 0..20 {
+        let bodies: Vec<(u16, String)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let (status, _, body) = get_with(&url, &[]);
+                        (status, body)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (status, body) in &bodies {
+            assert_eq!(*status, 200);
+            assert!(
+                body.contains("rdma_devices 10"),
+                "a shared answer is a whole answer"
+            );
+        }
+        let samples = parse_exposition(&exporter.metrics());
+        coalesced = value_of(&samples, "rdma_exporter_coalesced_scrapes_total", &[]).unwrap();
+        if coalesced > 0.0 {
+            break;
+        }
+    }
+    assert!(coalesced > 0.0, "16 scrapers at once never shared a read");
+}
