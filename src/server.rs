@@ -44,7 +44,8 @@ pub struct AppState {
 pub struct FinishedScrape {
     pub finished: Instant,
     pub format: Format,
-    pub body: Arc<String>,
+    /// Shared, not copied: a coalesced scrape sends the same bytes.
+    pub body: axum::body::Bytes,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -144,7 +145,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         // sysfs reads block; keep them off the async workers.
         tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            let body = Arc::new(format.encode(&state.registry)?);
+            let body = axum::body::Bytes::from(format.encode(&state.registry)?);
             *state.last_scrape.lock().unwrap_or_else(|p| p.into_inner()) = Some(FinishedScrape {
                 finished: Instant::now(),
                 format,
@@ -155,11 +156,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         .await
     };
     match tokio::time::timeout(timeout, scrape).await {
-        Ok(Ok(Ok(body))) => (
-            [(header::CONTENT_TYPE, format.content_type())],
-            String::clone(&body),
-        )
-            .into_response(),
+        Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Ok(Ok(Err(e))) => {
             tracing::error!("encoding metrics failed: {e}");
             (
