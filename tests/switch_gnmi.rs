@@ -197,6 +197,17 @@ async fn wrong_password_silent_and_absent_targets_fail_within_the_timeout() {
     assert!(matches!(err.reason, "network" | "timeout"), "{err}");
 }
 
+/// A fake switch on loopback with a session to it running in the background.
+async fn session_on_fake_switch(
+    mode: SessionMode,
+    interval: Duration,
+) -> (FakeSwitch, Views, SessionEnd) {
+    let switch = FakeSwitch::new(Some(USER));
+    let address = serve(switch.clone(), Transport::Plain).await;
+    let (views, session) = spawn_session(client(address), mode, interval);
+    (switch, views, session)
+}
+
 /// Runs a session in the background, collecting its views; returns them and how it ended.
 fn spawn_session(target: GnmiTarget, mode: SessionMode, interval: Duration) -> (Views, SessionEnd) {
     let views: Views = Arc::default();
@@ -224,13 +235,8 @@ async fn wait_for_views(views: &Mutex<Vec<Vec<GnmiUpdate>>>, count: usize) {
 
 #[tokio::test]
 async fn stream_sample_delivers_fresh_values_each_interval() {
-    let switch = FakeSwitch::new(Some(USER));
-    let address = serve(switch.clone(), Transport::Plain).await;
-    let (views, session) = spawn_session(
-        client(address),
-        SessionMode::Stream,
-        Duration::from_millis(200),
-    );
+    let (switch, views, session) =
+        session_on_fake_switch(SessionMode::Stream, Duration::from_millis(200)).await;
     wait_for_views(&views, 1).await;
     switch.bump("Ethernet0", "SAI_PORT_STAT_PFC_3_RX_PKTS", 500);
     wait_for_views(&views, 4).await;
@@ -254,13 +260,8 @@ async fn stream_sample_delivers_fresh_values_each_interval() {
 
 #[tokio::test]
 async fn poll_mode_asks_on_the_open_stream() {
-    let switch = FakeSwitch::new(Some(USER));
-    let address = serve(switch.clone(), Transport::Plain).await;
-    let (views, session) = spawn_session(
-        client(address),
-        SessionMode::Poll,
-        Duration::from_millis(150),
-    );
+    let (switch, views, session) =
+        session_on_fake_switch(SessionMode::Poll, Duration::from_millis(150)).await;
     wait_for_views(&views, 3).await;
     assert_eq!(
         switch.modes.lock().unwrap().as_slice(),
@@ -273,13 +274,8 @@ async fn poll_mode_asks_on_the_open_stream() {
 
 #[tokio::test]
 async fn a_stream_broken_mid_sample_ends_the_session_and_delivers_no_partial_view() {
-    let switch = FakeSwitch::new(Some(USER));
-    let address = serve(switch.clone(), Transport::Plain).await;
-    let (views, session) = spawn_session(
-        client(address),
-        SessionMode::Stream,
-        Duration::from_millis(200),
-    );
+    let (switch, views, session) =
+        session_on_fake_switch(SessionMode::Stream, Duration::from_millis(200)).await;
     wait_for_views(&views, 1).await;
     switch.set(Behaviour::CloseMidSample);
     let (error, delivered) = tokio::time::timeout(Duration::from_secs(5), session)
@@ -300,10 +296,8 @@ async fn a_stream_broken_mid_sample_ends_the_session_and_delivers_no_partial_vie
 
 #[tokio::test]
 async fn a_silent_stream_is_declared_stalled() {
-    let switch = FakeSwitch::new(Some(USER));
-    let address = serve(switch.clone(), Transport::Plain).await;
     let interval = Duration::from_millis(200);
-    let (views, session) = spawn_session(client(address), SessionMode::Stream, interval);
+    let (switch, views, session) = session_on_fake_switch(SessionMode::Stream, interval).await;
     wait_for_views(&views, 1).await;
     switch.set(Behaviour::Silent);
     let started = Instant::now();

@@ -212,13 +212,31 @@ fn switches_are_polled_and_served() {
     .is_some());
 }
 
+/// Writes `text` as the config, runs `check-config` (or `serve` when `at_startup`: errors
+/// found only when the switches are built), expects exit 2 and returns stderr.
+fn refused(config: &std::path::Path, text: &str, at_startup: bool) -> String {
+    std::fs::write(config, text).unwrap();
+    let path = path_str(config);
+    let (code, _, stderr) = if at_startup {
+        run(&[
+            "serve",
+            "--config.file",
+            path,
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ])
+    } else {
+        run(&["check-config", "--config.file", path])
+    };
+    assert_eq!(code, 2, "{stderr}");
+    stderr
+}
+
 #[test]
 fn unsupported_or_unknown_switch_settings_are_config_errors() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.yml");
-    std::fs::write(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2:57400\n    protocol: gnmi\n    profile: sonic\n    snmp: {version: 2c, community_env: X}\n").unwrap();
-    let (code, _, stderr) = run(&["check-config", "--config.file", path_str(&config)]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = refused(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2:57400\n    protocol: gnmi\n    profile: sonic\n    snmp: {version: 2c, community_env: X}\n", false);
     // Located at the switch entry (the YAML library reports custom errors there).
     assert!(
         stderr.contains(
@@ -227,42 +245,22 @@ fn unsupported_or_unknown_switch_settings_are_config_errors() {
         "{stderr}"
     );
 
-    std::fs::write(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    protocol: gnmi\n    profile: sonic\n    gnmi: {username: mon, password_env: P}\n").unwrap();
-    let (code, _, stderr) = run(&["check-config", "--config.file", path_str(&config)]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = refused(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    protocol: gnmi\n    profile: sonic\n    gnmi: {username: mon, password_env: P}\n", false);
     assert!(stderr.contains("in clear"), "{stderr}");
 
-    std::fs::write(&config, "node: {enabled: false}\nswitches:\n  - name: leaf2\n    address: 127.0.0.1\n    protocol: gnmi\n    profile: arista_eos\n    gnmi: {}\n").unwrap();
-    let (code, _, stderr) = run(&[
-        "serve",
-        "--config.file",
-        path_str(&config),
-        "--web.listen-address",
-        "127.0.0.1:0",
-    ]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = refused(&config, "node: {enabled: false}\nswitches:\n  - name: leaf2\n    address: 127.0.0.1\n    protocol: gnmi\n    profile: arista_eos\n    gnmi: {}\n", true);
     assert!(
         stderr.contains("profile \"arista_eos\" has no gNMI paths"),
         "{stderr}"
     );
 
-    std::fs::write(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    profile: sonic\n    snmp: {version: 2c, community: public}\n").unwrap();
-    let (code, _, stderr) = run(&["check-config", "--config.file", path_str(&config)]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = refused(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    profile: sonic\n    snmp: {version: 2c, community: public}\n", false);
     assert!(
         stderr.contains("unknown field `community`"),
         "inline communities are refused: {stderr}"
     );
 
-    std::fs::write(&config, "node: {enabled: false}\nswitches:\n  - name: leaf2\n    address: 127.0.0.1:9\n    profile: acme\n    snmp: {version: 2c, community_file: /nonexistent}\n").unwrap();
-    let (code, _, stderr) = run(&[
-        "serve",
-        "--config.file",
-        path_str(&config),
-        "--web.listen-address",
-        "127.0.0.1:0",
-    ]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = refused(&config, "node: {enabled: false}\nswitches:\n  - name: leaf2\n    address: 127.0.0.1:9\n    profile: acme\n    snmp: {version: 2c, community_file: /nonexistent}\n", true);
     assert!(stderr.contains("unknown profile \"acme\""), "{stderr}");
 }
 
