@@ -180,6 +180,9 @@ pub struct ServeArgs {
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
     pub nccl_log_dir: Option<PathBuf>,
+    /// For benchmarks only: every scrape walks sysfs itself, however many run at once.
+    #[arg(long = "debug.no-scrape-coalescing", hide = true)]
+    pub no_scrape_coalescing: bool,
 }
 
 impl ServeArgs {
@@ -452,6 +455,7 @@ pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
             .clone()
             .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
         scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
+        coalesce_scrapes: true,
         last_scrape: Arc::default(),
         coalesced_scrapes,
         switches,

@@ -9,6 +9,7 @@ pub mod direction;
 pub mod exposition;
 pub mod landing;
 pub mod node;
+pub mod process_metrics;
 pub mod server;
 pub mod sim;
 pub mod switch;

@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use rdma_fabric_exporter::cli::{self, Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config::{self, ConfigError};
+use rdma_fabric_exporter::process_metrics::ProcessCollector;
 use rdma_fabric_exporter::web::LiveWebConfig;
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
@@ -109,13 +110,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(switches) => switches,
         Err(e) => return Ok(config_error(&e)),
     };
-    let state = Arc::new(cli::app_state(&config, switches.clone()));
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let mut state = cli::app_state(&config, switches.clone());
+    state
+        .registry
+        .register_collector(Box::new(ProcessCollector {
+            runtime: Some(runtime.handle().clone()),
+        }));
+    state.coalesce_scrapes = !args.no_scrape_coalescing;
+    let state = Arc::new(state);
     let listen_address = config
         .web
         .listen_address
         .clone()
         .unwrap_or_else(config::default_listen_address);
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         match &switches {
             Some(switches) if config.switch_polling == config::SwitchPolling::Background => {

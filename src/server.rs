@@ -29,6 +29,8 @@ pub struct AppState {
     pub telemetry_path: String,
     /// One scrape walks sysfs at a time; others wait (bounded by their scrape timeout).
     pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Off only to measure what the bound saves (`--debug.no-scrape-coalescing`).
+    pub coalesce_scrapes: bool,
     /// The last scrape's result, for scrapes that arrived while it ran (see `metrics`).
     pub last_scrape: Arc<std::sync::Mutex<Option<FinishedScrape>>>,
     /// Scrapes answered with a result finished after they arrived, without a walk of their own.
@@ -127,6 +129,13 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     let timeout = scrape_timeout(&headers);
     let arrived = Instant::now();
     let scrape = async {
+        if !state.coalesce_scrapes {
+            let state = state.clone();
+            return tokio::task::spawn_blocking(move || {
+                Ok(axum::body::Bytes::from(format.encode(&state.registry)?))
+            })
+            .await;
+        }
         let guard = state.scrape_lock.clone().lock_owned().await;
         // Scrapes that queued behind a running one take its result: however many scrapers
         // arrive together, the node is read once (bounded CPU, sysfs and firmware load).

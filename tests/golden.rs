@@ -105,13 +105,18 @@ fn serve_cx7_with(extra: &[&str]) -> Exporter {
     Exporter::start(&args)
 }
 
-/// Replaces what legitimately changes between runs: durations and build facts.
+/// Replaces what legitimately changes between runs: durations, build facts and the process's
+/// own figures.
 fn normalize(body: &str) -> String {
     body.lines()
         .map(|line| {
             if line.starts_with("rdma_exporter_collector_duration_seconds{") {
                 let (series, _) = line.rsplit_once(' ').unwrap();
                 format!("{series} <duration>")
+            } else if line.starts_with("process_") || line.starts_with("rdma_exporter_async_tasks ")
+            {
+                let (series, _) = line.rsplit_once(' ').unwrap();
+                format!("{series} <process>")
             } else if line.starts_with("rdma_exporter_build_info{") {
                 "rdma_exporter_build_info{<build facts>} 1".to_string()
             } else {

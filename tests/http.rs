@@ -119,3 +119,62 @@ fn simultaneous_scrapes_share_one_read() {
     }
     assert!(coalesced > 0.0, "16 scrapers at once never shared a read");
 }
+
+#[test]
+fn process_figures_match_the_kernel_view_of_the_exporter() {
+    let exporter = Exporter::on_sysfs(&fixture("cx7-roce/sys"), &[]);
+    let samples = parse_exposition(&exporter.metrics());
+    let pid = exporter.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let vm_rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let rss = value_of(&samples, "process_resident_memory_bytes", &[]).unwrap();
+    // Same process, moments apart: within a quarter of each other.
+    assert!(
+        (rss / (vm_rss_kib * 1024.0) - 1.0).abs() < 0.25,
+        "exported RSS {rss} vs VmRSS {vm_rss_kib} KiB"
+    );
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as f64;
+    let open_fds = value_of(&samples, "process_open_fds", &[]).unwrap();
+    assert!((open_fds - fds).abs() <= 4.0, "{open_fds} vs {fds}");
+    assert!(value_of(&samples, "process_max_fds", &[]).unwrap() >= open_fds);
+    assert!(value_of(&samples, "process_threads", &[]).unwrap() >= 2.0);
+    let tasks = value_of(&samples, "rdma_exporter_async_tasks", &[]).unwrap();
+    assert!(
+        (1.0..100.0).contains(&tasks),
+        "{tasks} live tasks on an idle agent"
+    );
+    let started = value_of(&samples, "process_start_time_seconds", &[]).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now && started > now - 120.0,
+        "started at {started}, now {now}"
+    );
+}
+
+#[test]
+fn unbounded_scrapes_never_share_a_read() {
+    // The bench's comparison mode must really switch the bound off.
+    let exporter = Exporter::on_sysfs(&fixture("cx7-roce/sys"), &["--debug.no-scrape-coalescing"]);
+    let url = exporter.url("/metrics");
+    for _round in 0..5 {
+        std::thread::scope(|scope| {
+            for _ in 0..16 {
+                scope.spawn(|| assert_eq!(get_with(&url, &[]).0, 200));
+            }
+        });
+    }
+    let samples = parse_exposition(&exporter.metrics());
+    assert_eq!(
+        value_of(&samples, "rdma_exporter_coalesced_scrapes_total", &[]),
+        Some(0.0)
+    );
+}

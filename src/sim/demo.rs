@@ -159,6 +159,12 @@ impl Demo {
         config.switch_polling = SwitchPolling::Background;
         config.web.telemetry_path = Some(telemetry_path.to_string());
         let mut state = crate::cli::app_state(&config, Some(poller));
+        // The demo process's own figures go with the switches' endpoint, not with each host.
+        state
+            .registry
+            .register_collector(Box::new(crate::process_metrics::ProcessCollector {
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            }));
         state.hosts = hosts;
         Ok(Demo {
             dir,

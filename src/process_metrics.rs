@@ -1,0 +1,198 @@
+//! The exporter's own process figures, under the names every Prometheus client library uses
+//! (`process_resident_memory_bytes`, `process_open_fds`, ...), plus the number of live async
+//! tasks. They let operators (and the soak bench) see a leak in the exporter itself.
+//!
+//! Read from `/proc/self` at each scrape: a few small reads, no crate needed. Where `/proc` is
+//! missing the figures are simply absent.
+
+use std::borrow::Cow;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use crate::exposition::{Families, Value};
+
+#[derive(Debug, Default)]
+pub struct ProcessCollector {
+    /// The runtime whose live tasks are counted; `None` outside a runtime.
+    pub runtime: Option<tokio::runtime::Handle>,
+}
+
+/// What `/proc/self/stat` holds that is exposed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ProcStat {
+    cpu_seconds: f64,
+    threads: u64,
+    start_time_seconds: f64,
+    virtual_memory_bytes: u64,
+    resident_memory_bytes: u64,
+}
+
+/// Parses `/proc/<pid>/stat` (see proc(5)); `boot_time` is `btime` from `/proc/stat`.
+fn parse_stat(
+    stat: &str,
+    ticks_per_second: f64,
+    page_size: u64,
+    boot_time: u64,
+) -> Option<ProcStat> {
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // proc(5) numbers fields from 1 with pid and comm as 1 and 2; `fields[0]` is field 3.
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some(ProcStat {
+        cpu_seconds: (field(14)? + field(15)?) as f64 / ticks_per_second,
+        threads: field(20)?,
+        start_time_seconds: boot_time as f64 + field(22)? as f64 / ticks_per_second,
+        virtual_memory_bytes: field(23)?,
+        resident_memory_bytes: field(24)?.saturating_mul(page_size),
+    })
+}
+
+fn boot_time() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn read_stat() -> Option<ProcStat> {
+    // SAFETY: sysconf has no preconditions.
+    let (ticks, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if ticks <= 0 || page <= 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_stat(&stat, ticks as f64, page as u64, boot_time()?)
+}
+
+fn open_fds() -> Option<u64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
+}
+
+fn max_fds() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (status == 0).then_some(limit.rlim_cur)
+}
+
+impl ProcessCollector {
+    fn families(&self) -> Families<'static> {
+        let mut families = Families::default();
+        let none = Vec::<(&'static str, Cow<'static, str>)>::new;
+        if let Some(stat) = read_stat() {
+            families.counter(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                none(),
+                Value::F64(stat.cpu_seconds),
+            );
+            families.gauge(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                none(),
+                Value::U64(stat.resident_memory_bytes),
+            );
+            families.gauge(
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                none(),
+                Value::U64(stat.virtual_memory_bytes),
+            );
+            families.gauge(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                none(),
+                Value::F64(stat.start_time_seconds),
+            );
+            families.gauge(
+                "process_threads",
+                "Number of OS threads in the process.",
+                none(),
+                Value::U64(stat.threads),
+            );
+        }
+        if let Some(fds) = open_fds() {
+            families.gauge(
+                "process_open_fds",
+                "Number of open file descriptors.",
+                none(),
+                Value::U64(fds),
+            );
+        }
+        if let Some(fds) = max_fds() {
+            families.gauge(
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                none(),
+                Value::U64(fds),
+            );
+        }
+        if let Some(runtime) = &self.runtime {
+            families.gauge(
+                "rdma_exporter_async_tasks",
+                "Async tasks alive in the exporter's runtime (switch sessions, connections, timers); flat in a healthy exporter.",
+                none(),
+                Value::U64(runtime.metrics().num_alive_tasks() as u64),
+            );
+        }
+        families
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.families().encode(&mut encoder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_taken_after_the_command_name() {
+        // A command name with spaces and a ')' must not shift the fields.
+        let stat = "4242 (rfe (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 \
+                    250 50 0 0 20 0 7 0 1000 123456789 3000 18446744073709551615";
+        let parsed = parse_stat(stat, 100.0, 4096, 1_700_000_000).unwrap();
+        assert_eq!(
+            parsed,
+            ProcStat {
+                cpu_seconds: 3.0,
+                threads: 7,
+                start_time_seconds: 1_700_000_010.0,
+                virtual_memory_bytes: 123_456_789,
+                resident_memory_bytes: 3000 * 4096,
+            }
+        );
+        assert_eq!(parse_stat("4242 (rfe) S 1 2", 100.0, 4096, 0), None);
+    }
+
+    #[test]
+    fn own_figures_are_plausible() {
+        let stat = read_stat().expect("/proc/self/stat");
+        assert!(stat.resident_memory_bytes > 1 << 20, "{stat:?}");
+        assert!(stat.threads >= 1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            stat.start_time_seconds <= now + 1.0
+                && stat.start_time_seconds > now - 86_400.0 * 365.0
+        );
+        assert!(open_fds().unwrap() >= 3);
+        assert!(max_fds().unwrap() >= open_fds().unwrap());
+    }
+}
