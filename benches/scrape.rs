@@ -7,24 +7,22 @@
 //! (shared machines are noisy). Exits non-zero when a scrape fails or a server dies. See
 //! BENCHMARKS.md.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod common;
 
 use anyhow::{bail, Context};
-use common::proc::{cpu_seconds, free_port, load_average, memory_kib};
-use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_ethtool_files, write_tree};
+use common::fixture::{node_exporter_binary, Fixture, NODE_EXPORTER};
+use common::proc::{cpu_seconds, load_average, memory_kib};
+use common::server::Server;
 
 const DEVICES: usize = 10;
 const SEED: u64 = 42;
 const WARMUP_SCRAPES: usize = 20;
 const DEFAULT_SCRAPES: usize = 300;
-const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
 /// Targets from the project brief: our median scrape at most half of node_exporter's, RSS below.
 const TARGET_LATENCY_RATIO: f64 = 0.5;
 const TARGET_RSS_MIB: f64 = 20.0;
@@ -51,7 +49,7 @@ fn run() -> anyhow::Result<()> {
     };
 
     // Declared first so that it is dropped (removed) after the servers are killed.
-    let fixture = Fixture::create()?;
+    let fixture = Fixture::create("rfe-scrape-bench-", DEVICES, SEED)?;
     let counts = FileCounts::of(&fixture.sys())?;
     println!(
         "fixture: {DEVICES} mlx5 devices ({} RoCE ports with ethtool stats) in {} ({})",
@@ -60,9 +58,9 @@ fn run() -> anyhow::Result<()> {
         fixture.medium
     );
 
-    let ours = Server::start_ours(&fixture, Work::Full)?;
+    let ours = start_ours(&fixture, Work::Full)?;
     let theirs = match node_exporter_binary() {
-        Some(binary) => Some(Server::start_node_exporter(&binary, &fixture)?),
+        Some(binary) => Some(Server::start_node_exporter(&binary, &fixture.sys(), &[])?),
         None => {
             let banner = "!".repeat(78);
             eprintln!("\n{banner}");
@@ -77,7 +75,7 @@ fn run() -> anyhow::Result<()> {
     };
     // Equal work: ours on the counters-only tree with no ethtool, next to node_exporter.
     let ours_equal = match &theirs {
-        Some(_) => Some(Server::start_ours(&fixture, Work::SameFilesAsNodeExporter)?),
+        Some(_) => Some(start_ours(&fixture, Work::SameFilesAsNodeExporter)?),
         None => None,
     };
     let mut targets: Vec<Target> = std::iter::once(ours)
@@ -140,63 +138,6 @@ fn run() -> anyhow::Result<()> {
 
     print_report(scrapes, &counts, &results);
     Ok(())
-}
-
-/// A fixture node on tmpfs (or in a temporary directory), removed on drop.
-struct Fixture {
-    dir: tempfile::TempDir,
-    medium: &'static str,
-}
-
-impl Fixture {
-    fn create() -> anyhow::Result<Fixture> {
-        let builder = {
-            let mut b = tempfile::Builder::new();
-            b.prefix("rfe-scrape-bench-");
-            b
-        };
-        let (dir, medium) = match builder.tempdir_in("/dev/shm") {
-            Ok(dir) => (dir, "tmpfs /dev/shm"),
-            Err(_) => (
-                builder
-                    .tempdir()
-                    .context("creating the fixture directory")?,
-                "temporary directory: /dev/shm unavailable, file system caches matter",
-            ),
-        };
-        let fixture = Fixture { dir, medium };
-        let nics = connectx7_node(DEVICES, SEED);
-        write_tree(&fixture.sys(), &nics).context("writing the sysfs tree")?;
-        write_ethtool_files(&fixture.ethtool(), &nics).context("writing ethtool files")?;
-        // The same node without hw_counters, for an equal-work run against node_exporter 1.5.
-        let counters_only: Vec<_> = nics
-            .into_iter()
-            .map(|mut nic| {
-                nic.hw_counters.clear();
-                nic.device_hw_counters.clear();
-                nic
-            })
-            .collect();
-        write_tree(&fixture.sys_counters_only(), &counters_only)
-            .context("writing the counters-only tree")?;
-        Ok(fixture)
-    }
-
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn sys(&self) -> PathBuf {
-        self.root().join("sys")
-    }
-
-    fn ethtool(&self) -> PathBuf {
-        self.root().join("ethtool")
-    }
-
-    fn sys_counters_only(&self) -> PathBuf {
-        self.root().join("sys-counters-only")
-    }
 }
 
 /// Files each exporter opens per scrape, counted on the fixture.
@@ -270,13 +211,6 @@ impl FileCounts {
     }
 }
 
-fn node_exporter_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("NODE_EXPORTER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(NODE_EXPORTER));
-    path.is_file().then_some(path)
-}
-
 /// What our exporter is asked to read.
 #[derive(Clone, Copy)]
 enum Work {
@@ -286,184 +220,30 @@ enum Work {
     SameFilesAsNodeExporter,
 }
 
-/// A server process, killed on drop (also when unwinding from a panic).
-struct Server {
-    name: &'static str,
-    program: PathBuf,
-    child: Child,
-    address: String,
-    /// Everything it logged, for error messages.
-    log: Arc<Mutex<String>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start_ours(fixture: &Fixture, work: Work) -> anyhow::Result<Server> {
-        let binary = std::env::var_os("RFE_BINARY")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter")));
-        let mut command = Command::new(&binary);
-        command
-            .arg("serve")
-            .args(["--web.listen-address", "127.0.0.1:0"])
-            .args(["--log.format", "text"]);
-        let name = match work {
-            Work::Full => {
-                command
-                    .arg("--path.sysfs")
-                    .arg(fixture.sys())
-                    .args(["--collector.ethtool.source", "files"])
-                    .arg("--collector.ethtool.stats-dir")
-                    .arg(fixture.ethtool());
-                "rdma-fabric-exporter"
-            }
-            Work::SameFilesAsNodeExporter => {
-                command
-                    .arg("--path.sysfs")
-                    .arg(fixture.sys_counters_only())
-                    .args(["--collector.ethtool.source", "none"]);
-                "rfe, equal work"
-            }
-        };
-        let (mut server, addresses) = Server::spawn(name, command)?;
-        // With port 0 the bound address is only known from the log line.
-        match addresses.recv_timeout(Duration::from_secs(30)) {
-            Ok(address) => server.address = address,
-            Err(_) => {
-                server.check_alive()?;
-                bail!(
-                    "{} did not log its address within 30 s:\n{}",
-                    binary.display(),
-                    server.log()
-                );
-            }
-        }
-        server.wait_ready()?;
-        Ok(server)
-    }
-
-    fn start_node_exporter(binary: &Path, fixture: &Fixture) -> anyhow::Result<Server> {
-        let port = free_port()?;
-        let mut command = Command::new(binary);
-        command
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg(format!("--path.sysfs={}", fixture.sys().display()))
-            .args(["--collector.disable-defaults", "--collector.infiniband"]);
-        let (mut server, _) = Server::spawn("node_exporter", command)?;
-        server.address = format!("127.0.0.1:{port}");
-        server.wait_ready()?;
-        Ok(server)
-    }
-
-    fn spawn(
-        name: &'static str,
-        mut command: Command,
-    ) -> anyhow::Result<(Server, mpsc::Receiver<String>)> {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // If the bench itself is killed (SIGKILL, no unwinding), take the server down with it.
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("starting {name}: {command:?}"))?;
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log = Arc::new(Mutex::new(String::new()));
-        let (sender, receiver) = mpsc::channel();
-        let thread_log = Arc::clone(&log);
-        // Keep draining stderr so that the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(address) = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("address="))
-                {
-                    let _ = sender.send(address.trim_matches('"').to_string());
-                }
-                let mut log = thread_log.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let server = Server {
-            name,
-            program: PathBuf::from(command.get_program()),
-            child,
-            address: String::new(),
-            log,
-        };
-        Ok((server, receiver))
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        match self.child.try_wait()? {
-            None => Ok(()),
-            Some(status) => {
-                // Let the stderr thread catch the last lines.
-                std::thread::sleep(Duration::from_millis(100));
-                bail!("{} died ({status}); its log:\n{}", self.name, self.log())
-            }
-        }
-    }
-
-    /// After a failed request: a dying server resets the connection slightly before it can be
-    /// reaped, so give it a moment to report its exit.
-    fn check_alive_after_error(&mut self) -> anyhow::Result<()> {
-        for _ in 0..20 {
-            self.check_alive()?;
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
-    }
-
-    /// Polls `/` until the server answers 200 (node_exporter binds after it starts).
-    fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let url = format!("http://{}/", self.address);
-        loop {
-            self.check_alive()?;
-            if let Ok(response) = client.get(&url).send() {
-                if response.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} not ready at {url} after 30 s:\n{}",
-                    self.name,
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+fn start_ours(fixture: &Fixture, work: Work) -> anyhow::Result<Server> {
+    let (name, args): (_, Vec<OsString>) = match work {
+        Work::Full => (
+            "rdma-fabric-exporter",
+            vec![
+                "--path.sysfs".into(),
+                fixture.sys().into(),
+                "--collector.ethtool.source".into(),
+                "files".into(),
+                "--collector.ethtool.stats-dir".into(),
+                fixture.ethtool().into(),
+            ],
+        ),
+        Work::SameFilesAsNodeExporter => (
+            "rfe, equal work",
+            vec![
+                "--path.sysfs".into(),
+                fixture.sys_counters_only().into(),
+                "--collector.ethtool.source".into(),
+                "none".into(),
+            ],
+        ),
+    };
+    Server::start_rfe(name, &args)
 }
 
 /// One server under measurement, with its own keep-alive connection.

@@ -1,0 +1,76 @@
+//! The fixture node the benches serve: an 8-GPU node's sysfs tree and `ethtool -S` files.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_ethtool_files, write_tree};
+
+/// Debian's node_exporter (1.5.0 in bookworm).
+pub const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
+
+/// A fixture node on tmpfs (or in a temporary directory), removed on drop.
+pub struct Fixture {
+    dir: tempfile::TempDir,
+    /// Where it lives, for the report.
+    pub medium: &'static str,
+}
+
+impl Fixture {
+    /// `devices` ConnectX-7 ports from the crate's own generator, under a `prefix`ed directory.
+    pub fn create(prefix: &str, devices: usize, seed: u64) -> anyhow::Result<Fixture> {
+        let builder = {
+            let mut b = tempfile::Builder::new();
+            b.prefix(prefix);
+            b
+        };
+        let (dir, medium) = match builder.tempdir_in("/dev/shm") {
+            Ok(dir) => (dir, "tmpfs /dev/shm"),
+            Err(_) => (
+                builder
+                    .tempdir()
+                    .context("creating the fixture directory")?,
+                "temporary directory: /dev/shm unavailable, file system caches matter",
+            ),
+        };
+        let fixture = Fixture { dir, medium };
+        let nics = connectx7_node(devices, seed);
+        write_tree(&fixture.sys(), &nics).context("writing the sysfs tree")?;
+        write_ethtool_files(&fixture.ethtool(), &nics).context("writing ethtool files")?;
+        // The same node without hw_counters, for an equal-work run against node_exporter 1.5.
+        let counters_only: Vec<_> = nics
+            .into_iter()
+            .map(|mut nic| {
+                nic.hw_counters.clear();
+                nic.device_hw_counters.clear();
+                nic
+            })
+            .collect();
+        write_tree(&fixture.sys_counters_only(), &counters_only)
+            .context("writing the counters-only tree")?;
+        Ok(fixture)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn sys(&self) -> PathBuf {
+        self.root().join("sys")
+    }
+
+    pub fn ethtool(&self) -> PathBuf {
+        self.root().join("ethtool")
+    }
+
+    pub fn sys_counters_only(&self) -> PathBuf {
+        self.root().join("sys-counters-only")
+    }
+}
+
+/// node_exporter at $NODE_EXPORTER or Debian's path, if installed.
+pub fn node_exporter_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("NODE_EXPORTER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(NODE_EXPORTER));
+    path.is_file().then_some(path)
+}
