@@ -20,7 +20,8 @@ const ETHTOOL_GSTRINGS: u32 = 0x1b;
 const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 const ETH_SS_STATS: u32 = 1;
-const ETH_GSTRING_LEN: usize = 32;
+/// Length of one string-set record: a statistic name, NUL-padded.
+pub const ETH_GSTRING_LEN: usize = 32;
 
 /// `struct ifreq` as SIOCETHTOOL uses it: the name and the `ifr_data` member of the union.
 /// libc exposes the union, not a typed `ifr_data`; the padding keeps the size equal to the C
@@ -101,28 +102,73 @@ fn read_once(sock: &OwnedFd, ifname: &IfName, netdev: &str) -> Result<Attempt, E
     )
     .map_err(|e| map_errno(netdev, "GSTRINGS", e))?
     {
-        Counted::Read(items) => items
-            .chunks_exact(ETH_GSTRING_LEN)
-            .map(gstring)
-            .collect::<Vec<_>>(),
+        Counted::Read(items) => {
+            decode_strings(&items, n as usize).map_err(|e| invalid(netdev, "GSTRINGS", e))?
+        }
         Counted::Changed(got) => return Ok(Attempt::CountChanged { expected: n, got }),
     };
     let values = match read_counted(sock, ifname, &[ETHTOOL_GSTATS], n, size_of::<u64>())
         .map_err(|e| map_errno(netdev, "GSTATS", e))?
     {
-        Counted::Read(items) => items
-            .chunks_exact(size_of::<u64>())
-            .map(|v| u64::from_ne_bytes(v.try_into().expect("8-byte chunk")))
-            .collect::<Vec<_>>(),
+        Counted::Read(items) => {
+            decode_stats(&items, n as usize).map_err(|e| invalid(netdev, "GSTATS", e))?
+        }
         Counted::Changed(got) => return Ok(Attempt::CountChanged { expected: n, got }),
     };
     Ok(Attempt::Read(std::iter::zip(names, values).collect()))
+}
+
+/// A GSTRINGS or GSTATS payload whose length is not `count` whole records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{len} bytes are not {count} records of {record_len} bytes")]
+pub struct RecordsError {
+    pub len: usize,
+    pub count: usize,
+    pub record_len: usize,
+}
+
+/// The names of a GSTRINGS answer: `count` records of `ETH_GSTRING_LEN` bytes. Pure, so the
+/// byte handling is tested (and fuzzed) without a kernel.
+pub fn decode_strings(buf: &[u8], count: usize) -> Result<Vec<String>, RecordsError> {
+    Ok(records(buf, count, ETH_GSTRING_LEN)?.map(gstring).collect())
+}
+
+/// The values of a GSTATS answer: `count` u64 in native byte order.
+pub fn decode_stats(buf: &[u8], count: usize) -> Result<Vec<u64>, RecordsError> {
+    Ok(records(buf, count, size_of::<u64>())?
+        .map(|v| u64::from_ne_bytes(v.try_into().expect("8-byte chunk")))
+        .collect())
+}
+
+/// `buf` as exactly `count` records; a short or long buffer is refused rather than truncated,
+/// which would pair names with the wrong values.
+fn records(
+    buf: &[u8],
+    count: usize,
+    record_len: usize,
+) -> Result<std::slice::ChunksExact<'_, u8>, RecordsError> {
+    if count.checked_mul(record_len) != Some(buf.len()) {
+        return Err(RecordsError {
+            len: buf.len(),
+            count,
+            record_len,
+        });
+    }
+    Ok(buf.chunks_exact(record_len))
 }
 
 /// A statistic name: NUL-padded to 32 bytes, not NUL-terminated when it uses all 32.
 fn gstring(raw: &[u8]) -> String {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
     String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+fn invalid(netdev: &str, op: &'static str, e: RecordsError) -> EthtoolError {
+    EthtoolError::Io {
+        netdev: netdev.to_string(),
+        op,
+        source: io::Error::new(io::ErrorKind::InvalidData, e),
+    }
 }
 
 fn map_errno(netdev: &str, op: &'static str, source: io::Error) -> EthtoolError {
@@ -381,6 +427,34 @@ mod tests {
             "a".repeat(ETH_GSTRING_LEN)
         );
         assert_eq!(gstring(b"q\xff\0junk"), "q\u{fffd}");
+    }
+
+    #[test]
+    fn decoders_pair_whole_records_only() {
+        let mut names = vec![0u8; 2 * ETH_GSTRING_LEN];
+        names[..10].copy_from_slice(b"rx_packets");
+        names[ETH_GSTRING_LEN..ETH_GSTRING_LEN + 14].copy_from_slice(b"rx_prio3_pause");
+        assert_eq!(
+            decode_strings(&names, 2).unwrap(),
+            ["rx_packets", "rx_prio3_pause"]
+        );
+        let values: Vec<u8> = [7u64, u64::MAX]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        assert_eq!(decode_stats(&values, 2).unwrap(), [7, u64::MAX]);
+        assert_eq!(
+            decode_strings(&names[1..], 2).unwrap_err(),
+            RecordsError {
+                len: 63,
+                count: 2,
+                record_len: ETH_GSTRING_LEN
+            }
+        );
+        assert!(decode_stats(&values, 3).is_err());
+        // A count whose byte size overflows is refused, not wrapped.
+        assert!(decode_stats(&values, usize::MAX).is_err());
+        assert_eq!(decode_strings(&[], 0).unwrap(), Vec::<String>::new());
     }
 
     #[test]
