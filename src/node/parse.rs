@@ -77,10 +77,12 @@ pub fn rate_bytes_per_second(bytes: &[u8]) -> Result<f64, ValueError> {
     let gbps: f64 = number
         .parse()
         .map_err(|_| ValueError::NotANumber(text.to_string()))?;
-    if !gbps.is_finite() || gbps < 0.0 {
+    // A finite Gb/s figure can still overflow once converted (1e301 Gb/s): check the result.
+    let bytes_per_second = gbps * 125_000_000.0;
+    if !bytes_per_second.is_finite() || gbps < 0.0 {
         return Err(ValueError::NotANumber(text.to_string()));
     }
-    Ok(gbps * 125_000_000.0)
+    Ok(bytes_per_second)
 }
 
 /// A free-text attribute (fw_ver, board_id, link_layer, netdev names).
@@ -130,6 +132,7 @@ mod tests {
         assert_eq!(rate_bytes_per_second(b"10 Gb/sec (4X)"), Ok(1.25e9));
         assert!(rate_bytes_per_second(b"fast").is_err());
         assert!(rate_bytes_per_second(b"NaN Gb/sec").is_err());
+        assert!(rate_bytes_per_second(b"1e301 Gb/sec").is_err());
     }
 
     #[test]
