@@ -391,11 +391,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let value: u64 = number
         .parse()
         .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m"))?;
+    // Checked: a wrapped product would turn a huge interval into an arbitrary short one.
+    let seconds = |factor: u64| {
+        value
+            .checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("duration {text:?} is too long"))
+    };
     let duration = match unit {
         "ms" => Duration::from_millis(value),
         "s" => Duration::from_secs(value),
-        "m" => Duration::from_secs(value * 60),
-        "h" => Duration::from_secs(value * 3600),
+        "m" => seconds(60)?,
+        "h" => seconds(3600)?,
         _ => {
             return Err(format!(
                 "invalid duration {text:?}: unit must be ms, s, m or h"
@@ -484,5 +491,11 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("fast").is_err());
+        assert_eq!(
+            parse_duration("5124095576030431h"),
+            Ok(Duration::from_secs(5124095576030431 * 3600))
+        );
+        assert!(parse_duration("5124095576030432h").is_err());
+        assert!(parse_duration("307445734561825861m").is_err());
     }
 }
