@@ -25,7 +25,7 @@ use super::sysfs_tree::{update_tree, write_ethtool_files, write_tree, NicSpec};
 
 /// The SNMP profile the simulated leaves speak.
 pub const SWITCH_PROFILE: &str = "arista_eos";
-const COMMUNITY: &str = "demo";
+pub const COMMUNITY: &str = "demo";
 
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
@@ -82,6 +82,8 @@ pub struct Demo {
     /// The switches' state; `hosts` holds one state per host.
     pub state: Arc<AppState>,
     pub host_names: Vec<String>,
+    /// Each leaf's SNMP agent (community `demo`), for benches that poll them from outside.
+    pub leaf_addresses: Vec<std::net::SocketAddr>,
 }
 
 impl Demo {
@@ -113,6 +115,7 @@ impl Demo {
 
         let mut tables = Vec::new();
         let mut targets = Vec::new();
+        let mut leaf_addresses = Vec::new();
         for (index, leaf) in fabric.leaves.iter().enumerate() {
             let table = Arc::new(LiveTable::default());
             table.replace(&leaf_rows(&profile, &fabric, index));
@@ -120,6 +123,7 @@ impl Demo {
                 .await
                 .map_err(DemoError::Agent)?;
             tables.push(table);
+            leaf_addresses.push(address);
             targets.push(Target {
                 name: leaf.name.clone(),
                 profile: profile.clone(),
@@ -175,6 +179,7 @@ impl Demo {
             options,
             state: Arc::new(state),
             host_names,
+            leaf_addresses,
         })
     }
 
