@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use regex::{Regex, RegexSet};
 use serde::Deserialize;
 
+use super::gnmi::session::MAX_LEAVES;
 use super::gnmi::{parse_path, proto, GnmiUpdate, GnmiValue};
 use super::profile::{
     check_shape, DecodeError, FixedLabels, Metric, Sample, SampleKey, SampleValue, TimeUnit,
@@ -36,6 +37,8 @@ pub(crate) struct GnmiSectionFile {
     paths: Vec<String>,
     #[serde(default)]
     leaves: Vec<LeafFile>,
+    /// Leaves a subscription may hold before the session ends with `too_many_leaves`.
+    max_leaves: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,11 +59,14 @@ pub struct GnmiProfile {
     leaves: Vec<Leaf>,
     /// All leaf patterns, to find the candidates for an update in one pass.
     set: Option<RegexSet>,
+    /// Set by the profile or the one it extends; `MAX_LEAVES` when neither says.
+    max_leaves: Option<usize>,
 }
 
 impl PartialEq for GnmiProfile {
     fn eq(&self, other: &Self) -> bool {
         self.path_texts == other.path_texts
+            && self.max_leaves == other.max_leaves
             && self.leaves.len() == other.leaves.len()
             && self
                 .leaves
@@ -78,13 +84,16 @@ pub struct Decoded {
 
 impl GnmiSectionFile {
     pub(crate) fn is_empty(&self) -> bool {
-        self.paths.is_empty() && self.leaves.is_empty()
+        self.paths.is_empty() && self.leaves.is_empty() && self.max_leaves.is_none()
     }
 
     /// Checks the section; the error names the path or leaf at fault.
     pub(crate) fn check(&self) -> Result<(), (String, String)> {
         for path in &self.paths {
             parse_path(path).map_err(|e| (format!("path {path:?}"), e))?;
+        }
+        if self.max_leaves == Some(0) {
+            return Err(("max_leaves".into(), "must be at least 1".into()));
         }
         for leaf in &self.leaves {
             let at = |message: String| (format!("leaf {}", leaf.name), message);
@@ -118,6 +127,7 @@ impl GnmiProfile {
     /// Appends a checked section (a profile's own after its parent's).
     pub(crate) fn extend(&mut self, file: &GnmiSectionFile) {
         self.path_texts.extend(file.paths.iter().cloned());
+        self.max_leaves = file.max_leaves.or(self.max_leaves);
         self.leaves.extend(file.leaves.iter().map(|leaf| Leaf {
             name: leaf.name.clone(),
             pattern: Regex::new(&leaf.pattern).expect("checked when the profile was loaded"),
@@ -134,6 +144,11 @@ impl GnmiProfile {
 
     pub fn is_empty(&self) -> bool {
         self.path_texts.is_empty()
+    }
+
+    /// Leaves one subscription may hold: the profile's `max_leaves`, else `MAX_LEAVES`.
+    pub fn max_leaves(&self) -> usize {
+        self.max_leaves.unwrap_or(MAX_LEAVES)
     }
 
     /// The subscription paths.

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::config::GnmiMode;
 use super::gnmi::session::{self, SessionMode};
-use super::gnmi::{fetch_once, GnmiTarget};
+use super::gnmi::{fetch_once_capped, GnmiTarget};
 use super::profile::{DecodeError, Profile, Sample};
 use super::snmp::{walk, PollError, SnmpTarget};
 
@@ -141,8 +141,13 @@ impl Poller {
         let mut backoff = first_backoff;
         let mut attempt = 0u64;
         loop {
-            let (error, delivered) =
-                session::run(gnmi, &paths, mode, target.interval, |view, at| {
+            let (error, delivered) = session::run_capped(
+                gnmi,
+                &paths,
+                mode,
+                target.interval,
+                target.profile.gnmi.max_leaves(),
+                |view, at| {
                     let decoded = target.profile.gnmi.decode(&view);
                     self.record_success(
                         index,
@@ -151,12 +156,15 @@ impl Poller {
                         at,
                         true,
                     );
-                })
-                .await;
-            self.record_error(index, error);
-            if delivered {
+                },
+            )
+            .await;
+            // A target over its leaf cap would flood again at once: it keeps backing off even
+            // when its first sync was delivered.
+            if delivered && error.reason != "too_many_leaves" {
                 backoff = first_backoff;
             }
+            self.record_error(index, error);
             attempt += 1;
             // 80-120% of the backoff, varying by target and attempt.
             let spread = start_offset(
@@ -200,12 +208,16 @@ impl Poller {
                     if *mode == GnmiMode::Once
                         || !self.background.load(std::sync::atomic::Ordering::Relaxed) =>
                 {
-                    fetch_once(gnmi, &target.profile.gnmi.paths())
-                        .await
-                        .map(|updates| {
-                            let decoded = target.profile.gnmi.decode(&updates);
-                            (decoded.samples, messages(&decoded.errors), true)
-                        })
+                    fetch_once_capped(
+                        gnmi,
+                        &target.profile.gnmi.paths(),
+                        target.profile.gnmi.max_leaves(),
+                    )
+                    .await
+                    .map(|updates| {
+                        let decoded = target.profile.gnmi.decode(&updates);
+                        (decoded.samples, messages(&decoded.errors), true)
+                    })
                 }
                 Source::Gnmi { .. } => Err(PollError {
                     reason: "subscribed",

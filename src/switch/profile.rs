@@ -850,4 +850,28 @@ mod tests {
         assert_eq!((sample.key.ifindex, sample.key.priority), (4, Some(6)));
         assert_eq!(profiles.get("generic").unwrap().description, "replaced");
     }
+
+    #[test]
+    fn a_profile_can_lower_the_gnmi_leaf_cap_of_the_one_it_extends() {
+        use crate::switch::gnmi::session::MAX_LEAVES;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("small.yml"),
+            "name: small\ndescription: SONiC, at most 20 000 leaves\nextends: sonic\ngnmi: {max_leaves: 20000}\n",
+        )
+        .unwrap();
+        let profiles = Profiles::with_dir(dir.path()).unwrap();
+        let (small, sonic) = (
+            profiles.get("small").unwrap(),
+            profiles.get("sonic").unwrap(),
+        );
+        assert_eq!(small.gnmi.max_leaves(), 20_000);
+        assert_eq!(small.gnmi.path_texts, sonic.gnmi.path_texts);
+        assert_eq!(sonic.gnmi.max_leaves(), MAX_LEAVES);
+        let err = load_one("name: x\ndescription: d\ngnmi: {max_leaves: 0}\n").unwrap_err();
+        assert!(
+            err.to_string().contains("max_leaves: must be at least 1"),
+            "{err}"
+        );
+    }
 }

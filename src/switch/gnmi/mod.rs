@@ -192,6 +192,49 @@ fn flatten_json(path: &str, json: &serde_json::Value, out: &mut Vec<GnmiUpdate>)
     });
 }
 
+/// Values of object members in a JSON text (`:` outside strings, not followed by `{` or `[`):
+/// at least the leaves it flattens to, counted without parsing it.
+fn json_member_values(bytes: &[u8]) -> usize {
+    let (mut values, mut in_string, mut escaped, mut after_colon) = (0, false, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if after_colon && !b.is_ascii_whitespace() {
+            after_colon = false;
+            if b != b'{' && b != b'[' {
+                values += 1;
+            }
+        }
+        match b {
+            b'"' => in_string = true,
+            b':' => after_colon = true,
+            _ => {}
+        }
+    }
+    values
+}
+
+/// Refuses a JSON document of more than `max_leaves` values before it is parsed: parsing
+/// takes about 150 bytes a value, so a 60 MiB document of small values (within the message
+/// cap) would take a gigabyte before the leaf cap could see it.
+pub(crate) fn check_document(update: &proto::Update, max_leaves: usize) -> Result<(), PollError> {
+    match update.val.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(Typed::JsonVal(bytes) | Typed::JsonIetfVal(bytes))
+            if json_member_values(bytes) > max_leaves =>
+        {
+            Err(session::too_many_leaves(max_leaves))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Appends the leaves of one update (a typed leaf, or a JSON document flattened) and returns
 /// the update's own path: everything cached below it is replaced by what it carries.
 pub(crate) fn collect_update(
@@ -230,8 +273,10 @@ pub(crate) fn collect_update(
 fn collect_notification(
     notification: &proto::Notification,
     out: &mut Vec<GnmiUpdate>,
+    max_leaves: usize,
 ) -> Result<(), PollError> {
     for update in &notification.update {
+        check_document(update, max_leaves)?;
         collect_update(notification.prefix.as_ref(), update, out)?;
     }
     Ok(())
@@ -383,7 +428,17 @@ pub async fn fetch_once(
     target: &GnmiTarget,
     paths: &[proto::Path],
 ) -> Result<Vec<GnmiUpdate>, PollError> {
-    match tokio::time::timeout(target.timeout, fetch(target, paths)).await {
+    fetch_once_capped(target, paths, session::MAX_LEAVES).await
+}
+
+/// [`fetch_once`] that fails with `too_many_leaves` past `max_leaves` leaves, rather than
+/// collecting whatever a target sends before its sync response.
+pub async fn fetch_once_capped(
+    target: &GnmiTarget,
+    paths: &[proto::Path],
+    max_leaves: usize,
+) -> Result<Vec<GnmiUpdate>, PollError> {
+    match tokio::time::timeout(target.timeout, fetch(target, paths, max_leaves)).await {
         Ok(result) => result,
         Err(_) => Err(PollError {
             reason: "timeout",
@@ -392,7 +447,11 @@ pub async fn fetch_once(
     }
 }
 
-async fn fetch(target: &GnmiTarget, paths: &[proto::Path]) -> Result<Vec<GnmiUpdate>, PollError> {
+async fn fetch(
+    target: &GnmiTarget,
+    paths: &[proto::Path],
+    max_leaves: usize,
+) -> Result<Vec<GnmiUpdate>, PollError> {
     let mut client = connect(target).await?;
     let encoding = choose_encoding(&mut client, target).await?;
     let request =
@@ -409,7 +468,10 @@ async fn fetch(target: &GnmiTarget, paths: &[proto::Path]) -> Result<Vec<GnmiUpd
                 match answers.message().await {
                     Ok(Some(answer)) => match answer.response {
                         Some(SubscribeAnswer::Update(notification)) => {
-                            collect_notification(&notification, &mut updates)?
+                            collect_notification(&notification, &mut updates, max_leaves)?;
+                            if updates.len() > max_leaves {
+                                return Err(session::too_many_leaves(max_leaves));
+                            }
                         }
                         Some(SubscribeAnswer::SyncResponse(_)) => return Ok(updates),
                         None => {}
@@ -432,7 +494,10 @@ async fn fetch(target: &GnmiTarget, paths: &[proto::Path]) -> Result<Vec<GnmiUpd
                 .await
                 .map_err(|s| status_error(&s))?;
             for notification in &response.into_inner().notification {
-                collect_notification(notification, &mut updates)?;
+                collect_notification(notification, &mut updates, max_leaves)?;
+                if updates.len() > max_leaves {
+                    return Err(session::too_many_leaves(max_leaves));
+                }
             }
             Ok(updates)
         }
@@ -482,6 +547,27 @@ mod tests {
         assert_eq!(out[1].path, "/p/counters/in-octets");
         assert_eq!(out[1].value, GnmiValue::Uint(5));
         assert_eq!(GnmiValue::Text("lots".into()).as_counter(), None);
+    }
+
+    #[test]
+    fn json_values_are_counted_without_parsing() {
+        let text =
+            br#"{"a": {"b": "x:y", "c": 1, "d": [{"name": "e\"f:", "g": null}]}, "h": true}"#;
+        // b, c, name, g and h; not a, d (containers) nor the colons inside strings.
+        assert_eq!(json_member_values(text), 5);
+        let mut out = Vec::new();
+        let update = proto::Update {
+            path: Some(parse_path("/t").unwrap()),
+            val: Some(proto::TypedValue {
+                value: Some(Typed::JsonIetfVal(text.to_vec())),
+            }),
+            duplicates: 0,
+        };
+        let err = check_document(&update, 4).unwrap_err();
+        assert_eq!(err.reason, "too_many_leaves");
+        check_document(&update, 5).unwrap();
+        collect_update(None, &update, &mut out).unwrap();
+        assert_eq!(out.len(), 4, "{out:?}");
     }
 
     #[test]

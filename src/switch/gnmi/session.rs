@@ -13,7 +13,8 @@ use super::proto::subscribe_request::Request as SubscribeKind;
 use super::proto::subscribe_response::Response as SubscribeAnswer;
 use super::proto::subscription_list::Mode;
 use super::{
-    choose_encoding, collect_update, connect, proto, render, status_error, with_credentials,
+    check_document, choose_encoding, collect_update, connect, proto, render, status_error,
+    with_credentials,
 };
 use super::{GnmiTarget, GnmiUpdate};
 use crate::switch::snmp::PollError;
@@ -21,6 +22,13 @@ use crate::switch::snmp::PollError;
 /// Leaves one target may hold; a target that floods more ends its session instead of growing
 /// memory without bound (a 64-port SONiC switch sends about 20 000).
 pub const MAX_LEAVES: usize = 1_000_000;
+
+pub(crate) fn too_many_leaves(max_leaves: usize) -> PollError {
+    PollError {
+        reason: "too_many_leaves",
+        detail: format!("the target sent more than {max_leaves} leaves"),
+    }
+}
 
 /// How a long-lived subscription gets its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,10 +72,12 @@ pub(crate) fn subscription(
 /// The target's leaves as last reported, grouped by the update that carried them: a document
 /// (SONiC sends a table as one JSON value) replaces exactly what its previous version carried,
 /// so ports that disappear go, and a sample cut short leaves the other documents intact.
-#[derive(Default)]
 struct LeafCache {
     by_update: BTreeMap<String, Vec<GnmiUpdate>>,
+    /// Kept up to date at each change: a sum over the map per message would make a flood of
+    /// small updates quadratic.
     leaves: usize,
+    max_leaves: usize,
 }
 
 /// `path` is `root` or lies below it (`root/...`, or a list entry `root[...]`).
@@ -77,15 +87,28 @@ fn is_below(path: &str, root: &str) -> bool {
 }
 
 impl LeafCache {
+    fn new(max_leaves: usize) -> Self {
+        LeafCache {
+            by_update: BTreeMap::new(),
+            leaves: 0,
+            max_leaves,
+        }
+    }
+
     /// A gNMI delete: every leaf at or below `root`, whichever update carried it.
     fn delete(&mut self, root: &str) {
+        let mut removed = 0;
         self.by_update.retain(|update_path, leaves| {
             if is_below(update_path, root) {
+                removed += leaves.len();
                 return false;
             }
+            let before = leaves.len();
             leaves.retain(|leaf| !is_below(&leaf.path, root));
+            removed += before - leaves.len();
             !leaves.is_empty()
         });
+        self.leaves -= removed;
     }
 
     fn apply(&mut self, notification: &proto::Notification) -> Result<(), PollError> {
@@ -94,16 +117,16 @@ impl LeafCache {
             self.delete(&render(prefix, Some(deleted)));
         }
         for update in &notification.update {
+            check_document(update, self.max_leaves)?;
             let mut leaves = Vec::new();
             let root = collect_update(prefix, update, &mut leaves)?;
-            self.by_update.insert(root, leaves);
-        }
-        self.leaves = self.by_update.values().map(Vec::len).sum();
-        if self.leaves > MAX_LEAVES {
-            return Err(PollError {
-                reason: "too_many_leaves",
-                detail: format!("the target sent more than {MAX_LEAVES} leaves"),
-            });
+            self.leaves += leaves.len();
+            if let Some(replaced) = self.by_update.insert(root, leaves) {
+                self.leaves -= replaced.len();
+            }
+            if self.leaves > self.max_leaves {
+                return Err(too_many_leaves(self.max_leaves));
+            }
         }
         Ok(())
     }
@@ -123,13 +146,32 @@ pub async fn run(
     paths: &[proto::Path],
     mode: SessionMode,
     interval: Duration,
+    deliver: impl FnMut(Vec<GnmiUpdate>, Instant) + Send,
+) -> (PollError, bool) {
+    run_capped(target, paths, mode, interval, MAX_LEAVES, deliver).await
+}
+
+/// [`run`] with at most `max_leaves` leaves held (a profile's `max_leaves`).
+pub async fn run_capped(
+    target: &GnmiTarget,
+    paths: &[proto::Path],
+    mode: SessionMode,
+    interval: Duration,
+    max_leaves: usize,
     mut deliver: impl FnMut(Vec<GnmiUpdate>, Instant) + Send,
 ) -> (PollError, bool) {
     let mut delivered = false;
-    let error = match subscribe(target, paths, mode, interval, &mut |view, at| {
-        delivered = true;
-        deliver(view, at)
-    })
+    let error = match subscribe(
+        target,
+        paths,
+        mode,
+        interval,
+        max_leaves,
+        &mut |view, at| {
+            delivered = true;
+            deliver(view, at)
+        },
+    )
     .await
     {
         Ok(never) => match never {},
@@ -143,6 +185,7 @@ async fn subscribe(
     paths: &[proto::Path],
     mode: SessionMode,
     interval: Duration,
+    max_leaves: usize,
     deliver: &mut (dyn FnMut(Vec<GnmiUpdate>, Instant) + Send),
 ) -> Result<std::convert::Infallible, PollError> {
     let timeout = |what: &str| PollError {
@@ -166,10 +209,11 @@ async fn subscribe(
         .map_err(|s| status_error(&s))?
         .into_inner();
 
-    let mut cache = LeafCache::default();
+    let mut cache = LeafCache::new(max_leaves);
     let mut synced = false;
     let mut changed = false;
-    let mut last_message = Instant::now();
+    let opened = Instant::now();
+    let mut last_message = opened;
     // A SAMPLE stream speaks every interval; silence for two is a dead stream, as is a poll
     // left unanswered.
     let silence_limit = interval * 2 + target.timeout;
@@ -202,6 +246,18 @@ async fn subscribe(
                     return Err(PollError {
                         reason: "stalled",
                         detail: format!("nothing received for {:?}", last_message.elapsed()),
+                    });
+                }
+                // Updates without a sync response are never served: without this the switch
+                // would stay down with no reason for as long as the target keeps talking.
+                if !synced && opened.elapsed() > silence_limit {
+                    return Err(PollError {
+                        reason: "stalled",
+                        detail: format!(
+                            "no sync_response {:?} after subscribing ({} leaves received)",
+                            opened.elapsed(),
+                            cache.leaves
+                        ),
                     });
                 }
                 match mode {
@@ -254,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_document_replaces_what_was_below_it() {
-        let mut cache = LeafCache::default();
+        let mut cache = LeafCache::new(MAX_LEAVES);
         cache
             .apply(&notification(
                 vec![json_update(
@@ -319,5 +375,70 @@ mod tests {
         let paths: Vec<String> = cache.view().into_iter().map(|u| u.path).collect();
         assert!(paths.contains(&"/x/ab/c".to_string()), "{paths:?}");
         assert!(!paths.contains(&"/x/a/c".to_string()), "{paths:?}");
+    }
+
+    fn uint_update(path: &str, value: u64) -> proto::Update {
+        proto::Update {
+            path: Some(super::super::parse_path(path).unwrap()),
+            val: Some(proto::TypedValue {
+                value: Some(proto::typed_value::Value::UintVal(value)),
+            }),
+            duplicates: 0,
+        }
+    }
+
+    #[test]
+    fn the_leaf_count_follows_replacements_and_deletes_up_to_the_cap() {
+        let mut cache = LeafCache::new(4);
+        let doc = |json: &str| notification(vec![json_update("/t/a", json)], vec![]);
+        cache.apply(&doc(r#"{"x": 1, "y": 2}"#)).unwrap();
+        // The same document again replaces, it does not add.
+        cache.apply(&doc(r#"{"x": 3, "y": 4}"#)).unwrap();
+        assert_eq!(cache.leaves, 2);
+        cache
+            .apply(&notification(
+                vec![uint_update("/t/b", 1), uint_update("/t/c", 1)],
+                vec![],
+            ))
+            .unwrap();
+        assert_eq!(cache.leaves, 4);
+        cache
+            .apply(&notification(
+                vec![],
+                vec![super::super::parse_path("/t/a/x").unwrap()],
+            ))
+            .unwrap();
+        assert_eq!(cache.leaves, 3);
+        assert_eq!(cache.leaves, cache.view().len());
+        cache
+            .apply(&notification(vec![uint_update("/t/d", 1)], vec![]))
+            .unwrap();
+        let err = cache
+            .apply(&notification(vec![uint_update("/t/e", 1)], vec![]))
+            .unwrap_err();
+        assert_eq!(err.reason, "too_many_leaves");
+        assert!(err.detail.contains("more than 4 leaves"), "{err}");
+    }
+
+    #[test]
+    fn a_flood_of_new_leaves_is_counted_in_linear_time() {
+        // Summing the cache at each message made this 5e9 steps (minutes); counting as leaves
+        // come and go keeps it well under a second in a debug build.
+        let mut cache = LeafCache::new(MAX_LEAVES);
+        let started = Instant::now();
+        for i in 0..100_000 {
+            cache
+                .apply(&notification(
+                    vec![uint_update(&format!("/flood/leaf{i}"), 1)],
+                    vec![],
+                ))
+                .unwrap();
+        }
+        assert_eq!(cache.leaves, 100_000);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
