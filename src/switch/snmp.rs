@@ -210,13 +210,23 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
     let mut result = WalkResult::default();
     for root in profile.walk_roots() {
         let oid = Oid::from_slice(&root);
-        let stream = match target.credentials.version() {
+        let mut stream = match target.credentials.version() {
             SnmpVersion::V1 => client.walk_getnext(oid),
             SnmpVersion::V2c | SnmpVersion::V3 => client.bulk_walk(oid, target.max_repetitions),
         }
         .map_err(|e| poll_error(&e))?;
-        let varbinds = stream.collect().await.map_err(|e| poll_error(&e))?;
-        for varbind in varbinds {
+        // Datagrams counted when the last answer was taken: any that arrive for a request that
+        // then times out were answers the client could not use.
+        let mut taken = client.stats();
+        while let Some(varbind) = stream.next().await {
+            let varbind = varbind.map_err(|e| match poll_error(&e) {
+                timeout if timeout.reason == "timeout" => {
+                    unusable_answers(&taken, &client.stats(), target.credentials.version())
+                        .unwrap_or(timeout)
+                }
+                other => other,
+            })?;
+            taken = client.stats();
             match profile.decode(varbind.oid.arcs(), &snmp_value(&varbind.value)) {
                 Some(Ok(sample)) => result.samples.push(sample),
                 Some(Err(e)) => result.decode_errors.push(e.to_string()),
@@ -225,6 +235,32 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
         }
     }
     Ok(result)
+}
+
+/// A request timed out although the agent answered: with datagrams that are not SNMP (or
+/// whose lengths lie), or that carry the request's id but do not decode. The client drops
+/// them and waits, as RFC 3416 asks, so the poll would otherwise pass for an agent that never
+/// answered. Answers to other request ids stay timeouts: a late answer looks the same. Over
+/// SNMPv3 the client's own engine discovery answers are counted with the request's, so only
+/// datagrams that are not SNMP count there.
+fn unusable_answers(
+    before: &async_snmp::UdpStats,
+    after: &async_snmp::UdpStats,
+    version: SnmpVersion,
+) -> Option<PollError> {
+    let malformed = after.malformed_datagrams - before.malformed_datagrams;
+    let refused = match version {
+        SnmpVersion::V1 | SnmpVersion::V2c => {
+            after.correlated_datagrams - before.correlated_datagrams
+        }
+        SnmpVersion::V3 => 0,
+    };
+    (malformed + refused > 0).then(|| PollError {
+        reason: "decode",
+        detail: format!(
+            "no usable answer within the timeout: the agent sent {malformed} datagrams that are not SNMP and {refused} answers that do not decode"
+        ),
+    })
 }
 
 #[cfg(test)]
