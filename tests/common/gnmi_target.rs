@@ -33,6 +33,21 @@ pub enum Behaviour {
     CloseMidSample,
     /// New calls are refused as unavailable.
     Down,
+    /// After one full sample and its sync, the same sample again and again, as fast as the
+    /// stream takes it.
+    FloodSame,
+    /// Documents of 100 leaves each under paths never sent before, without end; after one
+    /// full sample and its sync when `sync_first`.
+    FloodNew {
+        sync_first: bool,
+    },
+    /// One message of about this many bytes as the first answer, then silence: a JSON_IETF
+    /// document of leaves `"k0":"1","k1":"1",...`.
+    Oversized(usize),
+    /// The subscription ends as soon as it is opened, without a word.
+    CloseAtOnce,
+    /// Every sample is sent without the sync response that says it is complete.
+    NoSync,
 }
 
 /// What the switch's counters hold: per port, SONiC field name to value.
@@ -55,6 +70,10 @@ pub struct FakeSwitch {
     /// Encodings the target offers in Capabilities, and those clients asked for.
     pub offered_encodings: Arc<Mutex<Vec<i32>>>,
     pub requested_encodings: Arc<Mutex<Vec<i32>>>,
+    /// Notifications sent on subscriptions, floods included.
+    pub notifications_sent: Arc<std::sync::atomic::AtomicU64>,
+    /// When each Subscribe call arrived.
+    pub subscribed_at: Arc<Mutex<Vec<std::time::Instant>>>,
     credentials: Option<(String, String)>,
 }
 
@@ -100,6 +119,8 @@ impl FakeSwitch {
                 proto::Encoding::Proto as i32,
             ])),
             requested_encodings: Arc::default(),
+            notifications_sent: Arc::default(),
+            subscribed_at: Arc::default(),
             credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
         }
     }
@@ -266,6 +287,71 @@ impl FakeSwitch {
         match self.behaviour() {
             // Keep the stream open and say nothing, for as long as the client waits.
             Behaviour::Silent => std::future::pending::<()>().await,
+            Behaviour::NoSync => return self.send_all(notifications, out).await,
+            Behaviour::FloodSame => {
+                if !self.send_all(notifications.clone(), out).await
+                    || out.send(sync()).await.is_err()
+                {
+                    return false;
+                }
+                while self.send_all(notifications.clone(), out).await {}
+                return false;
+            }
+            Behaviour::FloodNew { sync_first } => {
+                if sync_first
+                    && (!self.send_all(notifications, out).await || out.send(sync()).await.is_err())
+                {
+                    return false;
+                }
+                for batch in 0u64.. {
+                    let leaves: serde_json::Map<_, _> = (0..100)
+                        .map(|i| {
+                            (
+                                format!("FLOOD_{i}"),
+                                serde_json::Value::String(i.to_string()),
+                            )
+                        })
+                        .collect();
+                    let path = proto::Path {
+                        target: "COUNTERS_DB".into(),
+                        elem: vec![
+                            elem("COUNTERS", None),
+                            elem("Ethernet*", None),
+                            elem(&format!("Flood{batch}"), None),
+                        ],
+                        ..Default::default()
+                    };
+                    let json = serde_json::Value::Object(leaves).to_string().into_bytes();
+                    let n = notification(path, typed_value::Value::JsonIetfVal(json));
+                    if !self.send_all(vec![n], out).await {
+                        return false;
+                    }
+                }
+                return false;
+            }
+            Behaviour::Oversized(bytes) => {
+                // Built off the runtime's workers: the other targets it serves stay prompt.
+                let json = tokio::task::spawn_blocking(move || {
+                    let mut json = String::with_capacity(bytes + 32);
+                    json.push('{');
+                    for i in 0u64.. {
+                        if json.len() >= bytes {
+                            break;
+                        }
+                        json.push_str(&format!("\"k{i}\":\"1\","));
+                    }
+                    json.push_str("\"end\":\"1\"}");
+                    json
+                })
+                .await
+                .unwrap();
+                let path = paths.first().cloned().unwrap_or_default();
+                let n = notification(path, typed_value::Value::JsonIetfVal(json.into_bytes()));
+                if self.send_all(vec![n], out).await {
+                    std::future::pending::<()>().await;
+                }
+                return false;
+            }
             Behaviour::CloseMidSample => {
                 let half = notifications.len() / 2;
                 for n in notifications.into_iter().take(half) {
@@ -278,12 +364,23 @@ impl FakeSwitch {
             }
             _ => {}
         }
+        self.send_all(notifications, out).await && out.send(sync()).await.is_ok()
+    }
+
+    /// Sends `notifications` as updates; false when the client went away.
+    async fn send_all(
+        &self,
+        notifications: Vec<Notification>,
+        out: &mpsc::Sender<Result<SubscribeResponse, Status>>,
+    ) -> bool {
         for n in notifications {
             if out.send(update(n)).await.is_err() {
                 return false;
             }
+            self.notifications_sent
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        out.send(sync()).await.is_ok()
+        true
     }
 }
 
@@ -318,11 +415,16 @@ impl GNmi for FakeSwitch {
         request: Request<Streaming<SubscribeRequest>>,
     ) -> Result<Response<Answers>, Status> {
         self.check_credentials(&request)?;
+        self.subscribed_at
+            .lock()
+            .unwrap()
+            .push(std::time::Instant::now());
         match self.behaviour() {
             Behaviour::GetOnly => return Err(Status::unimplemented("Subscribe")),
             Behaviour::Down => return Err(Status::unavailable("down")),
             _ => {}
         }
+        let close_at_once = self.behaviour() == Behaviour::CloseAtOnce;
         let mut requests = request.into_inner();
         let first = requests
             .next()
@@ -340,7 +442,9 @@ impl GNmi for FakeSwitch {
             .collect();
         let (out, answers) = mpsc::channel(64);
         let switch = self.clone();
-        if list.mode == subscription_list::Mode::Stream as i32 {
+        if close_at_once {
+            drop(out);
+        } else if list.mode == subscription_list::Mode::Stream as i32 {
             let interval = list
                 .subscription
                 .first()

@@ -158,3 +158,133 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         .expect("agent");
     run(agent)
 }
+
+/// A UDP peer at a switch's address that answers as `answer` says: given each request and,
+/// when the peer relays to a real agent, that agent's answer, it returns the bytes to send
+/// back after `delay`, or nothing. Counts the requests it saw.
+pub struct UdpPeer {
+    pub address: String,
+    pub requests: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for UdpPeer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What a peer sends back for one request and the relayed agent's answer (if any).
+pub type Answer = dyn Fn(&[u8], Option<Vec<u8>>) -> Option<Vec<u8>> + Send + Sync;
+
+/// Starts a peer on the current runtime; `agent` is the real agent requests are relayed to.
+pub async fn udp_peer(
+    agent: Option<std::net::SocketAddr>,
+    delay: std::time::Duration,
+    answer: Arc<Answer>,
+) -> UdpPeer {
+    use tokio::net::UdpSocket;
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let address = front.local_addr().unwrap().to_string();
+    let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = requests.clone();
+    let task = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((len, client)) = front.recv_from(&mut buf).await {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let request = buf[..len].to_vec();
+            let (front, answer) = (front.clone(), answer.clone());
+            tokio::spawn(async move {
+                let relayed = match agent {
+                    Some(agent) => relay(&request, agent).await,
+                    None => None,
+                };
+                if let Some(reply) = answer(&request, relayed) {
+                    tokio::time::sleep(delay).await;
+                    let _ = front.send_to(&reply, client).await;
+                }
+            });
+        }
+    });
+    UdpPeer {
+        address,
+        requests,
+        task,
+    }
+}
+
+async fn relay(request: &[u8], agent: std::net::SocketAddr) -> Option<Vec<u8>> {
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ok()?;
+    back.send_to(request, agent).await.ok()?;
+    let mut answer = vec![0u8; 65536];
+    let (len, _) = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        back.recv_from(&mut answer),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    answer.truncate(len);
+    Some(answer)
+}
+
+/// One BER header at `at`: (tag, start of the contents, length of the contents).
+fn ber_header(data: &[u8], at: usize) -> Option<(u8, usize, usize)> {
+    let tag = *data.get(at)?;
+    let first = *data.get(at + 1)?;
+    if first < 0x80 {
+        return Some((tag, at + 2, usize::from(first)));
+    }
+    let octets = usize::from(first & 0x7f);
+    let length = data
+        .get(at + 2..at + 2 + octets)?
+        .iter()
+        .fold(0usize, |n, b| n << 8 | usize::from(*b));
+    Some((tag, at + 2 + octets, length))
+}
+
+/// Where the request-id INTEGER's contents lie in a v1/v2c message: (start, length).
+pub fn request_id_span(message: &[u8]) -> Option<(usize, usize)> {
+    let (_, inner, _) = ber_header(message, 0)?;
+    let (_, version, version_len) = ber_header(message, inner)?;
+    let (_, community, community_len) = ber_header(message, version + version_len)?;
+    let (_, pdu, _) = ber_header(message, community + community_len)?;
+    let (tag, id, id_len) = ber_header(message, pdu)?;
+    (tag == 0x02).then_some((id, id_len))
+}
+
+/// The answer with another request-id: what a confused or spoofing peer sends.
+pub fn with_other_request_id(mut answer: Vec<u8>) -> Option<Vec<u8>> {
+    let (start, len) = request_id_span(&answer)?;
+    answer[start + len - 1] ^= 0x5a;
+    Some(answer)
+}
+
+/// A response to `request` (its community and request-id) whose SEQUENCE and PDU headers
+/// claim about 2 GB: a well-formed start, a lying length.
+pub fn lying_length(request: &[u8]) -> Option<Vec<u8>> {
+    let (id, id_len) = request_id_span(request)?;
+    let (_, inner, _) = ber_header(request, 0)?;
+    let (_, version, version_len) = ber_header(request, inner)?;
+    let (_, community, community_len) = ber_header(request, version + version_len)?;
+    let mut out = vec![0x30, 0x84, 0x7f, 0xff, 0xff, 0xff];
+    out.extend_from_slice(&request[inner..community + community_len]);
+    out.extend_from_slice(&[0xa2, 0x84, 0x7f, 0xff, 0xff, 0x00]);
+    out.push(0x02);
+    out.push(id_len as u8);
+    out.extend_from_slice(&request[id..id + id_len]);
+    out.extend_from_slice(&[0x02, 0x01, 0x00, 0x02, 0x01, 0x00, 0x30, 0x84, 0x7f, 0xff]);
+    Some(out)
+}
+
+/// The answer with its varbind list turned into an OCTET STRING: the envelope and request-id
+/// are intact (the client matches it to its request), the PDU cannot be decoded.
+pub fn with_corrupt_varbinds(mut answer: Vec<u8>) -> Option<Vec<u8>> {
+    let (id, id_len) = request_id_span(&answer)?;
+    let (_, status, status_len) = ber_header(&answer, id + id_len)?;
+    let (_, index, index_len) = ber_header(&answer, status + status_len)?;
+    let list = index + index_len;
+    (answer.get(list) == Some(&0x30)).then_some(())?;
+    answer[list] = 0x04;
+    Some(answer)
+}
