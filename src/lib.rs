@@ -7,6 +7,8 @@ pub mod config;
 pub mod diag;
 pub mod direction;
 pub mod exposition;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod landing;
 pub mod node;
 pub mod process_metrics;

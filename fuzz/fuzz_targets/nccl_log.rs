@@ -1,11 +1,4 @@
-//! Any bytes through the NCCL log parser and the verdicts: must never panic.
+//! Body and properties: `rdma_fabric_exporter::fuzzing::nccl_log`.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use rdma_fabric_exporter::diag::nccl::{jobs, LogParser};
-
-fuzz_target!(|data: &[u8]| {
-    let mut parser = LogParser::new();
-    parser.feed("fuzz", data);
-    let _ = jobs(&parser.finish());
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rdma_fabric_exporter::fuzzing::nccl_log(data));

@@ -1,0 +1,6 @@
+
+Î"É
+&
+
+COUNTERS
+	Ethernet*"COU

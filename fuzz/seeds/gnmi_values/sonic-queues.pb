@@ -1,0 +1,7 @@
+
+£"ž
+0
+
+COUNTERS
+	Ethernet*
+Queues"COUNTERS_DBjZh{"Ethernet8:3": {"SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS": "77", "SAI_QUEUE_STAT_DROPPED_PACKETS": "1"}}
