@@ -17,7 +17,7 @@ mod common;
 
 use anyhow::{bail, Context};
 use common::fixture::{node_exporter_binary, Fixture};
-use common::proc::{cpu_seconds, load_average, memory_kib};
+use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
 use common::server::Server;
 
 const DEVICES: usize = 10;
@@ -34,17 +34,6 @@ fn main() -> ExitCode {
             eprintln!("\nload bench FAILED: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .with_context(|| format!("{name}={v:?} is not a positive integer")),
-        Err(_) => Ok(default),
     }
 }
 
@@ -295,8 +284,8 @@ fn print_report(results: &[LoadResult], seconds: u64, connections: u64) {
         );
         if let [node_exporter] = rest {
             println!(
-                "ours (coalesced) / node_exporter: throughput {:.2}x, p99 {:.2}x, peak RSS {:.2}x, errors {} vs {}",
-                bounded.wrk.requests_per_second / node_exporter.wrk.requests_per_second,
+                "ours (coalesced) / node_exporter: answered/s {:.2}x, p99 {:.2}x, peak RSS {:.2}x, errors {} vs {}",
+                bounded.answered_per_second() / node_exporter.answered_per_second(),
                 bounded.wrk.p99_ms / node_exporter.wrk.p99_ms,
                 bounded.peak_rss_mib / node_exporter.peak_rss_mib,
                 bounded.errors(),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use anyhow::{bail, Context};
-use common::proc::{cpu_seconds, load_average, memory_kib};
+use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
 use common::server::Server;
 use rdma_fabric_exporter::sim::demo::{Demo, DemoOptions, COMMUNITY};
 use rdma_fabric_exporter::sim::fabric::Shape;
@@ -44,17 +44,6 @@ fn main() -> ExitCode {
             eprintln!("\nsoak FAILED: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .with_context(|| format!("{name}={v:?} is not a positive integer")),
-        Err(_) => Ok(default),
     }
 }
 
@@ -375,9 +364,17 @@ fn print_report(samples: &[Sample], tally: &Tally, seconds: u64) {
         ("async tasks", "", |s: &Sample| s.tasks),
     ] {
         let (lo, hi) = range(f);
+        // The second half alone tells a leak (steady) from the allocator settling (early).
+        let all = series(f);
+        let second_half: Vec<_> = all
+            .iter()
+            .copied()
+            .filter(|(at, _)| *at >= seconds as f64 / 2.0)
+            .collect();
         println!(
-            "  {name:<12} slope {:+.2} {unit}/min   min {lo:.0} max {hi:.0}",
-            slope_per_minute(&series(f))
+            "  {name:<12} slope {:+.2} {unit}/min (second half {:+.2})   min {lo:.0} max {hi:.0}",
+            slope_per_minute(&all),
+            slope_per_minute(&second_half)
         );
     }
     if let (Some(first), Some(last)) = (after_warm_up.first(), after_warm_up.last()) {

@@ -53,3 +53,15 @@ pub fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     };
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
+
+/// A positive integer from the environment, or `default` when the variable is unset.
+pub fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| format!("{name}={v:?} is not a positive integer")),
+        Err(_) => Ok(default),
+    }
+}
