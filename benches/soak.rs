@@ -1,5 +1,5 @@
-//! Soak: the exporter serves a simulated node at high time acceleration and polls 50 switches,
-//! a third healthy, a third that never answer, a third that flap, while it is scraped every
+//! Soak: the exporter serves a simulated node at high time acceleration and polls 50 switches
+//! over SNMP and gNMI STREAM, a third healthy, a third that never answer, a third that flap, while it is scraped every
 //! second. Its RSS, open fds, threads and async tasks are sampled every 10 s; the report gives
 //! their slope, and checks that every healthy switch stays fresh and every flapping one comes
 //! back.
@@ -19,16 +19,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "../tests/common/gnmi_target.rs"]
+#[allow(dead_code)]
+mod gnmi_target;
 
 use anyhow::{bail, Context};
 use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
 use common::server::Server;
+use gnmi_target::{serve, Behaviour, FakeSwitch, Transport};
 use rdma_fabric_exporter::sim::demo::{Demo, DemoOptions, COMMUNITY};
 use rdma_fabric_exporter::sim::fabric::Shape;
 use rdma_fabric_exporter::sim::scenario::ScenarioName;
 
-const SWITCHES_PER_KIND: usize = 17;
-const FLAPPING: usize = 16;
+/// 50 switches: a third healthy, a third silent, a third flapping, over SNMP and gNMI.
+const SNMP_HEALTHY: usize = 9;
+const SNMP_SILENT: usize = 9;
+const SNMP_FLAPPING: usize = 8;
+const GNMI_PER_KIND: usize = 8;
+const FLAPPING: usize = SNMP_FLAPPING + GNMI_PER_KIND;
 const SWITCH_INTERVAL: &str = "5s";
 const SWITCH_TIMEOUT: &str = "1s";
 /// A flapping switch answers for this long, then is gone for as long.
@@ -51,13 +59,13 @@ fn run() -> anyhow::Result<()> {
     let seconds = env_number("SOAK_SECONDS", 600)?;
     let speed = env_number("SOAK_SPEED", 60)?;
     let runtime = tokio::runtime::Runtime::new()?;
-    // The fabric: 4 hosts × 8 NICs rail-wired to 17 leaves, each leaf a live SNMP agent.
+    // The fabric: 4 hosts × 8 NICs rail-wired to 9 leaves, each leaf a live SNMP agent.
     let demo = runtime.block_on(Demo::start(
         DemoOptions {
             scenario: ScenarioName::PfcStorm,
             speed: speed as f64,
             shape: Shape {
-                leaves: SWITCHES_PER_KIND,
+                leaves: SNMP_HEALTHY,
                 ..Shape::default()
             },
             ..DemoOptions::default()
@@ -68,18 +76,52 @@ fn run() -> anyhow::Result<()> {
     runtime.block_on(async { demo.spawn_ticker() });
     let host = demo.dir().join("hosts").join(&demo.host_names[0]);
 
-    // Switches that never answer: SNMP sockets that read nothing.
-    let silent: Vec<UdpSocket> = (0..SWITCHES_PER_KIND)
+    // SNMP switches that never answer: sockets that read nothing.
+    let silent: Vec<UdpSocket> = (0..SNMP_SILENT)
         .map(|_| UdpSocket::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()?;
-    // Flapping switches: relays to a leaf that forward for half a period, then drop everything
-    // (odd ones) or close their port (even ones: ICMP port unreachable), phase-shifted.
+    // Flapping SNMP switches: relays to a leaf that forward for half a period, then drop
+    // everything (odd ones) or close their port (even ones: ICMP port unreachable).
     let stop = Arc::new(AtomicBool::new(false));
     let mut flappers = Vec::new();
-    for i in 0..FLAPPING {
+    for i in 0..SNMP_FLAPPING {
         let leaf = demo.leaf_addresses[i % demo.leaf_addresses.len()];
-        let phase = FLAP_HALF_PERIOD * 2 * i as u32 / FLAPPING as u32;
-        flappers.push(Flapper::start(leaf, phase, i % 2 == 0, stop.clone())?);
+        flappers.push(Flapper::start(leaf, phase(i), i % 2 == 0, stop.clone())?);
+    }
+    // gNMI switches (SONiC over STREAM): healthy ones, ones that accept the subscription and
+    // never say a word, and ones that go silent for half of each period.
+    let gnmi = |behaviour: Behaviour| {
+        let switch = FakeSwitch::new(None);
+        switch.set(behaviour);
+        let handle = switch.clone();
+        (runtime.block_on(serve(switch, Transport::Plain)), handle)
+    };
+    let gnmi_healthy: Vec<_> = (0..GNMI_PER_KIND)
+        .map(|_| gnmi(Behaviour::Normal))
+        .collect();
+    let gnmi_silent: Vec<_> = (0..GNMI_PER_KIND)
+        .map(|_| gnmi(Behaviour::Silent))
+        .collect();
+    let gnmi_flapping: Vec<_> = (0..GNMI_PER_KIND)
+        .map(|_| gnmi(Behaviour::Normal))
+        .collect();
+    {
+        let switches: Vec<FakeSwitch> = gnmi_flapping.iter().map(|(_, s)| s.clone()).collect();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                for (i, switch) in switches.iter().enumerate() {
+                    let up = flap_is_up(started.elapsed() + phase(i));
+                    switch.set(if up {
+                        Behaviour::Normal
+                    } else {
+                        Behaviour::Silent
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
     }
 
     let dir = tempfile::tempdir()?;
@@ -91,7 +133,7 @@ fn run() -> anyhow::Result<()> {
         host.join("ethtool").display()
     );
     let mut kinds = BTreeMap::new();
-    let mut add = |config: &mut String, name: String, address: SocketAddr, kind: Kind| {
+    let mut add_snmp = |config: &mut String, name: String, address: SocketAddr, kind: Kind| {
         let _ = writeln!(
             config,
             "  - {{name: {name}, address: '{address}', profile: arista_eos, interval: {SWITCH_INTERVAL}, timeout: {SWITCH_TIMEOUT}, retries: 1, snmp: {{version: 2c, community_file: '{}'}}}}",
@@ -100,28 +142,42 @@ fn run() -> anyhow::Result<()> {
         kinds.insert(name, kind);
     };
     for (i, address) in demo.leaf_addresses.iter().enumerate() {
-        add(
+        add_snmp(
             &mut config,
-            format!("healthy{i:02}"),
+            format!("snmp-healthy{i:02}"),
             *address,
             Kind::Healthy,
         );
     }
     for (i, socket) in silent.iter().enumerate() {
-        add(
+        add_snmp(
             &mut config,
-            format!("silent{i:02}"),
+            format!("snmp-silent{i:02}"),
             socket.local_addr()?,
             Kind::Silent,
         );
     }
     for (i, flapper) in flappers.iter().enumerate() {
-        add(
+        add_snmp(
             &mut config,
-            format!("flapping{i:02}"),
+            format!("snmp-flapping{i:02}"),
             flapper.address,
             Kind::Flapping,
         );
+    }
+    for (targets, kind, label) in [
+        (&gnmi_healthy, Kind::Healthy, "healthy"),
+        (&gnmi_silent, Kind::Silent, "silent"),
+        (&gnmi_flapping, Kind::Flapping, "flapping"),
+    ] {
+        for (i, (address, _)) in targets.iter().enumerate() {
+            let name = format!("gnmi-{label}{i:02}");
+            let _ = writeln!(
+                config,
+                "  - {{name: {name}, address: '{address}', protocol: gnmi, profile: sonic, interval: {SWITCH_INTERVAL}, timeout: {SWITCH_TIMEOUT}, gnmi: {{mode: stream}}}}"
+            );
+            kinds.insert(name, kind);
+        }
     }
     let config_path = dir.path().join("soak.yml");
     std::fs::write(&config_path, config)?;
@@ -136,10 +192,10 @@ fn run() -> anyhow::Result<()> {
         .timeout(Duration::from_secs(10))
         .build()?;
     println!(
-        "soak: {seconds} s, fabric at {speed}x, {} switches ({} healthy, {} silent, {} flapping every {:?}), scraped every second; load average {}",
+        "soak: {seconds} s, fabric at {speed}x, {} switches ({} healthy, {} silent, {} flapping every {:?}; SNMP and gNMI STREAM), scraped every second; load average {}",
         kinds.len(),
-        SWITCHES_PER_KIND,
-        SWITCHES_PER_KIND,
+        SNMP_HEALTHY + GNMI_PER_KIND,
+        SNMP_SILENT + GNMI_PER_KIND,
         FLAPPING,
         FLAP_HALF_PERIOD,
         load_average()
@@ -394,6 +450,16 @@ fn print_report(samples: &[Sample], tally: &Tally, seconds: u64) {
     );
 }
 
+/// Flapping switch `i`'s offset into the flap period: phases spread over the period.
+fn phase(i: usize) -> Duration {
+    FLAP_HALF_PERIOD * 2 * i as u32 / FLAPPING as u32
+}
+
+/// Whether a flapping switch answers, `since` into its (phase-shifted) period.
+fn flap_is_up(since: Duration) -> bool {
+    (since.as_secs() / FLAP_HALF_PERIOD.as_secs()).is_multiple_of(2)
+}
+
 /// A UDP relay in front of a live agent that answers for half a period and is gone for the
 /// other half: dropping requests (a timeout) or with its port closed (refused).
 struct Flapper {
@@ -419,8 +485,7 @@ impl Flapper {
             let mut buf = vec![0u8; 65536];
             let mut answer = vec![0u8; 65536];
             while !stop.load(Ordering::Relaxed) {
-                let since = started.elapsed() + phase;
-                let up = (since.as_secs() / FLAP_HALF_PERIOD.as_secs()).is_multiple_of(2);
+                let up = flap_is_up(started.elapsed() + phase);
                 if !up && close_when_down {
                     socket = None;
                     std::thread::sleep(Duration::from_millis(100));
