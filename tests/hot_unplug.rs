@@ -163,8 +163,14 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
         .collect();
     before_keys.sort();
     after_keys.sort();
-    let lost: Vec<_> = before_keys.iter().filter(|k| !after_keys.contains(k)).collect();
-    let gained: Vec<_> = after_keys.iter().filter(|k| !before_keys.contains(k)).collect();
+    let lost: Vec<_> = before_keys
+        .iter()
+        .filter(|k| !after_keys.contains(k))
+        .collect();
+    let gained: Vec<_> = after_keys
+        .iter()
+        .filter(|k| !before_keys.contains(k))
+        .collect();
     assert!(
         lost.is_empty() && gained.is_empty(),
         "series differ after the devices came back: lost {lost:?}, gained {gained:?}"
