@@ -17,7 +17,7 @@ use crate::node::parse;
 use crate::switch::config::parse_duration;
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
-use crate::switch::gnmi::{collect_update, parse_path, proto, render, GnmiUpdate};
+use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
 use crate::switch::profile::{parse_oid, Metric, Profile, Profiles, SampleValue, SnmpValue};
 
 /// A fuzz target's body: any bytes in, a panic on a finding.
@@ -97,13 +97,14 @@ pub fn config(data: &[u8]) {
             let message = e.to_string();
             assert!(message.starts_with("fuzz.yml:"), "{message}");
             if let ConfigError::Syntax { line, column, .. } = e {
-                // libyaml breaks lines at \n, \r, NEL, LS and PS.
+                // libyaml breaks lines at \n, \r, NEL, LS and PS, and reports an error at the
+                // end of a text without a final break on the line after the last.
                 let breaks = text
                     .chars()
                     .filter(|c| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}'))
                     .count();
                 assert!(
-                    line <= breaks + 1,
+                    line <= breaks + 2,
                     "line {line} of {breaks} breaks: {message}"
                 );
                 assert!(column <= text.chars().count() + 1, "{message}");
@@ -365,8 +366,9 @@ pub fn gnmi_json(data: &[u8]) {
 }
 
 /// `collect_update`, checking that every leaf lies at or below the update's path (the leaf
-/// cache replaces documents by that path) and that only a bad JSON value fails. Returns
-/// whether the update was read.
+/// cache replaces documents by that path), that only a bad JSON value fails, and that the
+/// leaf cap's count before parsing (`check_document`) is not below the leaves a document
+/// flattens to. Returns whether the update was read.
 fn collect_checked(
     prefix: Option<&proto::Path>,
     update: &proto::Update,
@@ -380,6 +382,15 @@ fn collect_checked(
                     rest.is_empty() || rest.starts_with('/') || rest.starts_with('[')
                 });
                 assert!(below, "{:?} outside {root:?}", leaf.path);
+            }
+            // A bare scalar document is one leaf and no member: the one miscount allowed.
+            let added = leaves.len() - before;
+            if added > 1 {
+                assert!(
+                    check_document(update, added - 1).is_err(),
+                    "{added} leaves pass a cap of {}",
+                    added - 1
+                );
             }
             true
         }
