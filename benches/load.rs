@@ -28,13 +28,7 @@ const DEFAULT_CONNECTIONS: u64 = 200;
 const REQUEST_TIMEOUT: &str = "30s";
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("\nload bench FAILED: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("load", run())
 }
 
 fn run() -> anyhow::Result<()> {

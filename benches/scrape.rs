@@ -29,13 +29,7 @@ const TARGET_RSS_MIB: f64 = 20.0;
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; a filter argument would make no sense here.
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("\nscrape bench FAILED: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("scrape", run())
 }
 
 fn run() -> anyhow::Result<()> {

@@ -46,13 +46,7 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 const WARM_UP: Duration = Duration::from_secs(60);
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("\nsoak FAILED: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("soak", run())
 }
 
 fn run() -> anyhow::Result<()> {

@@ -31,13 +31,7 @@ const DEFAULT_ROUNDS: usize = 10;
 const SNMP_EXPORTER: &str = "/usr/bin/prometheus-snmp-exporter";
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("switch bench failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code("switch", run())
 }
 
 fn run() -> anyhow::Result<()> {

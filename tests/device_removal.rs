@@ -41,18 +41,7 @@ fn scrapes_survive_devices_vanishing_mid_walk() {
     };
     let mut seen_without = 0;
     for _ in 0..150 {
-        let (status, _, body) = exporter.get("/metrics");
-        assert_eq!(status, 200, "{body}");
-        let samples = parse_exposition(&body);
-        // No duplicate series, whatever moment the walk hit.
-        let mut keys: Vec<_> = samples
-            .iter()
-            .map(|s| (s.name.clone(), s.labels.clone()))
-            .collect();
-        let total = keys.len();
-        keys.sort();
-        keys.dedup();
-        assert_eq!(keys.len(), total, "duplicate series");
+        let samples = scrape_without_duplicates(&exporter);
         if !samples
             .iter()
             .any(|s| s.name == "rdma_port_info" && s.labels["device"] == "qrk_pma0")

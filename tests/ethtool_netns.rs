@@ -5,10 +5,13 @@
 //! The interfaces are local-only, have no addresses and IPv6 disabled before they come up, so
 //! nothing is sent on them (which also keeps the veth counters still while we compare).
 
+mod common;
+
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+use common::ip;
 use rdma_fabric_exporter::node::ethtool::EthtoolError;
 use rdma_fabric_exporter::node::ethtool_ioctl::read_stats;
 
@@ -33,22 +36,6 @@ fn skip(why: &str) {
 /// Unique per test process, at most 8 bytes (IFNAMSIZ is 16).
 fn link_name(suffix: char) -> String {
     format!("rfe{:04}{suffix}", std::process::id() % 10000)
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// Creates `name` with `ip link add name <spec...>`, after removing a leftover from an earlier

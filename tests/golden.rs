@@ -91,18 +91,9 @@ fn serve_cx7() -> Exporter {
 /// what it reports depends on how many periods passed before the scrape (tests/demo.rs and
 /// src/node/storm.rs cover it).
 fn serve_cx7_with(extra: &[&str]) -> Exporter {
-    let (sys, ethtool) = (cx7().join("sys"), cx7().join("ethtool"));
-    let mut args = vec![
-        "--no-collector.pfc-storm",
-        "--path.sysfs",
-        path_str(&sys),
-        "--collector.ethtool.source",
-        "files",
-        "--collector.ethtool.stats-dir",
-        path_str(&ethtool),
-    ];
+    let mut args = vec!["--no-collector.pfc-storm"];
     args.extend_from_slice(extra);
-    Exporter::start(&args)
+    Exporter::on_node(&cx7().join("sys"), &cx7().join("ethtool"), &args)
 }
 
 /// Replaces what legitimately changes between runs: durations, build facts and the process's

@@ -206,6 +206,27 @@ fn memory_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
+/// RSS now and its peak since start, in KiB, once the peak is checked to have grown less than
+/// the bound.
+fn assert_memory_bounded(exporter: &Exporter, rss_before: u64) -> (u64, u64) {
+    let rss_after = memory_kib(exporter.pid(), "VmRSS");
+    let peak = memory_kib(exporter.pid(), "VmHWM");
+    assert!(
+        peak.saturating_sub(rss_before) < MEMORY_BOUND_KIB,
+        "peaked at {peak} KiB from {rss_before} KiB"
+    );
+    (rss_after, peak)
+}
+
+/// `switch` failed for `reason` and for no other.
+fn assert_only_reason(samples: &[Sample], switch: &str, reason: &str) {
+    assert_eq!(
+        reasons(samples, switch),
+        [(reason.to_string(), errors(samples, switch, reason))],
+        "{switch}"
+    );
+}
+
 #[test]
 fn an_snmp_agent_answering_after_the_timeout_is_down_within_its_retries() {
     let _serial = serial();
@@ -245,10 +266,7 @@ fn an_snmp_agent_answering_after_the_timeout_is_down_within_its_retries() {
     )
     .unwrap();
     assert!((0.35..1.2).contains(&duration), "poll took {duration} s");
-    assert_eq!(
-        reasons(&samples, "slow"),
-        [("timeout".to_string(), errors(&samples, "slow", "timeout"))]
-    );
+    assert_only_reason(&samples, "slow", "timeout");
     // One request and one retry per poll, no more.
     let polls = errors(&samples, "slow", "timeout") as u64;
     let requests = slow.requests.load(Ordering::Relaxed);
@@ -334,11 +352,7 @@ fn snmp_peers_answering_garbage_are_down_with_a_decode_reason() {
     );
     for (name, reason, peer) in &peers {
         assert_eq!(up(&samples, name), Some(0.0), "{name}");
-        assert_eq!(
-            reasons(&samples, name),
-            [(reason.to_string(), errors(&samples, name, reason))],
-            "{name}"
-        );
+        assert_only_reason(&samples, name, reason);
         // timeout x (retries + 1) = 600 ms; the interval would cut it at 1 s.
         let duration = value_of(
             &samples,
@@ -426,11 +440,7 @@ fn gnmi_servers_that_say_nothing_or_hang_up_are_retried_with_backoff() {
         ("mute", "timeout"),
     ] {
         assert_eq!(up(&samples, name), Some(0.0), "{name}");
-        assert_eq!(
-            reasons(&samples, name),
-            [(reason.to_string(), errors(&samples, name, reason))],
-            "{name}"
-        );
+        assert_only_reason(&samples, name, reason);
     }
     // Ten seconds of retries: the backoff (0.5 s doubling, jittered) allows about five
     // attempts; a hot loop would make thousands.
@@ -494,8 +504,7 @@ fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() 
         std::thread::sleep(Duration::from_millis(200));
     }
     let sent = flood.notifications_sent.load(Ordering::Relaxed) - sent_before;
-    let rss_after = memory_kib(exporter.pid(), "VmRSS");
-    let peak = memory_kib(exporter.pid(), "VmHWM");
+    let (rss_after, peak) = assert_memory_bounded(&exporter, rss_before);
     // It was a flood: thousands of messages a second (one sample is six).
     assert!(sent > 5_000, "only {sent} notifications");
     assert!(
@@ -504,10 +513,6 @@ fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() 
     );
     let growth = rss_after.saturating_sub(rss_before);
     assert!(growth < MEMORY_BOUND_KIB, "grew by {growth} KiB");
-    assert!(
-        peak.saturating_sub(rss_before) < MEMORY_BOUND_KIB,
-        "peaked at {peak} KiB from {rss_before} KiB"
-    );
     // The flood is of valid data: the switch stays up, on one subscription.
     assert_eq!(up(&last, "flood"), Some(1.0));
     assert!(
@@ -563,21 +568,10 @@ fn a_gnmi_flood_of_new_leaves_is_cut_off_at_the_cap() {
     let (samples, _) = scrape(&exporter);
     for name in ["flood", "once"] {
         assert!(errors(&samples, name, "too_many_leaves") >= 2.0, "{name}");
-        assert!(
-            reasons(&samples, name)
-                .iter()
-                .all(|(r, _)| r == "too_many_leaves"),
-            "{name}: {:?}",
-            reasons(&samples, name)
-        );
+        assert_only_reason(&samples, name, "too_many_leaves");
     }
     assert_healthy(&samples);
-    let rss_after = memory_kib(exporter.pid(), "VmRSS");
-    let peak = memory_kib(exporter.pid(), "VmHWM");
-    assert!(
-        peak.saturating_sub(rss_before) < MEMORY_BOUND_KIB,
-        "peaked at {peak} KiB from {rss_before} KiB"
-    );
+    let (rss_after, peak) = assert_memory_bounded(&exporter, rss_before);
     eprintln!(
         "flood of new leaves: cut off {took:?} after start; subscription gaps {gaps:?}; RSS {rss_before} -> {rss_after} KiB (peak {peak})"
     );
@@ -604,32 +598,15 @@ fn oversized_gnmi_messages_are_refused_unparsed() {
         |s| errors(s, "huge", "grpc_error") >= 2.0 && errors(s, "big", "too_many_leaves") >= 2.0,
     );
     assert_eq!(up(&samples, "big"), Some(0.0));
-    assert_eq!(
-        reasons(&samples, "big"),
-        [(
-            "too_many_leaves".to_string(),
-            errors(&samples, "big", "too_many_leaves")
-        )]
-    );
+    assert_only_reason(&samples, "big", "too_many_leaves");
     assert_eq!(up(&samples, "huge"), Some(0.0));
-    assert_eq!(
-        reasons(&samples, "huge"),
-        [(
-            "grpc_error".to_string(),
-            errors(&samples, "huge", "grpc_error")
-        )]
-    );
+    assert_only_reason(&samples, "huge", "grpc_error");
     assert!(
         exporter.logs().contains("decoded message length too large"),
         "the log says why"
     );
     assert_healthy(&samples);
-    let rss_after = memory_kib(exporter.pid(), "VmRSS");
-    let peak = memory_kib(exporter.pid(), "VmHWM");
-    assert!(
-        peak.saturating_sub(rss_before) < MEMORY_BOUND_KIB,
-        "peaked at {peak} KiB from {rss_before} KiB"
-    );
+    let (rss_after, peak) = assert_memory_bounded(&exporter, rss_before);
     eprintln!(
         "oversized messages: each refused twice {took:?} after start ({} and {} subscriptions); RSS {rss_before} -> {rss_after} KiB (peak {peak})",
         huge.subscribed_at.lock().unwrap().len(),

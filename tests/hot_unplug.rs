@@ -10,7 +10,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -19,22 +18,6 @@ use common::*;
 const REMOVED_DEVICE: &str = "mlx5_3";
 const NETDEV_DEVICE: &str = "mlx5_5";
 const NETDEV: &str = "ens6f0np0";
-
-/// One scrape checked for what must hold at any moment of a removal: 200, no duplicate series.
-fn scrape_checked(exporter: &Exporter) -> Vec<Sample> {
-    let (status, _, body) = exporter.get("/metrics");
-    assert_eq!(status, 200, "{body}");
-    let samples = parse_exposition(&body);
-    let mut keys: Vec<_> = samples
-        .iter()
-        .map(|s| (s.name.clone(), s.labels.clone()))
-        .collect();
-    let total = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len(), total, "duplicate series in:\n{body}");
-    samples
-}
 
 fn has(samples: &[Sample], name: &str, device: &str) -> bool {
     samples
@@ -92,17 +75,10 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
     ];
     let device_part = (class.join(REMOVED_DEVICE), parked.join(REMOVED_DEVICE));
 
-    let exporter = Exporter::start(&[
-        "--path.sysfs",
-        path_str(&sys),
-        "--collector.ethtool.source",
-        "files",
-        "--collector.ethtool.stats-dir",
-        path_str(&ethtool),
-    ]);
+    let exporter = Exporter::on_node(&sys, &ethtool, &[]);
     // Two periods of the storm sampler first, so that its series are there from the start.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let before = scrape_checked(&exporter);
+    let before = scrape_without_duplicates(&exporter);
     assert!(has(&before, "rdma_port_info", REMOVED_DEVICE));
     assert!(has(&before, "rdma_pfc_paused_ratio_peak", NETDEV_DEVICE));
     assert!(has(&before, "rdma_pfc_pause_frames_total", NETDEV_DEVICE));
@@ -114,7 +90,7 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
     let (mut device_missing, mut device_present) = (0, 0);
     let (mut netdev_missing, mut netdev_present) = (0, 0);
     for _ in 0..200 {
-        let samples = scrape_checked(&exporter);
+        let samples = scrape_without_duplicates(&exporter);
         match has(&samples, "rdma_port_info", REMOVED_DEVICE) {
             true => device_present += 1,
             false => device_missing += 1,
@@ -138,7 +114,7 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
     for (from, to) in netdev_parts.iter().chain([&device_part]) {
         std::fs::rename(from, to).unwrap();
     }
-    let samples = scrape_checked(&exporter);
+    let samples = scrape_without_duplicates(&exporter);
     assert!(!has(&samples, "rdma_port_info", REMOVED_DEVICE));
     assert!(!has(&samples, "rdma_hw_np_cnp_sent_total", REMOVED_DEVICE));
     assert!(!has(&samples, "rdma_pfc_pause_frames_total", NETDEV_DEVICE));
@@ -149,7 +125,7 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
         std::fs::rename(to, from).unwrap();
     }
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let after = scrape_checked(&exporter);
+    let after = scrape_without_duplicates(&exporter);
     let key = |s: &Sample| (s.name.clone(), s.labels.clone());
     let mut before_keys: Vec<_> = before
         .iter()
@@ -196,22 +172,6 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
         )
     );
     promtool_check_metrics(&exporter.metrics());
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run `ip`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`ip {}`: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
 }
 
 /// Points `device`'s port 1 at `netdev`, as the kernel's GID table would.
@@ -264,7 +224,10 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
         NETDEV_DEVICE,
     ]);
     let stat = |samples: &[Sample]| has(samples, "rdma_ethtool_stat", NETDEV_DEVICE);
-    assert!(stat(&scrape_checked(&exporter)), "veth statistics are read");
+    assert!(
+        stat(&scrape_without_duplicates(&exporter)),
+        "veth statistics are read"
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = {
@@ -286,7 +249,7 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
     };
     let (mut missing, mut present) = (0, 0);
     for _ in 0..150 {
-        match stat(&scrape_checked(&exporter)) {
+        match stat(&scrape_without_duplicates(&exporter)) {
             true => present += 1,
             false => missing += 1,
         }
@@ -297,7 +260,7 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
     assert!(cycles > 0 && present > 0);
 
     ip(&["link", "del", &netdev]).unwrap();
-    let samples = scrape_checked(&exporter);
+    let samples = scrape_without_duplicates(&exporter);
     assert!(!stat(&samples), "a deleted netdev's statistics vanish");
     assert!(
         has(&samples, "rdma_port_info", NETDEV_DEVICE),
@@ -316,5 +279,8 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
         "link", "add", &netdev, "type", "veth", "peer", "name", &peer,
     ])
     .unwrap();
-    assert!(stat(&scrape_checked(&exporter)), "and return with it");
+    assert!(
+        stat(&scrape_without_duplicates(&exporter)),
+        "and return with it"
+    );
 }

@@ -4,3 +4,14 @@
 pub mod fixture;
 pub mod proc;
 pub mod server;
+
+/// The bench's exit status: figures were printed, or why it failed.
+pub fn exit_code(bench: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\n{bench} bench FAILED: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -98,6 +98,21 @@ impl Exporter {
         }
     }
 
+    /// The exporter on a node: its sysfs tree and a directory of `ethtool -S` files, plus
+    /// `extra` flags.
+    pub fn on_node(sys: &Path, ethtool_stats: &Path, extra: &[&str]) -> Exporter {
+        let mut args = vec![
+            "--path.sysfs",
+            path_str(sys),
+            "--collector.ethtool.source",
+            "files",
+            "--collector.ethtool.stats-dir",
+            path_str(ethtool_stats),
+        ];
+        args.extend_from_slice(extra);
+        Exporter::start(&args)
+    }
+
     /// The exporter on a sysfs tree alone (no ethtool statistics), plus `extra` flags.
     pub fn on_sysfs(sys: &Path, extra: &[&str]) -> Exporter {
         let mut args = vec![
@@ -300,5 +315,39 @@ pub fn copy_tree(from: &Path, to: &Path) {
         } else {
             std::fs::copy(entry.path(), &target).unwrap();
         }
+    }
+}
+
+/// One `/metrics` scrape that must answer 200 with no series twice, whatever moment of a
+/// device's removal it hit.
+pub fn scrape_without_duplicates(exporter: &Exporter) -> Vec<Sample> {
+    let (status, _, body) = exporter.get("/metrics");
+    assert_eq!(status, 200, "{body}");
+    let samples = parse_exposition(&body);
+    let mut keys: Vec<_> = samples
+        .iter()
+        .map(|s| (s.name.clone(), s.labels.clone()))
+        .collect();
+    let total = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), total, "duplicate series in:\n{body}");
+    samples
+}
+
+/// Runs `ip ARGS`; the error says which command failed and why.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
