@@ -50,14 +50,7 @@ fn run() -> anyhow::Result<()> {
     println!("load average before: {}", load_average());
 
     let ours_args = |extra: &[&str]| -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec![
-            "--path.sysfs".into(),
-            fixture.sys().into(),
-            "--collector.ethtool.source".into(),
-            "files".into(),
-            "--collector.ethtool.stats-dir".into(),
-            fixture.ethtool().into(),
-        ];
+        let mut args = fixture.agent_args();
         args.extend(extra.iter().map(OsString::from));
         args
     };

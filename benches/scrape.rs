@@ -216,17 +216,7 @@ enum Work {
 
 fn start_ours(fixture: &Fixture, work: Work) -> anyhow::Result<Server> {
     let (name, args): (_, Vec<OsString>) = match work {
-        Work::Full => (
-            "rdma-fabric-exporter",
-            vec![
-                "--path.sysfs".into(),
-                fixture.sys().into(),
-                "--collector.ethtool.source".into(),
-                "files".into(),
-                "--collector.ethtool.stats-dir".into(),
-                fixture.ethtool().into(),
-            ],
-        ),
+        Work::Full => ("rdma-fabric-exporter", fixture.agent_args()),
         Work::SameFilesAsNodeExporter => (
             "rfe, equal work",
             vec![

@@ -62,6 +62,18 @@ impl Fixture {
         self.root().join("ethtool")
     }
 
+    /// Our agent's flags for the whole node: sysfs and the `ethtool -S` files.
+    pub fn agent_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--path.sysfs".into(),
+            self.sys().into(),
+            "--collector.ethtool.source".into(),
+            "files".into(),
+            "--collector.ethtool.stats-dir".into(),
+            self.ethtool().into(),
+        ]
+    }
+
     pub fn sys_counters_only(&self) -> PathBuf {
         self.root().join("sys-counters-only")
     }
