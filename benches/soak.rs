@@ -23,8 +23,8 @@ mod common;
 #[allow(dead_code)]
 mod gnmi_target;
 
-use anyhow::{bail, Context};
-use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
+use anyhow::bail;
+use common::proc::{cpu_seconds, env_number, load_average, memory_kib, proc_stat};
 use common::server::Server;
 use gnmi_target::{serve, Behaviour, FakeSwitch, Transport};
 use rdma_fabric_exporter::sim::demo::{Demo, DemoOptions, COMMUNITY};
@@ -245,7 +245,7 @@ fn run() -> anyhow::Result<()> {
                 at_s: started.elapsed().as_secs_f64(),
                 rss_kib: rss_kib as f64,
                 fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as f64,
-                threads: threads(pid)?,
+                threads: proc_stat(pid)?.threads as f64,
                 tasks: scrape.tasks.unwrap_or(f64::NAN),
                 cpu_s: cpu_seconds(pid)?,
             });
@@ -341,17 +341,6 @@ struct Sample {
     threads: f64,
     tasks: f64,
     cpu_s: f64,
-}
-
-fn threads(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .context("no Threads in /proc/pid/status")?
-        .trim()
-        .parse()
-        .context("Threads")
 }
 
 /// Least-squares slope of `y` over `x`, per minute of `x` seconds.

@@ -18,14 +18,14 @@ pub struct ProcessCollector {
     pub runtime: Option<tokio::runtime::Handle>,
 }
 
-/// What `/proc/self/stat` holds that is exposed.
+/// What `/proc/<pid>/stat` holds that is exposed (the benches read other processes with it).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct ProcStat {
-    cpu_seconds: f64,
-    threads: u64,
-    start_time_seconds: f64,
-    virtual_memory_bytes: u64,
-    resident_memory_bytes: u64,
+pub struct ProcStat {
+    pub cpu_seconds: f64,
+    pub threads: u64,
+    pub start_time_seconds: f64,
+    pub virtual_memory_bytes: u64,
+    pub resident_memory_bytes: u64,
 }
 
 /// Parses `/proc/<pid>/stat` (see proc(5)); `boot_time` is `btime` from `/proc/stat`.
@@ -48,16 +48,22 @@ fn parse_stat(
     })
 }
 
+/// `btime` from `/proc/stat`, read once: the boot time does not change, and the file is
+/// several KiB on a many-core machine.
 fn boot_time() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()
+    static BOOT_TIME: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *BOOT_TIME.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
-fn read_stat() -> Option<ProcStat> {
+/// `/proc/<pid>/stat` of `pid`, or of this process when `None`.
+pub fn read_stat(pid: Option<u32>) -> Option<ProcStat> {
     // SAFETY: sysconf has no preconditions.
     let (ticks, page) = unsafe {
         (
@@ -68,7 +74,11 @@ fn read_stat() -> Option<ProcStat> {
     if ticks <= 0 || page <= 0 {
         return None;
     }
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
     parse_stat(&stat, ticks as f64, page as u64, boot_time()?)
 }
 
@@ -90,7 +100,7 @@ impl ProcessCollector {
     fn families(&self) -> Families<'static> {
         let mut families = Families::default();
         let none = Vec::<(&'static str, Cow<'static, str>)>::new;
-        if let Some(stat) = read_stat() {
+        if let Some(stat) = read_stat(None) {
             families.counter(
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds.",
@@ -181,7 +191,7 @@ mod tests {
 
     #[test]
     fn own_figures_are_plausible() {
-        let stat = read_stat().expect("/proc/self/stat");
+        let stat = read_stat(None).expect("/proc/self/stat");
         assert!(stat.resident_memory_bytes > 1 << 20, "{stat:?}");
         assert!(stat.threads >= 1);
         let now = std::time::SystemTime::now()

@@ -1,6 +1,7 @@
 //! Process figures the benches share: CPU time and memory from /proc, free ports, load.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use rdma_fabric_exporter::process_metrics::{read_stat, ProcStat};
 
 /// A port that was free a moment ago (node_exporter 1.5 does not report the port it bound).
 pub fn free_port() -> anyhow::Result<u16> {
@@ -14,30 +15,14 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// `/proc/<pid>/stat` read as the exporter reads its own (`process_*` metrics).
+pub fn proc_stat(pid: u32) -> anyhow::Result<ProcStat> {
+    read_stat(Some(pid)).with_context(|| format!("reading /proc/{pid}/stat"))
+}
+
 /// utime + stime of all threads of `pid`, in seconds.
 pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed /proc/pid/stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    // Fields 14 (utime) and 15 (stime), counting from 1 with pid and comm as 1 and 2.
-    let ticks = |field: usize| -> anyhow::Result<u64> {
-        Ok(fields
-            .get(field - 3)
-            .context("short /proc/pid/stat")?
-            .parse()?)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks_per_second <= 0 {
-        bail!("sysconf(_SC_CLK_TCK) failed");
-    }
-    Ok((ticks(14)? + ticks(15)?) as f64 / ticks_per_second as f64)
+    Ok(proc_stat(pid)?.cpu_seconds)
 }
 
 /// (VmRSS, VmHWM) of `pid` in KiB.
