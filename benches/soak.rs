@@ -396,12 +396,18 @@ fn print_report(samples: &[Sample], tally: &Tally, seconds: u64) {
         WARM_UP.as_secs(),
         after_warm_up.len()
     );
+    if after_warm_up.is_empty() {
+        println!("  none: SOAK_SECONDS must exceed the warm-up for slopes");
+    }
     for (name, unit, f) in [
         ("RSS", "KiB", (|s: &Sample| s.rss_kib) as fn(&Sample) -> f64),
         ("open fds", "", |s: &Sample| s.fds),
         ("threads", "", |s: &Sample| s.threads),
         ("async tasks", "", |s: &Sample| s.tasks),
     ] {
+        if after_warm_up.is_empty() {
+            break;
+        }
         let (lo, hi) = range(f);
         // The second half alone tells a leak (steady) from the allocator settling (early).
         let all = series(f);
