@@ -1,24 +1,11 @@
-//! Command-line interface: Prometheus-style flags, which override the config file.
+//! Command-line interface: Prometheus-style flags, which override the config file. Only
+//! `main.rs` uses this module; the wiring from a `Config` is `app.rs`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::Registry;
 
 use crate::config::{self, Config, ConfigError, EthtoolSourceKind, Pattern};
-use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
-use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
-use crate::node::sysfs::DeviceFilter;
-use crate::node::{NodeCollector, NodeCollectorConfig};
-use crate::server::AppState;
-use crate::switch::config::{Access, SecretSource, SnmpConfig, SwitchConfig};
-use crate::switch::gnmi::{GnmiTarget, GnmiTls};
-use crate::switch::metrics::SwitchCollector;
-use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
-use crate::switch::profile::Profiles;
-use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -172,14 +159,13 @@ pub struct ServeArgs {
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
     pub ethtool_include: Option<Pattern>,
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
-    #[arg(long = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::switch::config::parse_duration)]
+    #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::switch::config::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,
-    /// Turn the fast PFC storm sampler off.
-    #[arg(long = "no-collector.pfc-storm")]
-    pub no_pfc_storm: bool,
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
     pub nccl_log_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub collectors: CollectorFlags,
     /// For benchmarks only: every scrape walks sysfs itself, however many run at once.
     #[arg(long = "debug.no-scrape-coalescing", hide = true)]
     pub no_scrape_coalescing: bool,
@@ -224,12 +210,15 @@ impl ServeArgs {
         if let Some(period) = self.pfc_storm_period {
             node.pfc_storm.period = period;
         }
-        if self.no_pfc_storm {
-            node.pfc_storm.enabled = false;
-        }
         if let Some(dir) = &self.nccl_log_dir {
             config.nccl.log_dir = Some(dir.clone());
         }
+        self.collectors
+            .apply(&mut config)
+            .map_err(|message| ConfigError::Invalid {
+                path: PathBuf::from("<command line>"),
+                message,
+            })?;
         let origin = self
             .config_file
             .clone()
@@ -239,226 +228,92 @@ impl ServeArgs {
     }
 }
 
-/// Builds the node collector a config asks for.
-pub fn node_collector(config: &Config) -> Option<NodeCollector> {
-    let node = &config.node;
-    if !node.enabled {
-        return None;
-    }
-    let ethtool: Option<Arc<dyn EthtoolSource>> = match node.ethtool.source {
-        EthtoolSourceKind::Ioctl => Some(Arc::new(IoctlSource)),
-        EthtoolSourceKind::Files => node
-            .ethtool
-            .stats_dir
-            .as_ref()
-            .map(|dir| Arc::new(FileSource::new(dir)) as Arc<dyn EthtoolSource>),
-        EthtoolSourceKind::None => None,
-    };
-    let mut collector = NodeCollector::new(NodeCollectorConfig {
-        sysfs_root: node.sysfs_path.clone(),
-        devices: DeviceFilter {
-            include: node.devices.include.as_ref().map(|p| p.0.clone()),
-            exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
-        },
-        ethtool,
-        ethtool_include: node.ethtool.include.as_ref().map(|p| p.0.clone()),
-    });
-    if node.pfc_storm.enabled {
-        if let Err(e) = collector.start_storm_detector(node.pfc_storm.storm_config()) {
-            // Scrapes still carry the cumulative pause counters.
-            tracing::error!("the PFC storm sampler did not start: {e}");
+/// `--collector.<name>` and `--no-collector.<name>` for every collector of
+/// [`crate::collector::KNOWN`]; the last of a pair wins, as in node_exporter.
+#[derive(Debug, Args, Default, Clone)]
+pub struct CollectorFlags {
+    /// Walk /sys/class/infiniband (device, port and hw counters) [default: on].
+    #[arg(long = "collector.sysfs", overrides_with = "no_sysfs")]
+    sysfs: bool,
+    /// Without the walk, the ethtool and pfc_storm collectors have no ports to read.
+    #[arg(long = "no-collector.sysfs", overrides_with = "sysfs")]
+    no_sysfs: bool,
+    /// Read the RoCE netdevs' driver statistics during the walk [default: on].
+    #[arg(long = "collector.ethtool", overrides_with = "no_ethtool")]
+    ethtool: bool,
+    #[arg(long = "no-collector.ethtool", overrides_with = "ethtool")]
+    no_ethtool: bool,
+    /// Sample PFC pause counters every period for storms [default: on].
+    #[arg(long = "collector.pfc_storm", overrides_with = "no_pfc_storm")]
+    pfc_storm: bool,
+    #[arg(
+        long = "no-collector.pfc_storm",
+        alias = "no-collector.pfc-storm",
+        overrides_with = "pfc_storm"
+    )]
+    no_pfc_storm: bool,
+    /// Report on NCCL debug logs (needs --collector.nccl.log-dir) [default: on with a log dir].
+    #[arg(long = "collector.nccl", overrides_with = "no_nccl")]
+    nccl: bool,
+    #[arg(long = "no-collector.nccl", overrides_with = "nccl")]
+    no_nccl: bool,
+    /// Poll the config file's switches [default: on with switches].
+    #[arg(long = "collector.switch", overrides_with = "no_switch")]
+    switch: bool,
+    #[arg(long = "no-collector.switch", overrides_with = "switch")]
+    no_switch: bool,
+    /// The exporter's own process_* figures [default: on].
+    #[arg(long = "collector.process", overrides_with = "no_process")]
+    process: bool,
+    #[arg(long = "no-collector.process", overrides_with = "process")]
+    no_process: bool,
+}
+
+impl CollectorFlags {
+    /// Turns collectors on or off in `config`; an enabled collector without what it reads is
+    /// refused, not silently off.
+    fn apply(&self, config: &mut Config) -> Result<(), String> {
+        let node = &mut config.node;
+        if self.sysfs {
+            node.enabled = true;
         }
-    }
-    Some(collector)
-}
-
-/// Builds the switch poller: profiles resolved, communities read. Errors name the switch, never
-/// the secret.
-pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError> {
-    if config.switches.is_empty() {
-        return Ok(None);
-    }
-    let invalid = |message: String| ConfigError::Invalid {
-        path: PathBuf::from("switches"),
-        message,
-    };
-    let profiles = match &config.switch_profiles_dir {
-        Some(dir) => Profiles::with_dir(dir),
-        None => Profiles::builtin(),
-    }
-    .map_err(|e| invalid(e.to_string()))?;
-    let mut targets = Vec::new();
-    for switch in &config.switches {
-        let profile = profiles.get(&switch.profile).ok_or_else(|| {
-            invalid(format!(
-                "switch {:?}: unknown profile {:?}; known: {}",
-                switch.name,
-                switch.profile,
-                profiles.names().collect::<Vec<_>>().join(", ")
-            ))
-        })?;
-        let secret = |source: &SecretSource, what: &str| {
-            source
-                .read()
-                .map(Secret::new)
-                .map_err(|e| invalid(format!("switch {:?}: {what}: {e}", switch.name)))
-        };
-        let source = match &switch.access {
-            Access::Snmp(snmp) => {
-                if profile.columns.is_empty() {
-                    return Err(invalid(format!(
-                        "switch {:?}: profile {:?} has no SNMP columns; use protocol: gnmi",
-                        switch.name, profile.name
-                    )));
-                }
-                Source::Snmp(snmp_target(switch, snmp, &secret)?)
-            }
-            Access::Gnmi(gnmi) => {
-                if profile.gnmi.is_empty() {
-                    return Err(invalid(format!(
-                        "switch {:?}: profile {:?} has no gNMI paths; use protocol: snmp, or a profile with a `gnmi:` section (sonic, openconfig)",
-                        switch.name, profile.name
-                    )));
-                }
-                let credentials = match (&gnmi.username, &gnmi.password) {
-                    (Some(user), Some(password)) => {
-                        Some((user.clone(), secret(password, "password")?))
-                    }
-                    _ => None,
-                };
-                Source::Gnmi {
-                    target: GnmiTarget {
-                        address: with_default_port(&switch.address, 9339),
-                        timeout: switch.timeout,
-                        credentials,
-                        tls: gnmi.tls.as_ref().map(|tls| GnmiTls {
-                            ca_file: tls.ca_file.clone(),
-                            client_cert: tls.cert_file.clone().zip(tls.key_file.clone()),
-                            server_name: tls.server_name.clone(),
-                        }),
-                    },
-                    mode: gnmi.mode,
-                }
-            }
-        };
-        targets.push(Target {
-            name: switch.name.clone(),
-            profile: profile.clone(),
-            source,
-            interval: switch.interval,
-        });
-    }
-    Ok(Some(Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY))))
-}
-
-fn snmp_target(
-    switch: &SwitchConfig,
-    snmp: &SnmpConfig,
-    secret: &dyn Fn(&SecretSource, &str) -> Result<Secret, ConfigError>,
-) -> Result<SnmpTarget, ConfigError> {
-    let credentials = match (&snmp.community, &snmp.user) {
-        (Some(community), _) if snmp.version == SnmpVersion::V1 => {
-            Credentials::V1(secret(community, "community")?)
+        if self.no_sysfs {
+            node.enabled = false;
         }
-        (Some(community), _) => Credentials::V2c(secret(community, "community")?),
-        (None, Some(user)) => Credentials::V3(Usm {
-            username: user.username.clone(),
-            auth: (
-                user.auth_protocol,
-                secret(&user.auth_password, "auth password")?,
-            ),
-            privacy: match &user.privacy {
-                Some((protocol, password)) => Some((*protocol, secret(password, "priv password")?)),
-                None => None,
-            },
-        }),
-        (None, None) => unreachable!("SnmpConfig always has a community or a user"),
-    };
-    Ok(SnmpTarget {
-        address: switch.address.clone(),
-        credentials,
-        timeout: switch.timeout,
-        retries: switch.retries,
-        max_repetitions: switch.max_repetitions,
-    })
-}
-
-/// `host` becomes `host:port`; `host:port` and `[v6]:port` stay as they are.
-fn with_default_port(address: &str, port: u16) -> String {
-    let has_port = match address.rsplit_once(':') {
-        Some((host, p)) => p.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']')),
-        None => false,
-    };
-    if has_port {
-        address.to_string()
-    } else if address.contains(':') && !address.starts_with('[') {
-        format!("[{address}]:{port}")
-    } else {
-        format!("{address}:{port}")
-    }
-}
-
-/// The NCCL log collector, when `nccl.log_dir` is set.
-fn nccl_collector(config: &Config, node: Option<Arc<NodeCollector>>) -> Option<NcclCollector> {
-    let nccl = &config.nccl;
-    Some(NcclCollector {
-        log_dir: nccl.log_dir.clone()?,
-        limits: NcclLogLimits {
-            max_files: nccl.max_files,
-            max_bytes_per_file: nccl.max_bytes_per_file,
-            max_age: nccl.max_age,
-        },
-        node,
-    })
-}
-
-/// Registry and HTTP state for a resolved config.
-pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
-    let mut registry = Registry::default();
-    let coalesced_scrapes = prometheus_client::metrics::counter::Counter::default();
-    registry.register(
-        "rdma_exporter_coalesced_scrapes",
-        "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
-        coalesced_scrapes.clone(),
-    );
-    registry.register(
-        "rdma_exporter_build",
-        "Build facts of the running rdma-fabric-exporter; value is always 1",
-        Info::new(vec![
-            ("version", crate::build::VERSION),
-            ("revision", crate::build::REVISION),
-            ("rustc_version", crate::build::RUSTC),
-        ]),
-    );
-    let node = node_collector(config).map(Arc::new);
-    match nccl_collector(config, node.clone()) {
-        // It encodes the node's families with its own (they share self-metric families).
-        Some(nccl) => registry.register_collector(Box::new(nccl)),
-        None => {
-            if let Some(node) = &node {
-                registry.register_collector(Box::new(node.clone()));
-            }
+        if self.ethtool && node.ethtool.source == EthtoolSourceKind::None {
+            node.ethtool.source = EthtoolSourceKind::Ioctl;
         }
-    }
-    if let Some(poller) = &switches {
-        registry.register_collector(Box::new(SwitchCollector {
-            poller: poller.clone(),
-            only: None,
-        }));
-    }
-    AppState {
-        registry,
-        node,
-        telemetry_path: config
-            .web
-            .telemetry_path
-            .clone()
-            .unwrap_or_else(|| config::DEFAULT_TELEMETRY_PATH.to_string()),
-        scrape_lock: Arc::new(tokio::sync::Mutex::new(())),
-        coalesce_scrapes: true,
-        last_scrape: Arc::default(),
-        coalesced_scrapes,
-        switches,
-        hosts: Default::default(),
+        if self.no_ethtool {
+            node.ethtool.source = EthtoolSourceKind::None;
+            node.ethtool.stats_dir = None;
+        }
+        if self.pfc_storm {
+            node.pfc_storm.enabled = true;
+        }
+        if self.no_pfc_storm {
+            node.pfc_storm.enabled = false;
+        }
+        if self.nccl && config.nccl.log_dir.is_none() {
+            return Err(
+                "--collector.nccl needs a log directory: --collector.nccl.log-dir or nccl.log_dir"
+                    .into(),
+            );
+        }
+        if self.no_nccl {
+            config.nccl.log_dir = None;
+        }
+        if self.switch && config.switches.is_empty() {
+            return Err("--collector.switch needs switches: in the config file".into());
+        }
+        if self.no_switch {
+            config.switches.clear();
+        }
+        if self.process {
+            config.process.enabled = true;
+        }
+        if self.no_process {
+            config.process.enabled = false;
+        }
+        Ok(())
     }
 }

@@ -39,6 +39,21 @@ pub struct Config {
     pub switch_polling: SwitchPolling,
     /// NCCL debug logs to report on at each scrape (off unless `log_dir` is set).
     pub nccl: NcclConfig,
+    /// The exporter's own `process_*` figures.
+    pub process: ProcessConfig,
+}
+
+/// `process:`: the `process` collector.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessConfig {
+    pub enabled: bool,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        ProcessConfig { enabled: true }
+    }
 }
 
 /// `nccl:`: the collector of NCCL_DEBUG=INFO log files (`diag::nccl::collector`).

@@ -142,52 +142,41 @@ impl<'a> Families<'a> {
         self.families.is_empty()
     }
 
+    /// Encodes every family, sorted by exposed name.
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        encode_merged(&[self], encoder)
-    }
-}
-
-/// Encodes the families of several collectors as one exposition, sorted by exposed name; a
-/// family present in more than one (`rdma_exporter_collector_success`) is written once with
-/// all their samples, since the text format refuses a second HELP/TYPE for a name.
-pub fn encode_merged(
-    parts: &[&Families<'_>],
-    encoder: &mut DescriptorEncoder,
-) -> Result<(), std::fmt::Error> {
-    let mut order: Vec<&Family> = parts.iter().flat_map(|p| p.families.iter()).collect();
-    // Stable: samples of a merged family keep the order of `parts`.
-    order.sort_by(|a, b| a.exposed.cmp(&b.exposed));
-    for group in order.chunk_by(|a, b| a.exposed == b.exposed) {
-        let family = group[0];
-        let metric_type = match family.kind {
-            Kind::Counter => MetricType::Counter,
-            Kind::Gauge => MetricType::Gauge,
-            Kind::Info => MetricType::Info,
-            Kind::Untyped => MetricType::Unknown,
-        };
-        let mut metric =
-            encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
-        for (labels, value) in group.iter().flat_map(|f| &f.samples) {
-            match family.kind {
-                Kind::Info => metric.encode_info(labels)?,
-                Kind::Counter => {
-                    let sample = metric.encode_family(labels)?;
-                    match *value {
-                        Value::U64(v) => ConstCounter::new(v).encode(sample)?,
-                        Value::F64(v) => ConstCounter::new(v).encode(sample)?,
+        let mut order: Vec<&Family> = self.families.iter().collect();
+        order.sort_by(|a, b| a.exposed.cmp(&b.exposed));
+        for family in order {
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Info => MetricType::Info,
+                Kind::Untyped => MetricType::Unknown,
+            };
+            let mut metric =
+                encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
+            for (labels, value) in &family.samples {
+                match family.kind {
+                    Kind::Info => metric.encode_info(labels)?,
+                    Kind::Counter => {
+                        let sample = metric.encode_family(labels)?;
+                        match *value {
+                            Value::U64(v) => ConstCounter::new(v).encode(sample)?,
+                            Value::F64(v) => ConstCounter::new(v).encode(sample)?,
+                        }
                     }
-                }
-                Kind::Gauge | Kind::Untyped => {
-                    let sample = metric.encode_family(labels)?;
-                    match *value {
-                        Value::U64(v) => ConstGauge::new(v).encode(sample)?,
-                        Value::F64(v) => ConstGauge::new(v).encode(sample)?,
+                    Kind::Gauge | Kind::Untyped => {
+                        let sample = metric.encode_family(labels)?;
+                        match *value {
+                            Value::U64(v) => ConstGauge::new(v).encode(sample)?,
+                            Value::F64(v) => ConstGauge::new(v).encode(sample)?,
+                        }
                     }
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Lowercases and replaces every character outside `[a-z0-9_]` with `_`, so that driver counter

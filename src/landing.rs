@@ -46,7 +46,7 @@ pub fn render(telemetry_path: &str, node: Option<&NodeCollector>) -> String {
     };
     let mut last = node.last_scrape();
     if last.at.is_none() {
-        node.scrape(|_| ());
+        node.scrape(|_, _| ());
         last = node.last_scrape();
     }
     let _ = write!(

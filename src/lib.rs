@@ -2,7 +2,9 @@
 //!
 //! The binary (`main.rs`) is thin; everything lives here so tests and benches use the same code.
 
+pub mod app;
 pub mod cli;
+pub mod collector;
 pub mod config;
 pub mod diag;
 pub mod direction;

@@ -3,7 +3,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use rdma_fabric_exporter::cli::{self, Cli, Command, DemoArgs, LogArgs, ServeArgs};
+use rdma_fabric_exporter::app;
+use rdma_fabric_exporter::cli::{Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config::{self, ConfigError};
 use rdma_fabric_exporter::process_metrics::ProcessCollector;
 use rdma_fabric_exporter::web::LiveWebConfig;
@@ -106,17 +107,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(web) => web,
         Err(code) => return Ok(code),
     };
-    let switches = match cli::switch_poller(&config) {
+    let switches = match app::switch_poller(&config) {
         Ok(switches) => switches,
         Err(e) => return Ok(config_error(&e)),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let mut state = cli::app_state(&config, switches.clone());
-    state
-        .registry
-        .register_collector(Box::new(ProcessCollector {
-            runtime: Some(runtime.handle().clone()),
-        }));
+    let process = ProcessCollector {
+        runtime: Some(runtime.handle().clone()),
+    };
+    let mut state = app::app_state(&config, switches.clone(), Some(process));
     state.coalesce_scrapes = !args.no_scrape_coalescing;
     let state = Arc::new(state);
     let listen_address = config
@@ -188,7 +187,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             args.telemetry_path,
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
-        let app = rdma_fabric_exporter::server::router(demo.state.clone());
+        let app = demo.router();
         serve_http(listener, app, web).await?;
         Ok(ExitCode::SUCCESS)
     })

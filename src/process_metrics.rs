@@ -7,9 +7,7 @@
 
 use std::borrow::Cow;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-
+use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
 
 #[derive(Debug, Default)]
@@ -161,8 +159,15 @@ impl ProcessCollector {
 }
 
 impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.families().encode(&mut encoder)
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+        let families = self.families();
+        out.encode(&families)?;
+        // Without /proc the figures are absent, which is not a failure of the exporter.
+        Ok(Outcome::ok(true))
     }
 }
 

@@ -4,15 +4,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use crate::collector::{Collector, Collectors, Scrape, Selection};
 use crate::exposition::Format;
 use crate::node::NodeCollector;
 use crate::switch::metrics::SwitchCollector;
@@ -24,21 +27,67 @@ const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 const SCRAPE_TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
 
 pub struct AppState {
-    pub registry: Registry,
+    /// The enabled collectors; each scrape runs all of them or those `collect[]` names.
+    pub collectors: Arc<Collectors>,
+    /// The node walk, for the landing page.
     pub node: Option<Arc<NodeCollector>>,
     pub telemetry_path: String,
-    /// One scrape walks sysfs at a time; others wait (bounded by their scrape timeout).
+    /// Scrapes that walk the node run one at a time; others wait (bounded by their scrape
+    /// timeout) and take the result of the walk that finished while they waited.
     pub scrape_lock: Arc<tokio::sync::Mutex<()>>,
     /// Off only to measure what the bound saves (`--debug.no-scrape-coalescing`).
     pub coalesce_scrapes: bool,
     /// The last scrape's result, for scrapes that arrived while it ran (see `metrics`).
     pub last_scrape: Arc<std::sync::Mutex<Option<FinishedScrape>>>,
     /// Scrapes answered with a result finished after they arrived, without a walk of their own.
-    pub coalesced_scrapes: prometheus_client::metrics::counter::Counter,
+    pub coalesced_scrapes: Counter,
     /// Configured switches, for `/probe`.
     pub switches: Option<Arc<Poller>>,
-    /// `demo`: one node agent per simulated host, at `/hosts/<name><telemetry path>`.
-    pub hosts: BTreeMap<String, Arc<AppState>>,
+}
+
+impl AppState {
+    pub fn new(
+        collectors: Collectors,
+        node: Option<Arc<NodeCollector>>,
+        switches: Option<Arc<Poller>>,
+        telemetry_path: String,
+    ) -> AppState {
+        AppState {
+            collectors: Arc::new(collectors),
+            node,
+            telemetry_path,
+            scrape_lock: Arc::default(),
+            coalesce_scrapes: true,
+            last_scrape: Arc::default(),
+            coalesced_scrapes: Counter::default(),
+            switches,
+        }
+    }
+
+    /// What one scrape encodes: the exporter's fixed families, then the selected collectors.
+    fn registry(&self, selection: Selection) -> Registry {
+        let mut registry = Registry::default();
+        registry.register(
+            "rdma_exporter_coalesced_scrapes",
+            "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
+            self.coalesced_scrapes.clone(),
+        );
+        registry.register(
+            "rdma_exporter_build",
+            "Build facts of the running rdma-fabric-exporter; value is always 1",
+            Info::new(vec![
+                ("version", crate::build::VERSION),
+                ("revision", crate::build::REVISION),
+                ("rustc_version", crate::build::RUSTC),
+            ]),
+        );
+        registry.register_collector(Box::new(Scrape {
+            collectors: self.collectors.clone(),
+            selection,
+            self_metrics: true,
+        }));
+        registry
+    }
 }
 
 /// A scrape's encoded body and when it was finished.
@@ -46,53 +95,27 @@ pub struct AppState {
 pub struct FinishedScrape {
     pub finished: Instant,
     pub format: Format,
+    pub selection: Selection,
     /// Shared, not copied: a coalesced scrape sends the same bytes.
     pub body: axum::body::Bytes,
 }
 
+/// Every route of an exporter: [`routes`] and the landing page.
 pub fn router(state: Arc<AppState>) -> Router {
-    let telemetry_path = state.telemetry_path.clone();
-    let mut router = Router::new()
-        .route(&telemetry_path, get(metrics))
+    routes(state.clone()).merge(
+        Router::new()
+            .route("/", get(landing_page))
+            .with_state(state),
+    )
+}
+
+/// The metrics, probe and health routes, without a landing page (`demo` brings its own).
+pub fn routes(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(&state.telemetry_path, get(metrics))
         .route("/healthz", get(|| async { "OK\n" }))
         .route("/probe", get(probe))
-        .route("/", get(landing_page));
-    if !state.hosts.is_empty() {
-        router = router
-            .route(
-                &format!("/hosts/{{host}}{telemetry_path}"),
-                get(host_metrics),
-            )
-            .route("/sd", get(service_discovery));
-    }
-    router.with_state(state)
-}
-
-/// One simulated host's node agent (`demo`).
-async fn host_metrics(
-    State(state): State<Arc<AppState>>,
-    Path(host): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    match state.hosts.get(&host) {
-        Some(host_state) => metrics(State(host_state.clone()), headers).await,
-        None => (
-            StatusCode::NOT_FOUND,
-            format!("no simulated host {host:?}\n"),
-        )
-            .into_response(),
-    }
-}
-
-/// Prometheus HTTP service discovery of the simulated hosts (`demo`), addressed the way the
-/// caller reached us.
-async fn service_discovery(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let Some(address) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return (StatusCode::BAD_REQUEST, "a Host header is needed\n").into_response();
-    };
-    let hosts: Vec<String> = state.hosts.keys().cloned().collect();
-    let body = crate::sim::demo::service_discovery(address, &state.telemetry_path, &hosts);
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        .with_state(state)
 }
 
 /// Binds `host:port`, `:port` (all interfaces) or `[v6]:port`.
@@ -124,15 +147,42 @@ fn scrape_timeout(headers: &HeaderMap) -> Duration {
         .unwrap_or(DEFAULT_SCRAPE_TIMEOUT)
 }
 
-async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Response {
+    serve_metrics(state, &params, &headers).await
+}
+
+/// `/metrics`: every enabled collector, or those named by `collect[]` parameters (several may
+/// be given; an unknown or disabled name is a 400 that lists the names). Scrapes that walk
+/// the node share walks (see below); the others run at once.
+pub async fn serve_metrics(
+    state: Arc<AppState>,
+    params: &[(String, String)],
+    headers: &HeaderMap,
+) -> Response {
+    let wanted: Vec<&str> = params
+        .iter()
+        .filter(|(key, _)| key == "collect[]")
+        .map(|(_, value)| value.as_str())
+        .collect();
+    let selection = match state.collectors.select(&wanted) {
+        Ok(selection) => selection,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
-    let timeout = scrape_timeout(&headers);
+    let timeout = scrape_timeout(headers);
     let arrived = Instant::now();
+    let walks = state.collectors.selects(&selection, "sysfs");
     let scrape = async {
-        if !state.coalesce_scrapes {
+        if !state.coalesce_scrapes || !walks {
             let state = state.clone();
             return tokio::task::spawn_blocking(move || {
-                Ok(axum::body::Bytes::from(format.encode(&state.registry)?))
+                Ok(axum::body::Bytes::from(
+                    format.encode(&state.registry(selection))?,
+                ))
             })
             .await;
         }
@@ -144,7 +194,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .filter(|s| s.finished >= arrived && s.format == format)
+            .filter(|s| s.finished >= arrived && s.format == format && s.selection == selection)
             .map(|s| s.body.clone());
         if let Some(body) = finished_while_waiting {
             state.coalesced_scrapes.inc();
@@ -154,10 +204,11 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         // sysfs reads block; keep them off the async workers.
         tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            let body = axum::body::Bytes::from(format.encode(&state.registry)?);
+            let body = axum::body::Bytes::from(format.encode(&state.registry(selection.clone()))?);
             *state.last_scrape.lock().unwrap_or_else(|p| p.into_inner()) = Some(FinishedScrape {
                 finished: Instant::now(),
                 format,
+                selection,
                 body: body.clone(),
             });
             Ok(body)
@@ -215,10 +266,15 @@ async fn probe(
     {
         poller.record_timeout(index, timeout);
     }
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(SwitchCollector {
+    let switch: Arc<dyn Collector> = Arc::new(SwitchCollector {
         poller,
         only: Some(index),
+    });
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape {
+        collectors: Arc::new(Collectors::new(vec![switch])),
+        selection: Selection::All,
+        self_metrics: false,
     }));
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     match format.encode(&registry) {
@@ -235,13 +291,6 @@ async fn probe(
 }
 
 async fn landing_page(State(state): State<Arc<AppState>>) -> Response {
-    if !state.hosts.is_empty() {
-        return Html(crate::landing::render_demo(
-            &state.telemetry_path,
-            state.hosts.keys().map(String::as_str),
-        ))
-        .into_response();
-    }
     let node = state.node.clone();
     let path = state.telemetry_path.clone();
     let page = tokio::task::spawn_blocking(move || crate::landing::render(&path, node.as_deref()))

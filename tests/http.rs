@@ -178,3 +178,80 @@ fn unbounded_scrapes_never_share_a_read() {
         Some(0.0)
     );
 }
+
+/// The cx7 fixture node with every node collector on (the storm sampler included).
+fn cx7_exporter(extra: &[&str]) -> Exporter {
+    let cx7 = fixture("cx7-roce");
+    Exporter::on_node(&cx7.join("sys"), &cx7.join("ethtool"), extra)
+}
+
+/// `collector` label values of `rdma_exporter_collector_success` in a body.
+fn collectors_reported(body: &str) -> Vec<String> {
+    parse_exposition(body)
+        .into_iter()
+        .filter(|s| s.name == "rdma_exporter_collector_success")
+        .filter_map(|s| s.labels.get("collector").cloned())
+        .collect()
+}
+
+#[test]
+fn collect_params_run_only_the_named_collectors() {
+    let exporter = cx7_exporter(&[]);
+    let all = exporter.metrics();
+    assert_eq!(
+        collectors_reported(&all),
+        ["sysfs", "ethtool", "pfc_storm", "process"]
+    );
+
+    let (status, _, storm) = exporter.get("/metrics?collect[]=pfc_storm");
+    assert_eq!(status, 200, "{storm}");
+    assert_eq!(collectors_reported(&storm), ["pfc_storm"]);
+    assert!(!storm.contains("rdma_port_"), "no walk for a storm scrape");
+    assert!(!storm.contains("process_"));
+    // The exporter's fixed families come with every answer.
+    assert!(storm.contains("rdma_exporter_build_info{"));
+
+    let (status, _, two) = exporter.get("/metrics?collect[]=process&collect[]=sysfs");
+    assert_eq!(status, 200, "{two}");
+    assert_eq!(collectors_reported(&two), ["sysfs", "ethtool", "process"]);
+    assert!(two.contains("rdma_port_state{"));
+    promtool_check_metrics(&two);
+}
+
+#[test]
+fn unknown_or_disabled_collect_names_are_a_400_with_the_names() {
+    let exporter = cx7_exporter(&["--no-collector.process"]);
+    let (status, _, body) = exporter.get("/metrics?collect[]=sysfs&collect[]=bogus");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("unknown collector \"bogus\""), "{body}");
+    assert!(
+        body.contains("sysfs, ethtool, pfc_storm, nccl, switch, process"),
+        "{body}"
+    );
+    let (status, _, body) = exporter.get("/metrics?collect[]=process");
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("enabled collectors: sysfs, ethtool, pfc_storm"),
+        "{body}"
+    );
+}
+
+#[test]
+fn no_collector_flags_turn_collectors_off() {
+    let exporter = cx7_exporter(&["--no-collector.ethtool", "--no-collector.process"]);
+    let body = exporter.metrics();
+    // Without driver statistics the storm sampler has nothing to sample.
+    assert_eq!(collectors_reported(&body), ["sysfs"]);
+    assert!(!body.contains("rdma_pfc_pause_frames_total"));
+    assert!(!body.contains("process_open_fds"));
+
+    let exporter = cx7_exporter(&["--no-collector.sysfs", "--collector.sysfs"]);
+    assert!(collectors_reported(&exporter.metrics()).contains(&"sysfs".to_string()));
+
+    let (code, _, stderr) = run(&["--collector.nccl", "--path.sysfs", "/nonexistent"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--collector.nccl needs a log directory"),
+        "{stderr}"
+    );
+}

@@ -592,21 +592,6 @@ pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::S
             Value::U64(report.storms),
         );
     }
-    if let Some((duration, ok)) = detector.last_round() {
-        let labels = vec![("collector", Cow::Borrowed("pfc_storm"))];
-        families.gauge(
-            "rdma_exporter_collector_success",
-            super::SUCCESS_HELP,
-            labels.clone(),
-            Value::U64(u64::from(ok)),
-        );
-        families.gauge(
-            "rdma_exporter_collector_duration_seconds",
-            super::DURATION_HELP,
-            labels,
-            Value::F64(duration.as_secs_f64()),
-        );
-    }
 }
 
 #[cfg(test)]

@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 use regex::Regex;
 
+use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
 use ethtool::EthtoolSource;
 use sysfs::{DeviceFilter, NodeSnapshot};
@@ -65,14 +64,24 @@ struct State {
     last: LastScrape,
 }
 
-/// Reads the node at every scrape and encodes it. Walks are serialized so that concurrent
-/// scrapers cannot multiply sysfs and firmware load.
+/// Reads the node at every scrape and encodes it: the `sysfs` collector, and the `ethtool`
+/// collector whose reads run on the same walk's workers. Walks are serialized (whoever asks:
+/// a scrape or the landing page) so that concurrent callers cannot multiply sysfs and firmware
+/// load.
 #[derive(Debug)]
 pub struct NodeCollector {
     config: NodeCollectorConfig,
     state: Mutex<State>,
-    /// The fast PFC storm sampler, when it runs.
-    storm: Option<std::sync::Arc<storm::StormDetector>>,
+    /// Held for the whole walk.
+    walking: Mutex<()>,
+}
+
+/// How the parts of one walk went, for the collector framework.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkOutcome {
+    pub sysfs_ok: bool,
+    /// Outcome and summed read time of the driver statistics, when they are read.
+    pub ethtool: Option<(bool, Duration)>,
 }
 
 /// Timing and outcome of one collection.
@@ -90,24 +99,8 @@ impl NodeCollector {
         NodeCollector {
             config,
             state: Mutex::new(State::default()),
-            storm: None,
+            walking: Mutex::new(()),
         }
-    }
-
-    /// Starts the fast PFC storm sampler on the same statistics source; its findings are
-    /// served with each scrape. Without an ethtool source there is nothing to sample.
-    pub fn start_storm_detector(&mut self, config: storm::StormConfig) -> std::io::Result<()> {
-        let Some(source) = self.config.ethtool.clone() else {
-            return Ok(());
-        };
-        let detector = std::sync::Arc::new(storm::StormDetector::new(config));
-        detector.spawn(
-            self.config.sysfs_root.clone(),
-            self.config.devices.clone(),
-            source,
-        )?;
-        self.storm = Some(detector);
-        Ok(())
     }
 
     pub fn config(&self) -> &NodeCollectorConfig {
@@ -117,6 +110,7 @@ impl NodeCollector {
     /// Reads sysfs and, for RoCE ports with a netdev, the driver statistics (on the same worker
     /// threads as the walk).
     pub fn collect(&self) -> Collection {
+        let _walking = self.walking.lock().unwrap_or_else(|p| p.into_inner());
         let started = Instant::now();
         let ethtool_errors = Mutex::new(Vec::new());
         let ethtool_nanos = AtomicU64::new(0);
@@ -167,7 +161,7 @@ impl NodeCollector {
     /// Collects, then hands every family of this collector to `use_families` (encoding, or
     /// nothing when only the landing page wants fresh data). The snapshot then moves into the
     /// last-scrape state without a copy.
-    pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>) -> R) -> R {
+    pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>, WalkOutcome) -> R) -> R {
         let collection = self.collect();
         let mut families = Families::default();
         let issues = metrics::add_node_metrics(
@@ -177,11 +171,12 @@ impl NodeCollector {
         );
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.record(&self.config.sysfs_root, &collection, &issues);
-        add_self_metrics(&mut families, &collection, &state);
-        if let Some(detector) = &self.storm {
-            metrics::add_storm_metrics(&mut families, detector);
-        }
-        let result = use_families(&families);
+        add_read_errors(&mut families, &state);
+        let outcome = WalkOutcome {
+            sysfs_ok: collection.sysfs_ok,
+            ethtool: collection.ethtool,
+        };
+        let result = use_families(&families, outcome);
         drop(families);
         state.last.snapshot = collection.snapshot;
         result
@@ -261,29 +256,7 @@ impl State {
     }
 }
 
-pub(crate) const SUCCESS_HELP: &str = "1 if the collector's last run succeeded (individual unreadable values are counted in rdma_exporter_read_errors_total instead).";
-pub(crate) const DURATION_HELP: &str = "Duration of the collector's last run in seconds.";
-
-fn add_self_metrics(families: &mut Families<'_>, collection: &Collection, state: &State) {
-    let mut collectors = vec![("sysfs", collection.sysfs_ok, collection.sysfs_duration)];
-    if let Some((ok, duration)) = collection.ethtool {
-        collectors.push(("ethtool", ok, duration));
-    }
-    for (name, ok, duration) in collectors {
-        let labels = vec![("collector", Cow::Borrowed(name))];
-        families.gauge(
-            "rdma_exporter_collector_success",
-            SUCCESS_HELP,
-            labels.clone(),
-            Value::U64(u64::from(ok)),
-        );
-        families.gauge(
-            "rdma_exporter_collector_duration_seconds",
-            DURATION_HELP,
-            labels,
-            Value::F64(duration.as_secs_f64()),
-        );
-    }
+fn add_read_errors(families: &mut Families<'_>, state: &State) {
     for ((device, reason), count) in &state.read_errors {
         families.counter(
             "rdma_exporter_read_errors",
@@ -299,7 +272,24 @@ fn add_self_metrics(families: &mut Families<'_>, collection: &Collection, state:
 }
 
 impl Collector for NodeCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.scrape(|families| families.encode(&mut encoder))
+    fn name(&self) -> &'static str {
+        "sysfs"
+    }
+
+    fn companions(&self) -> &'static [&'static str] {
+        match self.config.ethtool {
+            Some(_) => &["ethtool"],
+            None => &[],
+        }
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+        self.scrape(|families, outcome| {
+            if let Some((ok, duration)) = outcome.ethtool {
+                out.report("ethtool", ok, duration);
+            }
+            out.encode(families)?;
+            Ok(Outcome::ok(outcome.sysfs_ok))
+        })
     }
 }

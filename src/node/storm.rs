@@ -225,6 +225,31 @@ impl StormDetector {
     }
 }
 
+/// The `pfc_storm` collector: the sampler's findings since the previous scrape. Its success and
+/// duration are those of the sampler's last round, not of this call.
+impl crate::collector::Collector for StormDetector {
+    fn name(&self) -> &'static str {
+        "pfc_storm"
+    }
+
+    fn collect(
+        &self,
+        out: &mut crate::collector::Output<'_, '_>,
+    ) -> Result<crate::collector::Outcome, std::fmt::Error> {
+        let mut families = crate::exposition::Families::default();
+        super::metrics::add_storm_metrics(&mut families, self);
+        out.encode(&families)?;
+        Ok(match self.last_round() {
+            Some((duration, ok)) => crate::collector::Outcome {
+                ok,
+                duration: Some(duration),
+            },
+            // No round finished yet: nothing failed.
+            None => crate::collector::Outcome::ok(true),
+        })
+    }
+}
+
 /// The RoCE ports with a netdev: (device, port number, netdev).
 fn roce_ports(
     sysfs_root: &std::path::Path,

@@ -11,7 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
 use crate::config::{Config, EthtoolSourceKind, SwitchPolling};
+use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::{Profile, Profiles};
@@ -79,8 +86,10 @@ pub struct Demo {
     tables: Vec<Arc<LiveTable>>,
     profile: Profile,
     options: DemoOptions,
-    /// The switches' state; `hosts` holds one state per host.
+    /// The switches' state, served at the telemetry path.
     pub state: Arc<AppState>,
+    /// Each host's node agent, served at `/hosts/<host><telemetry path>`.
+    pub hosts: BTreeMap<String, Arc<AppState>>,
     pub host_names: Vec<String>,
     /// Each leaf's SNMP agent (community `demo`), for benches that poll them from outside.
     pub leaf_addresses: Vec<std::net::SocketAddr>,
@@ -154,7 +163,7 @@ impl Demo {
             config.web.telemetry_path = Some(telemetry_path.to_string());
             hosts.insert(
                 host.name.clone(),
-                Arc::new(crate::cli::app_state(&config, None)),
+                Arc::new(crate::app::app_state(&config, None, None)),
             );
             host_names.push(host.name.clone());
         }
@@ -162,14 +171,11 @@ impl Demo {
         config.node.enabled = false;
         config.switch_polling = SwitchPolling::Background;
         config.web.telemetry_path = Some(telemetry_path.to_string());
-        let mut state = crate::cli::app_state(&config, Some(poller));
         // The demo process's own figures go with the switches' endpoint, not with each host.
-        state
-            .registry
-            .register_collector(Box::new(crate::process_metrics::ProcessCollector {
-                runtime: tokio::runtime::Handle::try_current().ok(),
-            }));
-        state.hosts = hosts;
+        let process = ProcessCollector {
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        };
+        let state = crate::app::app_state(&config, Some(poller), Some(process));
         Ok(Demo {
             dir,
             written: Mutex::new(written),
@@ -178,6 +184,7 @@ impl Demo {
             profile,
             options,
             state: Arc::new(state),
+            hosts,
             host_names,
             leaf_addresses,
         })
@@ -185,6 +192,18 @@ impl Demo {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The switches' routes (metrics, probe, health), each host's metrics, `/sd` and the demo's
+    /// landing page.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let path = &self.state.telemetry_path;
+        let demo_routes = Router::new()
+            .route(&format!("/hosts/{{host}}{path}"), get(host_metrics))
+            .route("/sd", get(service_discovery_route))
+            .route("/", get(landing_page))
+            .with_state(self.clone());
+        crate::server::routes(self.state.clone()).merge(demo_routes)
     }
 
     /// Advances the model one tick and publishes it: trees rewritten, switch tables replaced.
@@ -252,6 +271,41 @@ fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
         write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;
     }
     Ok(())
+}
+
+/// One simulated host's node agent.
+async fn host_metrics(
+    State(demo): State<Arc<Demo>>,
+    UrlPath(host): UrlPath<String>,
+    Query(params): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Response {
+    match demo.hosts.get(&host) {
+        Some(state) => crate::server::serve_metrics(state.clone(), &params, &headers).await,
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no simulated host {host:?}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// `/sd`: the hosts for Prometheus HTTP service discovery, addressed the way the caller
+/// reached us.
+async fn service_discovery_route(State(demo): State<Arc<Demo>>, headers: HeaderMap) -> Response {
+    let Some(address) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return (StatusCode::BAD_REQUEST, "a Host header is needed\n").into_response();
+    };
+    let body = service_discovery(address, &demo.state.telemetry_path, &demo.host_names);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn landing_page(State(demo): State<Arc<Demo>>) -> Response {
+    Html(crate::landing::render_demo(
+        &demo.state.telemetry_path,
+        demo.host_names.iter().map(String::as_str),
+    ))
+    .into_response()
 }
 
 /// Prometheus HTTP service discovery for the demo: one target per host, each with its own

@@ -4,11 +4,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-
 use super::poller::Poller;
 use super::profile::{Metric, SampleValue};
+use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Labels, Value};
 
 /// Name and help of each counter-like metric (labels beyond switch/port follow from the key).
@@ -175,7 +173,13 @@ fn add_snapshot<'a>(
 }
 
 impl Collector for SwitchCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    fn name(&self) -> &'static str {
+        "switch"
+    }
+
+    /// Serves each switch's last snapshot; the polls themselves run in the background, and a
+    /// failing switch shows in `rdma_switch_up`, not as a failed collector.
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
         let mut families = Families::default();
         // Snapshots are cloned out (Arc) so that no poll waits on an encoding scrape.
         let mut snapshots = Vec::with_capacity(self.poller.targets.len());
@@ -227,6 +231,7 @@ impl Collector for SwitchCollector {
             snapshots.push((target.name.clone(), fresh));
         }
         self.add_all(&mut families, &snapshots);
-        families.encode(&mut encoder)
+        out.encode(&families)?;
+        Ok(Outcome::ok(true))
     }
 }

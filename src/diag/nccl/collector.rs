@@ -2,23 +2,17 @@
 //! (NCCL_DEBUG_FILE, one file per process) and exposes what each process chose.
 //!
 //! Bounded per scrape: the newest `max_files` files changed within `max_age`, the last
-//! `max_bytes_per_file` of each. It shares `rdma_exporter_collector_success` with the node
-//! collector, so it encodes the node collector's families too (one family per name, as the
-//! text format requires).
+//! `max_bytes_per_file` of each.
 
 use std::borrow::Cow;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use std::time::{Duration, SystemTime};
 
 use super::process::LogParser;
 use super::verdict::{summarize, ProcessSummary, Transport};
+use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
-use crate::node::NodeCollector;
 
 #[derive(Debug, Clone)]
 pub struct NcclLogLimits {
@@ -43,20 +37,16 @@ impl Default for NcclLogLimits {
 pub struct NcclCollector {
     pub log_dir: PathBuf,
     pub limits: NcclLogLimits,
-    /// Encoded in the same exposition (see the module comment); `None` with the node off.
-    pub node: Option<Arc<NodeCollector>>,
 }
 
 /// What one scrape of the directory found.
 pub struct DirScan {
     pub ok: bool,
     pub processes: Vec<ProcessSummary>,
-    pub duration: Duration,
 }
 
 impl NcclCollector {
     pub fn scan(&self) -> DirScan {
-        let started = Instant::now();
         let mut parser = LogParser::new();
         let ok = match recent_files(&self.log_dir, &self.limits) {
             Ok(files) => {
@@ -76,7 +66,6 @@ impl NcclCollector {
         DirScan {
             ok,
             processes: parser.finish().iter().map(summarize).collect(),
-            duration: started.elapsed(),
         }
     }
 }
@@ -146,31 +135,18 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
         Vec::new(),
         Value::U64(fallbacks),
     );
-    let labels = vec![("collector", Cow::Borrowed("nccl"))];
-    families.gauge(
-        "rdma_exporter_collector_success",
-        crate::node::SUCCESS_HELP,
-        labels.clone(),
-        Value::U64(u64::from(scan.ok)),
-    );
-    families.gauge(
-        "rdma_exporter_collector_duration_seconds",
-        crate::node::DURATION_HELP,
-        labels,
-        Value::F64(scan.duration.as_secs_f64()),
-    );
 }
 
 impl Collector for NcclCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    fn name(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
         let scan = self.scan();
-        let mut nccl = Families::default();
-        add_metrics(&mut nccl, &scan);
-        match &self.node {
-            Some(node) => node.scrape(|node_families| {
-                crate::exposition::encode_merged(&[node_families, &nccl], &mut encoder)
-            }),
-            None => nccl.encode(&mut encoder),
-        }
+        let mut families = Families::default();
+        add_metrics(&mut families, &scan);
+        out.encode(&families)?;
+        Ok(Outcome::ok(scan.ok))
     }
 }
