@@ -351,11 +351,33 @@ pub fn validate(path: &Path, config: &Config) -> Result<(), ConfigError> {
         }
     }
     if let Some(telemetry_path) = &config.web.telemetry_path {
-        if !telemetry_path.starts_with('/') {
-            return Err(invalid(format!(
-                "web.telemetry_path must start with `/`, got {telemetry_path:?}"
-            )));
-        }
+        check_telemetry_path(telemetry_path, SERVE_PATHS)
+            .map_err(|e| invalid(format!("web.telemetry_path: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Paths `serve` routes itself (`server::router`); `demo` adds [`DEMO_PATHS`].
+pub const SERVE_PATHS: &[&str] = &["/", "/healthz", "/probe"];
+pub const DEMO_PATHS: &[&str] = &["/", "/healthz", "/probe", "/sd", "/hosts"];
+
+/// A telemetry path must be a plain absolute path that no other route uses: the router would
+/// refuse it at startup, and `{` or `*` would make it a pattern.
+pub fn check_telemetry_path(path: &str, taken: &[&str]) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!("must start with `/`, got {path:?}"));
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.~".contains(c);
+    if !path.chars().all(plain) || path.contains("//") {
+        return Err(format!(
+            "{path:?} may hold only letters, digits, `-`, `_`, `.`, `~` and single `/`"
+        ));
+    }
+    let is_taken = |t: &&&str| path == **t || (**t != "/" && path.starts_with(&format!("{t}/")));
+    if let Some(taken) = taken.iter().find(is_taken) {
+        return Err(format!(
+            "{path:?} is taken by the exporter's own {taken} route"
+        ));
     }
     Ok(())
 }
@@ -403,6 +425,21 @@ mod tests {
     fn wrong_type_has_location() {
         let err = parse_err("node:\n  enabled: maybe\n");
         assert!(err.starts_with("c.yml:2:"), "{err}");
+    }
+
+    #[test]
+    fn telemetry_path_cannot_take_another_route() {
+        for bad in ["/healthz", "/probe", "/", "metrics", "/{x}", "/a//b", "/m*"] {
+            let err = parse_err(&format!("web:\n  telemetry_path: '{bad}'\n"));
+            assert!(err.contains("web.telemetry_path"), "{bad}: {err}");
+        }
+        assert!(check_telemetry_path("/hosts/x", DEMO_PATHS).is_err());
+        assert!(check_telemetry_path("/sd", SERVE_PATHS).is_ok());
+        parse(
+            Path::new("c.yml"),
+            "web:\n  telemetry_path: /rdma/metrics\n",
+        )
+        .unwrap();
     }
 
     #[test]

@@ -154,8 +154,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
-    if !args.telemetry_path.starts_with('/') {
-        eprintln!("error: --web.telemetry-path must start with `/`");
+    if let Err(e) = config::check_telemetry_path(&args.telemetry_path, config::DEMO_PATHS) {
+        eprintln!("error: --web.telemetry-path: {e}");
         return Ok(ExitCode::from(EXIT_CONFIG));
     }
     let web = match web_config(args.web_config_file.as_deref()) {
@@ -193,13 +193,35 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Completes on SIGINT or SIGTERM. SIGHUP, whose default action would end the process (a
+/// closed terminal, a reflexive `kill -HUP`), only logs; with a web config it also reloads it
+/// (`web::serve`). Where a handler cannot be installed the process keeps serving and says so.
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup())
+        .inspect_err(|e| tracing::warn!("SIGHUP handler not installed: {e}"))
+        .ok();
+    let mut term = signal(SignalKind::terminate())
+        .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
+        .ok();
+    let terminate = async {
+        match &mut term {
+            Some(term) => term.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(terminate);
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut terminate => break,
+            Some(()) = async {
+                match &mut hangup {
+                    Some(hangup) => hangup.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => tracing::info!("SIGHUP: nothing to reload but the web config; still serving"),
+        }
     }
     tracing::info!("shutting down");
 }

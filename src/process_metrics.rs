@@ -6,6 +6,10 @@
 //! missing the figures are simply absent.
 
 use std::borrow::Cow;
+use std::path::Path;
+
+/// `/proc/stat` of a machine with hundreds of cores is tens of KiB.
+const PROC_FILE_MAX: u64 = 1 << 20;
 
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
@@ -51,7 +55,8 @@ fn parse_stat(
 fn boot_time() -> Option<u64> {
     static BOOT_TIME: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     *BOOT_TIME.get_or_init(|| {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let stat =
+            crate::bounded_read::read_to_string(Path::new("/proc/stat"), PROC_FILE_MAX).ok()?;
         stat.lines()
             .find_map(|l| l.strip_prefix("btime "))?
             .trim()
@@ -76,7 +81,7 @@ pub fn read_stat(pid: Option<u32>) -> Option<ProcStat> {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_string(),
     };
-    let stat = std::fs::read_to_string(path).ok()?;
+    let stat = crate::bounded_read::read_to_string(Path::new(&path), PROC_FILE_MAX).ok()?;
     parse_stat(&stat, ticks as f64, page as u64, boot_time()?)
 }
 

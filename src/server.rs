@@ -23,6 +23,8 @@ use crate::switch::poller::Poller;
 
 /// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A scraper cannot hold a scrape open longer than this, whatever its header says.
+const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Headroom left for the response to travel back before Prometheus gives up.
 const SCRAPE_TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
 
@@ -141,8 +143,12 @@ fn scrape_timeout(headers: &HeaderMap) -> Duration {
         .get("x-prometheus-scrape-timeout-seconds")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(|s| Duration::from_secs_f64(s).saturating_sub(SCRAPE_TIMEOUT_OFFSET))
+        // `try_`: a huge, negative or NaN header is ignored, never a panic.
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .map(|d| {
+            d.min(MAX_SCRAPE_TIMEOUT)
+                .saturating_sub(SCRAPE_TIMEOUT_OFFSET)
+        })
         .filter(|d| !d.is_zero())
         .unwrap_or(DEFAULT_SCRAPE_TIMEOUT)
 }
@@ -314,5 +320,16 @@ mod tests {
             "nonsense".parse().unwrap(),
         );
         assert_eq!(scrape_timeout(&headers), DEFAULT_SCRAPE_TIMEOUT);
+        for hostile in ["1e30", "-1", "NaN", "inf", "1e-30", "0"] {
+            headers.insert(
+                "x-prometheus-scrape-timeout-seconds",
+                hostile.parse().unwrap(),
+            );
+            let timeout = scrape_timeout(&headers);
+            assert!(
+                timeout <= MAX_SCRAPE_TIMEOUT && !timeout.is_zero(),
+                "{hostile}: {timeout:?}"
+            );
+        }
     }
 }

@@ -62,3 +62,45 @@ fn garbage_and_missing_stats_files_are_counted_and_skipped() {
         "landing page"
     );
 }
+
+#[test]
+fn a_stats_file_that_is_a_device_or_a_fifo_costs_only_its_netdev() {
+    let stats = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce/ethtool"), stats.path());
+    // mlx5_0's file links to an endless device, mlx5_1's is a FIFO no one writes: read
+    // without a bound or with a blocking open, either would stop the scrape for good.
+    let zero = stats.path().join("ens1f0np0.txt");
+    std::fs::remove_file(&zero).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = stats.path().join("ens2f0np0.txt");
+    std::fs::remove_file(&fifo).unwrap();
+    let name = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(&fixture("cx7-roce/sys")),
+        "--collector.ethtool.stats-dir",
+        path_str(stats.path()),
+    ]);
+    let samples = parse_exposition(&exporter.metrics());
+    for device in ["mlx5_0", "mlx5_1"] {
+        assert_eq!(
+            value_of(
+                &samples,
+                "rdma_exporter_read_errors_total",
+                &[("device", device), ("reason", "ethtool_io")]
+            ),
+            Some(1.0),
+            "{device}"
+        );
+    }
+    assert!(value_of(
+        &samples,
+        "rdma_pfc_pause_frames_total",
+        &[("device", "mlx5_2"), ("priority", "3"), ("direction", "rx")]
+    )
+    .is_some());
+    // And the next scrape is answered too.
+    assert_eq!(exporter.get("/metrics").0, 200);
+}

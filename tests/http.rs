@@ -255,3 +255,49 @@ fn no_collector_flags_turn_collectors_off() {
         "{stderr}"
     );
 }
+
+#[test]
+fn sighup_neither_kills_serve_nor_demo() {
+    for mut exporter in [
+        quirks_exporter(&[]),
+        Exporter::start_subcommand("demo", &["--hosts", "2", "--nics-per-host", "1"]),
+    ] {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(exporter.pid() as i32, libc::SIGHUP) };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (status, _, _) = exporter.get("/healthz");
+        assert_eq!(status, 200, "{}", exporter.logs());
+        assert!(exporter.logs().contains("SIGHUP"), "{}", exporter.logs());
+        let exit = exporter.terminate(std::time::Duration::from_secs(10));
+        assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
+    }
+}
+
+#[test]
+fn hostile_scrape_timeout_headers_get_an_answer() {
+    let exporter = quirks_exporter(&[]);
+    for hostile in ["1e30", "-5", "NaN", "inf", "1e-300", "99999999999999999999"] {
+        let (status, _, body) = get_with(
+            &exporter.url("/metrics"),
+            &[("X-Prometheus-Scrape-Timeout-Seconds", hostile)],
+        );
+        assert_eq!(status, 200, "{hostile}: {body}");
+        assert!(body.contains("rdma_devices "), "{hostile}");
+    }
+}
+
+#[test]
+fn a_telemetry_path_that_another_route_uses_is_a_config_error() {
+    for taken in ["/healthz", "/probe", "/", "/{x}"] {
+        let (code, _, stderr) = run(&[
+            "--web.telemetry-path",
+            taken,
+            "--path.sysfs",
+            "/nonexistent",
+        ]);
+        assert_eq!(code, 2, "{taken}: {stderr}");
+        assert!(stderr.contains("web.telemetry_path"), "{taken}: {stderr}");
+        let (code, _, stderr) = run(&["demo", "--web.telemetry-path", taken]);
+        assert_eq!(code, 2, "demo {taken}: {stderr}");
+    }
+}

@@ -90,32 +90,26 @@ impl EthtoolSource for FileSource {
             });
         }
         let path = self.path_for(netdev);
-        let bytes = read_nonblocking(&path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => EthtoolError::NoDevice {
-                netdev: netdev.to_string(),
-            },
-            _ => EthtoolError::Io {
-                netdev: netdev.to_string(),
-                op: "read stats file",
-                source,
-            },
-        })?;
+        let bytes =
+            crate::bounded_read::read(&path, MAX_STATS_FILE_BYTES).map_err(
+                |source| match source.kind() {
+                    std::io::ErrorKind::NotFound => EthtoolError::NoDevice {
+                        netdev: netdev.to_string(),
+                    },
+                    _ => EthtoolError::Io {
+                        netdev: netdev.to_string(),
+                        op: "read stats file",
+                        source,
+                    },
+                },
+            )?;
         parse_ethtool_text(&path, &bytes)
     }
 }
 
-/// Reads a whole file; NONBLOCK so that a FIFO in place of a stats file cannot wedge a scrape.
-fn read_nonblocking(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
+/// An `ethtool -S` of a NIC with hundreds of queues is some hundred KiB; a stats file larger
+/// than this is not one (a link to `/dev/zero` would otherwise be read until memory runs out).
+const MAX_STATS_FILE_BYTES: u64 = 8 << 20;
 
 /// Parses `ethtool -S` output: an optional `NIC statistics:` header, then `name: value` lines.
 /// Names may contain spaces, dots and colons (`Queue[0] AllocFails`), so split on the last `: `.

@@ -77,9 +77,13 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 /// Reads and validates a web config file; relative paths in it are relative to its directory.
 pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
     let modified = mtime(path);
-    let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
-        path: path.to_path_buf(),
-        source,
+    // Bounded and non-blocking like every file the exporter reads: a FIFO here would hang the
+    // reload on SIGHUP.
+    let text = crate::bounded_read::read_to_string(path, 1 << 20).map_err(|source| {
+        WebConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let file: WebConfigFile = if text.trim().is_empty() {
         WebConfigFile::default()

@@ -5,7 +5,6 @@
 //! `max_bytes_per_file` of each.
 
 use std::borrow::Cow;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -52,7 +51,9 @@ impl NcclCollector {
             Ok(files) => {
                 for path in files {
                     // A file removed or unreadable since listing is skipped, not fatal.
-                    if let Ok(bytes) = read_tail(&path, self.limits.max_bytes_per_file) {
+                    if let Ok(bytes) =
+                        crate::bounded_read::read_tail(&path, self.limits.max_bytes_per_file)
+                    {
                         parser.feed(&path.display().to_string(), &bytes);
                     }
                 }
@@ -88,17 +89,6 @@ fn recent_files(dir: &Path, limits: &NcclLogLimits) -> std::io::Result<Vec<PathB
     files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     files.truncate(limits.max_files);
     Ok(files.into_iter().map(|(_, p)| p).collect())
-}
-
-fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    if len > max {
-        file.seek(SeekFrom::Start(len - max))?;
-    }
-    let mut bytes = Vec::new();
-    file.take(max).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// Adds the NCCL families of one scan.
