@@ -81,21 +81,16 @@ fn web_config(path: Option<&std::path::Path>) -> Result<Option<Arc<LiveWebConfig
     }
 }
 
-/// Plain `axum::serve` as always, or the web-config server (TLS, basic auth, headers).
+/// One server for plain HTTP and the web config (TLS, basic auth, headers): bounded
+/// connections and header reads either way.
 async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     web: Option<Arc<LiveWebConfig>>,
 ) -> anyhow::Result<()> {
-    match web {
-        None => axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("serving HTTP"),
-        Some(web) => rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal())
-            .await
-            .context("serving HTTP"),
-    }
+    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal())
+        .await
+        .context("serving HTTP")
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {

@@ -301,3 +301,51 @@ fn a_telemetry_path_that_another_route_uses_is_a_config_error() {
         assert_eq!(code, 2, "demo {taken}: {stderr}");
     }
 }
+
+/// Connections that send half a request and then nothing, as a slowloris client does.
+fn half_open_connections(exporter: &Exporter, count: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    (0..count)
+        .filter_map(|_| {
+            let mut stream = std::net::TcpStream::connect(&exporter.address).ok()?;
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                .ok()?;
+            Some(stream)
+        })
+        .collect()
+}
+
+#[test]
+fn half_open_connections_neither_lock_out_scrapes_nor_hold_shutdown() {
+    let mut exporter = quirks_exporter(&[]);
+    // More than the exporter serves at once: the excess is closed at once, the rest when
+    // their headers do not arrive in time (10 s).
+    let _flood = half_open_connections(&exporter, 700);
+    let started = std::time::Instant::now();
+    let answered = loop {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(std::time::Duration::from_secs(2))
+            .build()
+            .unwrap();
+        if let Ok(response) = client.get(exporter.url("/metrics")).send() {
+            if response.status() == 200 {
+                break true;
+            }
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        answered,
+        "no scrape answered for 30 s behind 700 half-open connections"
+    );
+    let _more = half_open_connections(&exporter, 50);
+    let exit = exporter.terminate(std::time::Duration::from_secs(25));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "half-open connections held the process after SIGTERM: {exit:?}"
+    );
+}
