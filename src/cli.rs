@@ -416,13 +416,15 @@ fn nccl_collector(config: &Config, node: Option<Arc<NodeCollector>>) -> Option<N
 pub fn app_state(config: &Config, switches: Option<Arc<Poller>>) -> AppState {
     let mut registry = Registry::default();
     let coalesced_scrapes = prometheus_client::metrics::counter::Counter::default();
+    // prometheus-client appends `_total` and `_info`: it is given the names without them.
+    use crate::exposition::{base_name, Kind};
     registry.register(
-        "rdma_exporter_coalesced_scrapes",
+        base_name("rdma_exporter_coalesced_scrapes_total", Kind::Counter).expect("suffixed"),
         "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
         coalesced_scrapes.clone(),
     );
     registry.register(
-        "rdma_exporter_build",
+        base_name("rdma_exporter_build_info", Kind::Info).expect("suffixed"),
         "Build facts of the running rdma-fabric-exporter; value is always 1",
         Info::new(vec![
             ("version", crate::build::VERSION),

@@ -286,7 +286,7 @@ fn add_self_metrics(families: &mut Families<'_>, collection: &Collection, state:
     }
     for ((device, reason), count) in &state.read_errors {
         families.counter(
-            "rdma_exporter_read_errors",
+            "rdma_exporter_read_errors_total",
             "Values that could not be read or exported, by device and reason; the rest of the scrape is unaffected.",
             // Owned: the state these come from is locked for less time than the families live.
             vec![

@@ -14,25 +14,25 @@ use crate::exposition::{Families, Labels, Value};
 /// Name and help of each counter-like metric (labels beyond switch/port follow from the key).
 fn family(metric: Metric) -> Option<(&'static str, &'static str)> {
     Some(match metric {
-        Metric::InOctets => ("rdma_switch_port_received_bytes", "Bytes received on the switch port (ifHCInOctets)."),
-        Metric::OutOctets => ("rdma_switch_port_transmitted_bytes", "Bytes transmitted on the switch port (ifHCOutOctets)."),
-        Metric::InUcastPackets => ("rdma_switch_port_received_unicast_packets", "Unicast packets received on the switch port."),
-        Metric::OutUcastPackets => ("rdma_switch_port_transmitted_unicast_packets", "Unicast packets transmitted on the switch port."),
-        Metric::InDiscards => ("rdma_switch_port_received_discards", "Inbound packets discarded by the switch port (ifInDiscards)."),
-        Metric::OutDiscards => ("rdma_switch_port_transmitted_discards", "Outbound packets discarded by the switch port (ifOutDiscards)."),
-        Metric::InErrors => ("rdma_switch_port_received_errors", "Inbound packets with errors (ifInErrors)."),
-        Metric::OutErrors => ("rdma_switch_port_transmitted_errors", "Outbound packets that could not be sent because of errors (ifOutErrors)."),
-        Metric::PfcFrames => ("rdma_switch_port_pfc_frames", "PFC frames per priority: rx = received from the neighbour (it pauses the switch), tx = sent by the switch (it pauses the neighbour)."),
-        Metric::PfcFramesAllPriorities => ("rdma_switch_port_pfc_frames_all_priorities", "PFC frames summed over all priorities (IEEE8021-PFC-MIB, 32-bit)."),
-        Metric::PfcPauseSeconds => ("rdma_switch_port_pfc_pause_seconds", "Time the port was paused by PFC per priority, in seconds."),
-        Metric::QueueTransmittedPackets => ("rdma_switch_queue_transmitted_packets", "Packets transmitted from the egress queue."),
-        Metric::QueueDroppedPackets => ("rdma_switch_queue_dropped_packets", "Packets dropped by the queue (tail or buffer drops)."),
-        Metric::QueueWredDroppedPackets => ("rdma_switch_queue_wred_dropped_packets", "Packets dropped by WRED in the queue."),
-        Metric::QueueIngressDroppedPackets => ("rdma_switch_queue_ingress_dropped_packets", "Packets dropped by the ingress queue."),
-        Metric::QueueEcnMarkedPackets => ("rdma_switch_queue_ecn_marked_packets", "Packets ECN-marked (CE) by the egress queue."),
-        Metric::PfcWatchdogStorms => ("rdma_switch_pfc_watchdog_storms", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
-        Metric::PfcWatchdogRestores => ("rdma_switch_pfc_watchdog_restores", "Times the PFC watchdog restored the queue after a storm."),
-        Metric::PfcWatchdogDroppedPackets => ("rdma_switch_pfc_watchdog_dropped_packets", "Packets the PFC watchdog dropped while the queue was stormed."),
+        Metric::InOctets => ("rdma_switch_port_received_bytes_total", "Bytes received on the switch port (ifHCInOctets)."),
+        Metric::OutOctets => ("rdma_switch_port_transmitted_bytes_total", "Bytes transmitted on the switch port (ifHCOutOctets)."),
+        Metric::InUcastPackets => ("rdma_switch_port_received_unicast_packets_total", "Unicast packets received on the switch port."),
+        Metric::OutUcastPackets => ("rdma_switch_port_transmitted_unicast_packets_total", "Unicast packets transmitted on the switch port."),
+        Metric::InDiscards => ("rdma_switch_port_received_discards_total", "Inbound packets discarded by the switch port (ifInDiscards)."),
+        Metric::OutDiscards => ("rdma_switch_port_transmitted_discards_total", "Outbound packets discarded by the switch port (ifOutDiscards)."),
+        Metric::InErrors => ("rdma_switch_port_received_errors_total", "Inbound packets with errors (ifInErrors)."),
+        Metric::OutErrors => ("rdma_switch_port_transmitted_errors_total", "Outbound packets that could not be sent because of errors (ifOutErrors)."),
+        Metric::PfcFrames => ("rdma_switch_port_pfc_frames_total", "PFC frames per priority: rx = received from the neighbour (it pauses the switch), tx = sent by the switch (it pauses the neighbour)."),
+        Metric::PfcFramesAllPriorities => ("rdma_switch_port_pfc_frames_all_priorities_total", "PFC frames summed over all priorities (IEEE8021-PFC-MIB, 32-bit)."),
+        Metric::PfcPauseSeconds => ("rdma_switch_port_pfc_pause_seconds_total", "Time the port was paused by PFC per priority, in seconds."),
+        Metric::QueueTransmittedPackets => ("rdma_switch_queue_transmitted_packets_total", "Packets transmitted from the egress queue."),
+        Metric::QueueDroppedPackets => ("rdma_switch_queue_dropped_packets_total", "Packets dropped by the queue (tail or buffer drops)."),
+        Metric::QueueWredDroppedPackets => ("rdma_switch_queue_wred_dropped_packets_total", "Packets dropped by WRED in the queue."),
+        Metric::QueueIngressDroppedPackets => ("rdma_switch_queue_ingress_dropped_packets_total", "Packets dropped by the ingress queue."),
+        Metric::QueueEcnMarkedPackets => ("rdma_switch_queue_ecn_marked_packets_total", "Packets ECN-marked (CE) by the egress queue."),
+        Metric::PfcWatchdogStorms => ("rdma_switch_pfc_watchdog_storms_total", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
+        Metric::PfcWatchdogRestores => ("rdma_switch_pfc_watchdog_restores_total", "Times the PFC watchdog restored the queue after a storm."),
+        Metric::PfcWatchdogDroppedPackets => ("rdma_switch_pfc_watchdog_dropped_packets_total", "Packets the PFC watchdog dropped while the queue was stormed."),
         _ => return None,
     })
 }
@@ -96,7 +96,7 @@ fn add_snapshot<'a>(
     };
     for (&ifindex, &name) in &names {
         let added = families.add(
-            "rdma_switch_port",
+            "rdma_switch_port_info",
             crate::exposition::Kind::Info,
             "Switch port identity: ifName, ifIndex (empty over gNMI) and ifAlias (the description).",
             vec![
@@ -122,7 +122,7 @@ fn add_snapshot<'a>(
     }
     for (&ifindex, &(host, neighbour_port)) in &neighbours {
         let added = families.add(
-            "rdma_switch_port_neighbor",
+            "rdma_switch_port_neighbor_info",
             crate::exposition::Kind::Info,
             "LLDP neighbour of the switch port: joins switch ports to hosts and their NIC ports.",
             vec![
@@ -218,7 +218,7 @@ impl Collector for SwitchCollector {
                 let mut labels = switch();
                 labels.push(("reason", Cow::Borrowed(*reason)));
                 families.counter(
-                    "rdma_switch_poll_errors",
+                    "rdma_switch_poll_errors_total",
                     "Failed switch polls by reason (timeout, network, auth, decode, snmp_error, poll_timeout), and values the profile could not read (value).",
                     labels,
                     Value::U64(*count),
