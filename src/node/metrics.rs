@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use regex::Regex;
 
 use super::ethtool_map::{classify, TypedStat};
+use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
 use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
 
@@ -87,7 +88,7 @@ const DATA_COUNTERS: &[&str] = &["port_rcv_data", "port_xmit_data"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodeIssue {
     pub device: String,
-    pub reason: &'static str,
+    pub reason: ReadErrorReason,
     pub detail: String,
 }
 
@@ -366,7 +367,7 @@ fn add_driver_counters<'a>(
         if !unique.push(name_buf, name) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
-                reason: "name_collision",
+                reason: ReadErrorReason::NameCollision,
                 detail: format!("driver counter {name:?} sanitizes to a name already taken"),
             });
             continue;
@@ -385,7 +386,7 @@ fn add_driver_counters<'a>(
         ) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
-                reason: "name_collision",
+                reason: ReadErrorReason::NameCollision,
                 detail: e.to_string(),
             });
         }
@@ -424,7 +425,7 @@ fn add_ethtool<'a>(
         labels
     };
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
-    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.label()));
+    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = HashSet::new();
     for (name, raw) in &port.ethtool {
         let raw = *raw;
@@ -440,7 +441,7 @@ fn add_ethtool<'a>(
                 if let Err(e) = added {
                     issues.push(EncodeIssue {
                         device: device.name.clone(),
-                        reason: "name_collision",
+                        reason: ReadErrorReason::NameCollision,
                         detail: e.to_string(),
                     });
                 }
@@ -478,16 +479,10 @@ fn add_ethtool<'a>(
                 with(&[dir(direction)]),
                 micros_to_seconds(raw),
             ),
-            TypedStat::PauseStormWarningEvents => families.counter(
+            TypedStat::PauseStormEvents { severity } => families.counter(
                 "rdma_pfc_pause_storm_events_total",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", Cow::Borrowed("warning"))]),
-                Value::U64(raw),
-            ),
-            TypedStat::PauseStormErrorEvents => families.counter(
-                "rdma_pfc_pause_storm_events_total",
-                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", Cow::Borrowed("error"))]),
+                with(&[("severity", Cow::Borrowed(severity.as_label()))]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityDiscards { priority } => families.counter(
@@ -576,7 +571,7 @@ pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::S
                 ("port", Cow::Owned(key.port.clone())),
                 ("netdev", Cow::Owned(key.netdev.clone())),
                 ("priority", Cow::Owned(key.priority.to_string())),
-                ("direction", Cow::Borrowed(key.direction.label())),
+                ("direction", Cow::Borrowed(key.direction.as_label())),
             ]
         };
         families.gauge(
@@ -669,7 +664,9 @@ mod tests {
         let mut families = Families::default();
         let issues = add_node_metrics(&mut families, &snapshot, None);
         assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues.iter().all(|i| i.reason == "name_collision"));
+        assert!(issues
+            .iter()
+            .all(|i| i.reason == ReadErrorReason::NameCollision));
         assert!(issues
             .iter()
             .all(|i| i.detail.contains("RX-Bytes") || i.detail.contains("rx.bytes")));

@@ -147,7 +147,7 @@ fn add_snapshot<'a>(
             labels.push(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
         }
         if let Some(d) = sample.key.direction {
-            labels.push(("direction", Cow::Borrowed(d.label())));
+            labels.push(("direction", Cow::Borrowed(d.as_label())));
         }
         if let Some(q) = sample.key.queue {
             labels.push(("queue", Cow::Owned(q.to_string())));

@@ -126,7 +126,7 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
                 ("pid", pid.clone()),
                 ("network", Cow::Borrowed(p.network.as_str())),
                 ("link_layer", Cow::Borrowed(p.link_layer.as_str())),
-                ("gdr", Cow::Borrowed(p.gdr.as_str())),
+                ("gdr", Cow::Borrowed(p.gdr.as_label())),
             ],
             Value::U64(1),
         );
