@@ -10,7 +10,10 @@ pub enum Direction {
 }
 
 impl Direction {
-    pub fn label(self) -> &'static str {
+    /// Every value of the label, for the docs check.
+    pub const ALL: &[Direction] = &[Direction::Rx, Direction::Tx];
+
+    pub fn as_label(self) -> &'static str {
         match self {
             Direction::Rx => "rx",
             Direction::Tx => "tx",

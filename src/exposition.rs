@@ -34,6 +34,7 @@ pub type Labels<'a> = Vec<(&'static str, Cow<'a, str>)>;
 
 #[derive(Debug)]
 struct Family<'a> {
+    /// The name without the `_total`/`_info` suffix that prometheus-client appends.
     base: String,
     exposed: String,
     help: Cow<'static, str>,
@@ -43,53 +44,72 @@ struct Family<'a> {
 
 /// Metric families of one scrape. Encoded sorted by exposed name (`_total`/`_info` included), so
 /// output is deterministic and a counter `x_total` can never merge with a gauge `x`.
+///
+/// Families are named by their exposed name (`rdma_pfc_pause_frames_total`, `rdma_port_info`)
+/// where they are produced, so that grep finds the producer of any name a scraper sees.
 #[derive(Debug, Default)]
 pub struct Families<'a> {
     families: Vec<Family<'a>>,
-    /// Base name -> family index per kind: lookups by `&str` allocate nothing.
-    by_base: HashMap<String, [Option<usize>; 4]>,
-    /// Exposed names already taken, to refuse a second family under the same name.
+    /// Exposed name -> family index: lookups by `&str` allocate nothing, and a second family
+    /// under a taken name is refused.
     exposed: HashMap<String, usize>,
 }
 
-/// A sample was dropped because its family already exists with another type.
+/// Why a sample was dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("metric {0} already exists with another type")]
-pub struct TypeConflict(pub String);
+pub enum FamilyError {
+    /// The family already exists with another type.
+    #[error("metric {0} already exists with another type")]
+    TypeConflict(String),
+    /// A counter not named `..._total`, or an info not named `..._info`: a programming error.
+    #[error("metric {name}: a {kind:?} family's name must end in {suffix:?}")]
+    MissingSuffix {
+        name: String,
+        kind: Kind,
+        suffix: &'static str,
+    },
+}
 
 impl Kind {
-    fn slot(self) -> usize {
+    /// What the exposed name of a family of this kind ends with.
+    fn suffix(self) -> &'static str {
         match self {
-            Kind::Counter => 0,
-            Kind::Gauge => 1,
-            Kind::Info => 2,
-            Kind::Untyped => 3,
+            Kind::Counter => "_total",
+            Kind::Info => "_info",
+            Kind::Gauge | Kind::Untyped => "",
         }
     }
 }
 
-impl<'a> Families<'a> {
-    /// The name a family of `kind` with base name `base` is exposed under.
-    pub fn exposed_name(base: &str, kind: Kind) -> String {
-        match kind {
-            Kind::Counter => format!("{base}_total"),
-            Kind::Info => format!("{base}_info"),
-            Kind::Gauge | Kind::Untyped => base.to_string(),
-        }
-    }
+/// The name prometheus-client is given for a family exposed as `exposed`: it appends `_total` to
+/// counters and `_info` to info metrics itself.
+pub fn base_name(exposed: &str, kind: Kind) -> Result<&str, FamilyError> {
+    let suffix = kind.suffix();
+    exposed
+        .strip_suffix(suffix)
+        .filter(|base| !base.is_empty())
+        .ok_or_else(|| FamilyError::MissingSuffix {
+            name: exposed.to_string(),
+            kind,
+            suffix,
+        })
+}
 
+impl<'a> Families<'a> {
+    /// Adds one sample to the family exposed as `exposed` (`..._total` for a counter, `..._info`
+    /// for an info), creating the family on its first sample.
     pub fn add(
         &mut self,
-        base: &str,
+        exposed: &str,
         kind: Kind,
         help: impl Into<Cow<'static, str>>,
         labels: Labels<'a>,
         value: Value,
-    ) -> Result<(), TypeConflict> {
-        let existing = self.by_base.get(base).and_then(|slots| slots[kind.slot()]);
-        let index = match existing {
-            Some(index) => index,
-            None => self.create(base, kind, help.into())?,
+    ) -> Result<(), FamilyError> {
+        let index = match self.exposed.get(exposed) {
+            Some(&index) if self.families[index].kind == kind => index,
+            Some(_) => return Err(FamilyError::TypeConflict(exposed.to_string())),
+            None => self.create(exposed, kind, help.into())?,
         };
         self.families[index].samples.push((labels, value));
         Ok(())
@@ -97,20 +117,16 @@ impl<'a> Families<'a> {
 
     fn create(
         &mut self,
-        base: &str,
+        exposed: &str,
         kind: Kind,
         help: Cow<'static, str>,
-    ) -> Result<usize, TypeConflict> {
-        let exposed = Self::exposed_name(base, kind);
-        if self.exposed.contains_key(&exposed) {
-            return Err(TypeConflict(exposed));
-        }
+    ) -> Result<usize, FamilyError> {
+        let base = base_name(exposed, kind)?.to_string();
         let index = self.families.len();
-        self.exposed.insert(exposed.clone(), index);
-        self.by_base.entry(base.to_string()).or_default()[kind.slot()] = Some(index);
+        self.exposed.insert(exposed.to_string(), index);
         self.families.push(Family {
-            base: base.to_string(),
-            exposed,
+            base,
+            exposed: exposed.to_string(),
             help,
             kind,
             samples: Vec::new(),
@@ -118,14 +134,21 @@ impl<'a> Families<'a> {
         Ok(index)
     }
 
-    pub fn counter(&mut self, base: &str, help: &'static str, labels: Labels<'a>, value: Value) {
+    /// A sample of a counter family; `exposed` ends in `_total`.
+    pub fn counter(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>, value: Value) {
         // Static names never conflict; a conflict here is a programming error caught by tests.
-        let added = self.add(base, Kind::Counter, help, labels, value);
+        let added = self.add(exposed, Kind::Counter, help, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
-    pub fn gauge(&mut self, base: &str, help: &'static str, labels: Labels<'a>, value: Value) {
-        let added = self.add(base, Kind::Gauge, help, labels, value);
+    pub fn gauge(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>, value: Value) {
+        let added = self.add(exposed, Kind::Gauge, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// An info series (value 1); `exposed` ends in `_info`.
+    pub fn info(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>) {
+        let added = self.add(exposed, Kind::Info, help, labels, Value::U64(1));
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
@@ -248,16 +271,39 @@ mod tests {
             .is_err());
         // A gauge named like a counter's exposed name is refused too.
         families
-            .add("y", Kind::Counter, "h", vec![], Value::U64(1))
+            .add("y_total", Kind::Counter, "h", vec![], Value::U64(1))
             .unwrap();
-        assert!(families
-            .add("y_total", Kind::Gauge, "h", vec![], Value::U64(1))
-            .is_err());
-        // A counter `x` is exposed as `x_total`: a different family.
+        assert_eq!(
+            families.add("y_total", Kind::Gauge, "h", vec![], Value::U64(1)),
+            Err(FamilyError::TypeConflict("y_total".into()))
+        );
+        // A counter `x_total` is a different family from the gauge `x`.
         families
-            .add("x", Kind::Counter, "h", vec![], Value::U64(1))
+            .add("x_total", Kind::Counter, "h", vec![], Value::U64(1))
             .unwrap();
         assert_eq!(families.len(), 3);
+    }
+
+    #[test]
+    fn counters_and_infos_are_named_with_their_suffix() {
+        let mut families = Families::default();
+        for (name, kind) in [
+            ("c", Kind::Counter),
+            ("i", Kind::Info),
+            ("_total", Kind::Counter),
+        ] {
+            assert!(
+                matches!(
+                    families.add(name, kind, "h", vec![], Value::U64(1)),
+                    Err(FamilyError::MissingSuffix { .. })
+                ),
+                "{name}"
+            );
+        }
+        assert!(families.is_empty());
+        assert_eq!(base_name("a_total", Kind::Counter), Ok("a"));
+        assert_eq!(base_name("a_info", Kind::Info), Ok("a"));
+        assert_eq!(base_name("a_total", Kind::Gauge), Ok("a_total"));
     }
 
     #[test]

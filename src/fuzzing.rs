@@ -55,7 +55,7 @@ pub fn sysfs_value(data: &[u8]) {
             assert_eq!(parse::counter(format!("0x{n:x}\n").as_bytes()), Ok(n));
         }
         Err(e) => {
-            assert!(!e.reason().is_empty());
+            assert!(!e.reason().as_label().is_empty());
             if let Err(first) = &text {
                 assert_eq!(&e, first, "counter and attribute_text disagree");
             }

@@ -13,6 +13,8 @@ pub mod exposition;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod landing;
+#[cfg(test)]
+mod metric_docs;
 pub mod node;
 pub mod process_metrics;
 pub mod server;

@@ -105,7 +105,7 @@ impl ProcessCollector {
         let none = Vec::<(&'static str, Cow<'static, str>)>::new;
         if let Some(stat) = read_stat(None) {
             families.counter(
-                "process_cpu_seconds",
+                "process_cpu_seconds_total",
                 "Total user and system CPU time spent in seconds.",
                 none(),
                 Value::F64(stat.cpu_seconds),

@@ -68,14 +68,15 @@ impl AppState {
 
     /// What one scrape encodes: the exporter's fixed families, then the selected collectors.
     fn registry(&self, selection: Selection) -> Registry {
+        use crate::exposition::{base_name, Kind};
         let mut registry = Registry::default();
         registry.register(
-            "rdma_exporter_coalesced_scrapes",
+            base_name("rdma_exporter_coalesced_scrapes_total", Kind::Counter).expect("suffixed"),
             "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
             self.coalesced_scrapes.clone(),
         );
         registry.register(
-            "rdma_exporter_build",
+            base_name("rdma_exporter_build_info", Kind::Info).expect("suffixed"),
             "Build facts of the running rdma-fabric-exporter; value is always 1",
             Info::new(vec![
                 ("version", crate::build::VERSION),

@@ -98,7 +98,8 @@ fn switches_are_polled_and_served() {
             "rdma_switch_port_neighbor_info",
             &leaf(&[
                 ("neighbor_host", "gpu-node-01"),
-                ("neighbor_port", "ens1f0np0")
+                ("neighbor_port", "ens1f0np0"),
+                ("neighbor_port_description", "ConnectX-7 port 1")
             ])
         ),
         Some(1.0)

@@ -90,6 +90,10 @@ async fn walk_decodes_what_the_agent_serves() {
         find(Metric::LldpRemotePortId, port(1)),
         Some(SampleValue::Text("ens1f0np0".into()))
     );
+    assert_eq!(
+        find(Metric::LldpRemotePortDescription, port(1)),
+        Some(SampleValue::Text("ConnectX-7 port 1".into()))
+    );
     // The garbage row is reported, not turned into a number.
     assert_eq!(result.decode_errors.len(), 1, "{:?}", result.decode_errors);
     assert!(result.decode_errors[0].contains("aristaPfcPriorityRequests"));

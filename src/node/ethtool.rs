@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::reason::ReadErrorReason;
+
 /// One driver statistic as the driver names it (`rx_prio3_pause`) and its raw value.
 pub type RawStat = (String, u64);
 
@@ -36,15 +38,15 @@ pub enum EthtoolError {
 }
 
 impl EthtoolError {
-    /// Short, stable reason label for `rdma_exporter_read_errors_total`.
-    pub fn reason(&self) -> &'static str {
+    /// The `reason` label for `rdma_exporter_read_errors_total`.
+    pub fn reason(&self) -> ReadErrorReason {
         match self {
-            EthtoolError::NoDevice { .. } => "ethtool_no_device",
-            EthtoolError::NotSupported { .. } => "ethtool_not_supported",
-            EthtoolError::CountChanged { .. } => "ethtool_count_changed",
-            EthtoolError::BadName { .. } => "ethtool_bad_name",
-            EthtoolError::Io { .. } => "ethtool_io",
-            EthtoolError::Parse { .. } => "ethtool_parse",
+            EthtoolError::NoDevice { .. } => ReadErrorReason::EthtoolNoDevice,
+            EthtoolError::NotSupported { .. } => ReadErrorReason::EthtoolNotSupported,
+            EthtoolError::CountChanged { .. } => ReadErrorReason::EthtoolCountChanged,
+            EthtoolError::BadName { .. } => ReadErrorReason::EthtoolBadName,
+            EthtoolError::Io { .. } => ReadErrorReason::EthtoolIo,
+            EthtoolError::Parse { .. } => ReadErrorReason::EthtoolParse,
         }
     }
 }

@@ -26,8 +26,9 @@ pub enum TypedStat {
     GlobalPauseDurationMicros {
         direction: Direction,
     },
-    PauseStormWarningEvents,
-    PauseStormErrorEvents,
+    PauseStormEvents {
+        severity: StormSeverity,
+    },
     PriorityDiscards {
         priority: u8,
     },
@@ -52,12 +53,37 @@ pub enum TypedStat {
     PhyCrcErrors,
 }
 
+/// The `severity` label of NIC pause storm events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StormSeverity {
+    /// The NIC has sent pause for a long period.
+    Warning,
+    /// The pause storm timeout was reached and the NIC stopped sending pause.
+    Error,
+}
+
+impl StormSeverity {
+    /// Every value of the label, for the docs check.
+    pub const ALL: &[StormSeverity] = &[StormSeverity::Warning, StormSeverity::Error];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            StormSeverity::Warning => "warning",
+            StormSeverity::Error => "error",
+        }
+    }
+}
+
 /// Returns the typed meaning of a driver statistic name, if it has one.
 pub fn classify(name: &str) -> Option<TypedStat> {
     use Direction::{Rx, Tx};
     let fixed = match name {
-        "tx_pause_storm_warning_events" => Some(TypedStat::PauseStormWarningEvents),
-        "tx_pause_storm_error_events" => Some(TypedStat::PauseStormErrorEvents),
+        "tx_pause_storm_warning_events" => Some(TypedStat::PauseStormEvents {
+            severity: StormSeverity::Warning,
+        }),
+        "tx_pause_storm_error_events" => Some(TypedStat::PauseStormEvents {
+            severity: StormSeverity::Error,
+        }),
         "rx_global_pause" => Some(TypedStat::GlobalPauseFrames { direction: Rx }),
         "tx_global_pause" => Some(TypedStat::GlobalPauseFrames { direction: Tx }),
         "rx_global_pause_duration" => Some(TypedStat::GlobalPauseDurationMicros { direction: Rx }),
@@ -163,7 +189,9 @@ mod tests {
     fn phy_and_storm() {
         assert_eq!(
             classify("tx_pause_storm_error_events"),
-            Some(TypedStat::PauseStormErrorEvents)
+            Some(TypedStat::PauseStormEvents {
+                severity: StormSeverity::Error
+            })
         );
         assert_eq!(
             classify("rx_corrected_bits_phy"),

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use regex::Regex;
 
 use super::ethtool_map::{classify, TypedStat};
+use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
 use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
 
@@ -87,7 +88,7 @@ const DATA_COUNTERS: &[&str] = &["port_rcv_data", "port_xmit_data"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodeIssue {
     pub device: String,
-    pub reason: &'static str,
+    pub reason: ReadErrorReason,
     pub detail: String,
 }
 
@@ -95,15 +96,16 @@ fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option
     table.iter().find(|(n, _)| *n == name).map(|(_, h)| *h)
 }
 
-/// Metric base name of a `counters/` file: lowercased, leading `port_` dropped, data in bytes.
-pub fn port_counter_base(kernel_name: &str) -> String {
+/// Exposed name of a `counters/` file (`rdma_port_<name>_total`): lowercased, leading `port_`
+/// dropped, data in bytes.
+pub fn port_counter_name(kernel_name: &str) -> String {
     let mut name = String::new();
-    port_counter_base_into(&mut name, kernel_name);
+    port_counter_name_into(&mut name, kernel_name);
     name
 }
 
-/// As [`port_counter_base`], into a reused buffer (a scrape builds hundreds of these names).
-fn port_counter_base_into(out: &mut String, kernel_name: &str) {
+/// As [`port_counter_name`], into a reused buffer (a scrape builds hundreds of these names).
+fn port_counter_name_into(out: &mut String, kernel_name: &str) {
     out.clear();
     out.push_str("rdma_port_");
     let short = kernel_name.strip_prefix("port_").unwrap_or(kernel_name);
@@ -111,6 +113,7 @@ fn port_counter_base_into(out: &mut String, kernel_name: &str) {
     if DATA_COUNTERS.contains(&kernel_name) {
         out.push_str("_bytes");
     }
+    out.push_str("_total");
 }
 
 /// The `counters/` name a legacy `counters_ext/` file stands for (`port_rcv_data_64` ->
@@ -212,14 +215,11 @@ fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: 
         ("board_id", text(&device.board_id)),
         ("node_guid", text(&device.node_guid)),
     ];
-    let added = families.add(
-        "rdma_port",
-        Kind::Info,
+    families.info(
+        "rdma_port_info",
         "Identity of an RDMA port: link layer, netdev behind it and device facts.",
         info_labels,
-        Value::U64(1),
     );
-    debug_assert!(added.is_ok());
     let labels = port_labels(device, port);
     if let Some((id, _)) = &port.state {
         families.gauge(
@@ -279,7 +279,7 @@ fn add_port_counters<'a>(
             Value::U64(raw)
         };
         let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
-        port_counter_base_into(name_buf, name);
+        port_counter_name_into(name_buf, name);
         let added = families.add(
             name_buf,
             Kind::Counter,
@@ -367,11 +367,12 @@ fn add_driver_counters<'a>(
         if !unique.push(name_buf, name) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
-                reason: "name_collision",
+                reason: ReadErrorReason::NameCollision,
                 detail: format!("driver counter {name:?} sanitizes to a name already taken"),
             });
             continue;
         }
+        name_buf.push_str("_total");
         let help = match scope {
             CounterScope::Port(_) => help_of(HW_COUNTER_HELP, name).unwrap_or(help_for_unknown),
             CounterScope::Device => help_for_unknown,
@@ -385,7 +386,7 @@ fn add_driver_counters<'a>(
         ) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
-                reason: "name_collision",
+                reason: ReadErrorReason::NameCollision,
                 detail: e.to_string(),
             });
         }
@@ -424,7 +425,7 @@ fn add_ethtool<'a>(
         labels
     };
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
-    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.label()));
+    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = HashSet::new();
     for (name, raw) in &port.ethtool {
         let raw = *raw;
@@ -440,7 +441,7 @@ fn add_ethtool<'a>(
                 if let Err(e) = added {
                     issues.push(EncodeIssue {
                         device: device.name.clone(),
-                        reason: "name_collision",
+                        reason: ReadErrorReason::NameCollision,
                         detail: e.to_string(),
                     });
                 }
@@ -449,115 +450,109 @@ fn add_ethtool<'a>(
         };
         match stat {
             TypedStat::PfcPauseFrames { priority, direction } => families.counter(
-                "rdma_pfc_pause_frames",
+                "rdma_pfc_pause_frames_total",
                 "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
                 with(&[prio(priority), dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter(
-                "rdma_pfc_pause_duration_seconds",
+                "rdma_pfc_pause_duration_seconds_total",
                 "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
                 with(&[prio(priority), dir(direction)]),
                 micros_to_seconds(raw),
             ),
             TypedStat::PfcPauseTransitions { priority, direction } => families.counter(
-                "rdma_pfc_pause_transitions",
+                "rdma_pfc_pause_transitions_total",
                 "PFC XOFF to XON transitions per priority.",
                 with(&[prio(priority), dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::GlobalPauseFrames { direction } => families.counter(
-                "rdma_global_pause_frames",
+                "rdma_global_pause_frames_total",
                 "IEEE 802.3x global pause frames (all priorities).",
                 with(&[dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::GlobalPauseDurationMicros { direction } => families.counter(
-                "rdma_global_pause_duration_seconds",
+                "rdma_global_pause_duration_seconds_total",
                 "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
                 with(&[dir(direction)]),
                 micros_to_seconds(raw),
             ),
-            TypedStat::PauseStormWarningEvents => families.counter(
-                "rdma_pfc_pause_storm_events",
+            TypedStat::PauseStormEvents { severity } => families.counter(
+                "rdma_pfc_pause_storm_events_total",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", Cow::Borrowed("warning"))]),
-                Value::U64(raw),
-            ),
-            TypedStat::PauseStormErrorEvents => families.counter(
-                "rdma_pfc_pause_storm_events",
-                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", Cow::Borrowed("error"))]),
+                with(&[("severity", Cow::Borrowed(severity.as_label()))]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityDiscards { priority } => families.counter(
-                "rdma_priority_discards",
+                "rdma_priority_discards_total",
                 "Received packets discarded per priority for lack of receive buffers.",
                 with(&[prio(priority)]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityBufferDiscards { priority } => families.counter(
-                "rdma_priority_buffer_discards",
+                "rdma_priority_buffer_discards_total",
                 "Received packets discarded per priority for lack of per-host receive buffer.",
                 with(&[prio(priority)]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityCongestionDiscards { priority } => families.counter(
-                "rdma_priority_congestion_discards",
+                "rdma_priority_congestion_discards_total",
                 "Received packets discarded per priority because of per-host congestion (WRED).",
                 with(&[prio(priority)]),
                 Value::U64(raw),
             ),
             TypedStat::PriorityEcnMarked { priority } => families.counter(
-                "rdma_priority_ecn_marked_packets",
+                "rdma_priority_ecn_marked_packets_total",
                 "Received packets ECN-marked by the NIC per priority because of per-host congestion.",
                 with(&[prio(priority)]),
                 Value::U64(raw),
             ),
             TypedStat::PhyDiscards { direction } => families.counter(
-                "rdma_phy_discards",
+                "rdma_phy_discards_total",
                 "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
                 with(&[dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::RxOutOfBuffer => families.counter(
-                "rdma_netdev_rx_out_of_buffer",
+                "rdma_netdev_rx_out_of_buffer_total",
                 "Packets dropped because a netdev receive queue had no software buffers.",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::LinkDownEvents => families.counter(
-                "rdma_phy_link_down_events",
+                "rdma_phy_link_down_events_total",
                 "Times the physical link went down (link flaps).",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::PhySymbolErrors => families.counter(
-                "rdma_phy_symbol_errors",
+                "rdma_phy_symbol_errors_total",
                 "Received symbol errors at the physical layer.",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::PcsSymbolErrors => families.counter(
-                "rdma_phy_pcs_symbol_errors",
+                "rdma_phy_pcs_symbol_errors_total",
                 "Symbols the PCS/FEC layer could not correct.",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::FecCorrectedBits => families.counter(
-                "rdma_phy_fec_corrected_bit_errors",
+                "rdma_phy_fec_corrected_bit_errors_total",
                 "Bits corrected by forward error correction (pre-FEC bit errors).",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::PhyReceivedBits => families.counter(
-                "rdma_phy_received_bit_count",
+                "rdma_phy_received_bit_count_total",
                 "Bits received at the physical layer, the denominator of the bit error rate.",
                 base_labels(),
                 Value::U64(raw),
             ),
             TypedStat::PhyCrcErrors => families.counter(
-                "rdma_phy_crc_errors",
+                "rdma_phy_crc_errors_total",
                 "Frames received with a CRC error.",
                 base_labels(),
                 Value::U64(raw),
@@ -576,7 +571,7 @@ pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::S
                 ("port", Cow::Owned(key.port.clone())),
                 ("netdev", Cow::Owned(key.netdev.clone())),
                 ("priority", Cow::Owned(key.priority.to_string())),
-                ("direction", Cow::Borrowed(key.direction.label())),
+                ("direction", Cow::Borrowed(key.direction.as_label())),
             ]
         };
         families.gauge(
@@ -586,7 +581,7 @@ pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::S
             Value::F64(report.peak_paused_ratio),
         );
         families.counter(
-            "rdma_pfc_storms_detected",
+            "rdma_pfc_storms_detected_total",
             "PFC storms the agent's sampler detected: the priority stayed paused (at least min_paused_ratio of the time) for the detection time, as a PFC watchdog would judge it.",
             labels(),
             Value::U64(report.storms),
@@ -600,16 +595,25 @@ mod tests {
 
     #[test]
     fn port_counter_names_follow_the_design() {
-        assert_eq!(port_counter_base("symbol_error"), "rdma_port_symbol_error");
-        assert_eq!(port_counter_base("port_xmit_wait"), "rdma_port_xmit_wait");
-        assert_eq!(port_counter_base("VL15_dropped"), "rdma_port_vl15_dropped");
         assert_eq!(
-            port_counter_base("port_xmit_data"),
-            "rdma_port_xmit_data_bytes"
+            port_counter_name("symbol_error"),
+            "rdma_port_symbol_error_total"
         );
         assert_eq!(
-            port_counter_base("port_rcv_data"),
-            "rdma_port_rcv_data_bytes"
+            port_counter_name("port_xmit_wait"),
+            "rdma_port_xmit_wait_total"
+        );
+        assert_eq!(
+            port_counter_name("VL15_dropped"),
+            "rdma_port_vl15_dropped_total"
+        );
+        assert_eq!(
+            port_counter_name("port_xmit_data"),
+            "rdma_port_xmit_data_bytes_total"
+        );
+        assert_eq!(
+            port_counter_name("port_rcv_data"),
+            "rdma_port_rcv_data_bytes_total"
         );
     }
 
@@ -645,7 +649,9 @@ mod tests {
         let mut families = Families::default();
         let issues = add_node_metrics(&mut families, &snapshot, None);
         assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues.iter().all(|i| i.reason == "name_collision"));
+        assert!(issues
+            .iter()
+            .all(|i| i.reason == ReadErrorReason::NameCollision));
         assert!(issues
             .iter()
             .all(|i| i.detail.contains("RX-Bytes") || i.detail.contains("rx.bytes")));

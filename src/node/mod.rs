@@ -5,6 +5,7 @@ pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod metrics;
 pub mod parse;
+pub mod reason;
 pub mod storm;
 pub mod sysfs;
 
@@ -138,7 +139,7 @@ impl NodeCollector {
         let sysfs_ok = !snapshot
             .errors
             .iter()
-            .any(|e| e.device.is_empty() && e.reason != "missing_dir");
+            .any(|e| e.device.is_empty() && e.reason != reason::ReadErrorReason::MissingDir);
         let ethtool_errors = ethtool_errors
             .into_inner()
             .unwrap_or_else(|p| p.into_inner());
@@ -209,15 +210,15 @@ impl State {
         }
         let sysfs = snapshot.errors.iter().map(|e| {
             let detail = format!("{}: {}", e.path.display(), e.detail);
-            (e.device.clone(), e.reason, detail)
+            (e.device.clone(), e.reason.as_label(), detail)
         });
         let ethtool = collection
             .ethtool_errors
             .iter()
-            .map(|(device, e)| (device.clone(), e.reason(), e.to_string()));
+            .map(|(device, e)| (device.clone(), e.reason().as_label(), e.to_string()));
         let encode = issues
             .iter()
-            .map(|i| (i.device.clone(), i.reason, i.detail.clone()));
+            .map(|i| (i.device.clone(), i.reason.as_label(), i.detail.clone()));
         // One warning per new (device, reason): a device whose PMA is missing would otherwise
         // log every counter file. Repeats go to debug level.
         let mut first_of_kind: BTreeMap<(String, &'static str), (u64, String)> = BTreeMap::new();
@@ -259,7 +260,7 @@ impl State {
 fn add_read_errors(families: &mut Families<'_>, state: &State) {
     for ((device, reason), count) in &state.read_errors {
         families.counter(
-            "rdma_exporter_read_errors",
+            "rdma_exporter_read_errors_total",
             "Values that could not be read or exported, by device and reason; the rest of the scrape is unaffected.",
             // Owned: the state these come from is locked for less time than the families live.
             vec![

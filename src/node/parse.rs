@@ -1,8 +1,10 @@
 //! Parsers for the text of single sysfs attribute files. Pure functions: no I/O, so they can be
 //! fuzzed and unit-tested on every quirk seen in the field.
 
-/// Why a counter file's content was not a counter. The variant names are the `reason` label of
-/// `rdma_exporter_read_errors_total`.
+use super::reason::ReadErrorReason;
+
+/// Why a counter file's content was not a counter; [`ValueError::reason`] is its `reason` label
+/// in `rdma_exporter_read_errors_total`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
     /// Old kernels print this when the PMA MAD fails (iWARP, VFs, restricted PFs).
@@ -19,13 +21,13 @@ pub enum ValueError {
 }
 
 impl ValueError {
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> ReadErrorReason {
         match self {
-            ValueError::NotAvailable => "not_available",
-            ValueError::Empty => "empty",
-            ValueError::NotUtf8 => "not_utf8",
-            ValueError::NotANumber(_) => "parse",
-            ValueError::Overflow(_) => "overflow",
+            ValueError::NotAvailable => ReadErrorReason::NotAvailable,
+            ValueError::Empty => ReadErrorReason::Empty,
+            ValueError::NotUtf8 => ReadErrorReason::NotUtf8,
+            ValueError::NotANumber(_) => ReadErrorReason::Parse,
+            ValueError::Overflow(_) => ReadErrorReason::Overflow,
         }
     }
 }

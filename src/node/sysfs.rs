@@ -8,6 +8,7 @@ use regex::Regex;
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 
 use super::parse::{self, ValueError};
+use super::reason::ReadErrorReason;
 
 /// Device include/exclude, applied to the names listed in `class/infiniband` before any file of
 /// the device is opened (reading counters of firmware-restricted PFs floods the kernel log).
@@ -76,7 +77,7 @@ impl Port {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadError {
     pub device: String,
-    pub reason: &'static str,
+    pub reason: ReadErrorReason,
     pub path: PathBuf,
     pub detail: String,
 }
@@ -159,7 +160,7 @@ pub fn read_node_with(
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
                         let error = ReadError {
                             device: String::new(),
-                            reason: "internal",
+                            reason: ReadErrorReason::Internal,
                             path: class_path.clone(),
                             detail:
                                 "a sysfs worker panicked; its devices are missing from this scrape"
@@ -270,7 +271,7 @@ enum Presence {
 }
 
 impl Walk {
-    fn error(&mut self, device: &str, reason: &'static str, path: &Path, detail: String) {
+    fn error(&mut self, device: &str, reason: ReadErrorReason, path: &Path, detail: String) {
         self.errors.push(ReadError {
             device: device.to_string(),
             reason,
@@ -403,7 +404,12 @@ impl Walk {
             }
             Err(e) if is_absent(parent, name, &e) => {
                 if presence == Presence::Required {
-                    self.error(device, "missing_dir", &parent.path_of(name), e.to_string());
+                    self.error(
+                        device,
+                        ReadErrorReason::MissingDir,
+                        &parent.path_of(name),
+                        e.to_string(),
+                    );
                 }
                 Vec::new()
             }
@@ -456,17 +462,19 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
         .and_then(|names| names.into_iter().next())
 }
 
-/// Maps an I/O error to a stable reason label.
-fn io_reason_at(dir: Option<&SysDir>, path: &Path, e: &std::io::Error) -> &'static str {
+/// Maps an I/O error to its reason.
+fn io_reason_at(dir: Option<&SysDir>, path: &Path, e: &std::io::Error) -> ReadErrorReason {
     match e.kind() {
-        ErrorKind::NotFound if is_link(dir, path) => "dangling_symlink",
-        ErrorKind::NotFound => "vanished",
-        ErrorKind::IsADirectory => "not_a_file",
-        ErrorKind::PermissionDenied => "permission",
+        ErrorKind::NotFound if is_link(dir, path) => ReadErrorReason::DanglingSymlink,
+        ErrorKind::NotFound => ReadErrorReason::Vanished,
+        ErrorKind::IsADirectory => ReadErrorReason::NotAFile,
+        ErrorKind::PermissionDenied => ReadErrorReason::Permission,
         _ => match e.raw_os_error() {
-            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => "unsupported",
-            Some(libc::ENOTDIR) => "not_a_directory",
-            _ => "io",
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {
+                ReadErrorReason::Unsupported
+            }
+            Some(libc::ENOTDIR) => ReadErrorReason::NotADirectory,
+            _ => ReadErrorReason::Io,
         },
     }
 }

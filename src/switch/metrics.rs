@@ -5,34 +5,64 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::poller::Poller;
-use super::profile::{Metric, SampleValue};
+use super::profile::{Metric, SampleKey, SampleValue};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Labels, Value};
 
-/// Name and help of each counter-like metric (labels beyond switch/port follow from the key).
-fn family(metric: Metric) -> Option<(&'static str, &'static str)> {
-    Some(match metric {
-        Metric::InOctets => ("rdma_switch_port_received_bytes", "Bytes received on the switch port (ifHCInOctets)."),
-        Metric::OutOctets => ("rdma_switch_port_transmitted_bytes", "Bytes transmitted on the switch port (ifHCOutOctets)."),
-        Metric::InUcastPackets => ("rdma_switch_port_received_unicast_packets", "Unicast packets received on the switch port."),
-        Metric::OutUcastPackets => ("rdma_switch_port_transmitted_unicast_packets", "Unicast packets transmitted on the switch port."),
-        Metric::InDiscards => ("rdma_switch_port_received_discards", "Inbound packets discarded by the switch port (ifInDiscards)."),
-        Metric::OutDiscards => ("rdma_switch_port_transmitted_discards", "Outbound packets discarded by the switch port (ifOutDiscards)."),
-        Metric::InErrors => ("rdma_switch_port_received_errors", "Inbound packets with errors (ifInErrors)."),
-        Metric::OutErrors => ("rdma_switch_port_transmitted_errors", "Outbound packets that could not be sent because of errors (ifOutErrors)."),
-        Metric::PfcFrames => ("rdma_switch_port_pfc_frames", "PFC frames per priority: rx = received from the neighbour (it pauses the switch), tx = sent by the switch (it pauses the neighbour)."),
-        Metric::PfcFramesAllPriorities => ("rdma_switch_port_pfc_frames_all_priorities", "PFC frames summed over all priorities (IEEE8021-PFC-MIB, 32-bit)."),
-        Metric::PfcPauseSeconds => ("rdma_switch_port_pfc_pause_seconds", "Time the port was paused by PFC per priority, in seconds."),
-        Metric::QueueTransmittedPackets => ("rdma_switch_queue_transmitted_packets", "Packets transmitted from the egress queue."),
-        Metric::QueueDroppedPackets => ("rdma_switch_queue_dropped_packets", "Packets dropped by the queue (tail or buffer drops)."),
-        Metric::QueueWredDroppedPackets => ("rdma_switch_queue_wred_dropped_packets", "Packets dropped by WRED in the queue."),
-        Metric::QueueIngressDroppedPackets => ("rdma_switch_queue_ingress_dropped_packets", "Packets dropped by the ingress queue."),
-        Metric::QueueEcnMarkedPackets => ("rdma_switch_queue_ecn_marked_packets", "Packets ECN-marked (CE) by the egress queue."),
-        Metric::PfcWatchdogStorms => ("rdma_switch_pfc_watchdog_storms", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
-        Metric::PfcWatchdogRestores => ("rdma_switch_pfc_watchdog_restores", "Times the PFC watchdog restored the queue after a storm."),
-        Metric::PfcWatchdogDroppedPackets => ("rdma_switch_pfc_watchdog_dropped_packets", "Packets the PFC watchdog dropped while the queue was stormed."),
-        _ => return None,
-    })
+/// Where a profile metric is exported. The match in [`export`] is exhaustive: a new `Metric`
+/// does not compile until it has a family, so no column a profile walks is dropped unseen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Export {
+    /// A label of `rdma_switch_port_info`.
+    Port(PortField),
+    /// A label of `rdma_switch_port_neighbor_info`.
+    Neighbor(NeighborField),
+    /// Exposed name and help (labels beyond switch/port follow from the sample's key).
+    Gauge(&'static str, &'static str),
+    Counter(&'static str, &'static str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PortField {
+    Name,
+    Alias,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum NeighborField {
+    Host,
+    Port,
+    PortDescription,
+}
+
+fn export(metric: Metric) -> Export {
+    match metric {
+        Metric::IfName => Export::Port(PortField::Name),
+        Metric::IfAlias => Export::Port(PortField::Alias),
+        Metric::LldpRemoteSystemName => Export::Neighbor(NeighborField::Host),
+        Metric::LldpRemotePortId => Export::Neighbor(NeighborField::Port),
+        Metric::LldpRemotePortDescription => Export::Neighbor(NeighborField::PortDescription),
+        Metric::OperStatus => Export::Gauge("rdma_switch_port_oper_status", "IF-MIB ifOperStatus of the switch port (1 up, 2 down, 3 testing, 5 dormant, 6 notPresent, 7 lowerLayerDown)."),
+        Metric::InOctets => Export::Counter("rdma_switch_port_received_bytes_total", "Bytes received on the switch port (ifHCInOctets)."),
+        Metric::OutOctets => Export::Counter("rdma_switch_port_transmitted_bytes_total", "Bytes transmitted on the switch port (ifHCOutOctets)."),
+        Metric::InUcastPackets => Export::Counter("rdma_switch_port_received_unicast_packets_total", "Unicast packets received on the switch port."),
+        Metric::OutUcastPackets => Export::Counter("rdma_switch_port_transmitted_unicast_packets_total", "Unicast packets transmitted on the switch port."),
+        Metric::InDiscards => Export::Counter("rdma_switch_port_received_discards_total", "Inbound packets discarded by the switch port (ifInDiscards)."),
+        Metric::OutDiscards => Export::Counter("rdma_switch_port_transmitted_discards_total", "Outbound packets discarded by the switch port (ifOutDiscards)."),
+        Metric::InErrors => Export::Counter("rdma_switch_port_received_errors_total", "Inbound packets with errors (ifInErrors)."),
+        Metric::OutErrors => Export::Counter("rdma_switch_port_transmitted_errors_total", "Outbound packets that could not be sent because of errors (ifOutErrors)."),
+        Metric::PfcFrames => Export::Counter("rdma_switch_port_pfc_frames_total", "PFC frames per priority: rx = received from the neighbour (it pauses the switch), tx = sent by the switch (it pauses the neighbour)."),
+        Metric::PfcFramesAllPriorities => Export::Counter("rdma_switch_port_pfc_frames_all_priorities_total", "PFC frames summed over all priorities (IEEE8021-PFC-MIB, 32-bit)."),
+        Metric::PfcPauseSeconds => Export::Counter("rdma_switch_port_pfc_pause_seconds_total", "Time the port was paused by PFC per priority, in seconds."),
+        Metric::QueueTransmittedPackets => Export::Counter("rdma_switch_queue_transmitted_packets_total", "Packets transmitted from the egress queue."),
+        Metric::QueueDroppedPackets => Export::Counter("rdma_switch_queue_dropped_packets_total", "Packets dropped by the queue (tail or buffer drops)."),
+        Metric::QueueWredDroppedPackets => Export::Counter("rdma_switch_queue_wred_dropped_packets_total", "Packets dropped by WRED in the queue."),
+        Metric::QueueIngressDroppedPackets => Export::Counter("rdma_switch_queue_ingress_dropped_packets_total", "Packets dropped by the ingress queue."),
+        Metric::QueueEcnMarkedPackets => Export::Counter("rdma_switch_queue_ecn_marked_packets_total", "Packets ECN-marked (CE) by the egress queue."),
+        Metric::PfcWatchdogStorms => Export::Counter("rdma_switch_pfc_watchdog_storms_total", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
+        Metric::PfcWatchdogRestores => Export::Counter("rdma_switch_pfc_watchdog_restores_total", "Times the PFC watchdog restored the queue after a storm."),
+        Metric::PfcWatchdogDroppedPackets => Export::Counter("rdma_switch_pfc_watchdog_dropped_packets_total", "Packets the PFC watchdog dropped while the queue was stormed."),
+    }
 }
 
 const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
@@ -68,23 +98,21 @@ fn add_snapshot<'a>(
     // Port label: ifName where the switch gives one, else the ifIndex.
     let mut names: HashMap<u32, &str> = HashMap::new();
     let mut aliases: HashMap<u32, &str> = HashMap::new();
-    let mut neighbours: HashMap<u32, (Option<&str>, Option<&str>)> = HashMap::new();
+    let mut neighbours: HashMap<u32, Neighbour> = HashMap::new();
     for sample in samples {
-        if let SampleValue::Text(text) = &sample.value {
-            let ifindex = sample.key.ifindex;
-            match sample.metric {
-                Metric::IfName => {
-                    names.insert(ifindex, text);
-                }
-                Metric::IfAlias => {
-                    aliases.insert(ifindex, text);
-                }
-                Metric::LldpRemoteSystemName => {
-                    neighbours.entry(ifindex).or_default().0 = Some(text)
-                }
-                Metric::LldpRemotePortId => neighbours.entry(ifindex).or_default().1 = Some(text),
-                _ => {}
+        let SampleValue::Text(text) = &sample.value else {
+            continue;
+        };
+        let ifindex = sample.key.ifindex;
+        match export(sample.metric) {
+            Export::Port(PortField::Name) => {
+                names.insert(ifindex, text);
             }
+            Export::Port(PortField::Alias) => {
+                aliases.insert(ifindex, text);
+            }
+            Export::Neighbor(field) => neighbours.entry(ifindex).or_default().set(field, text),
+            Export::Gauge(..) | Export::Counter(..) => {}
         }
     }
     let port = |ifindex: u32| -> Cow<'a, str> {
@@ -93,9 +121,8 @@ fn add_snapshot<'a>(
             .map_or_else(|| Cow::Owned(ifindex.to_string()), |n| Cow::Borrowed(*n))
     };
     for (&ifindex, &name) in &names {
-        let added = families.add(
-            "rdma_switch_port",
-            crate::exposition::Kind::Info,
+        families.info(
+            "rdma_switch_port_info",
             "Switch port identity: ifName, ifIndex (empty over gNMI) and ifAlias (the description).",
             vec![
                 ("switch", Cow::Borrowed(switch)),
@@ -114,62 +141,78 @@ fn add_snapshot<'a>(
                     Cow::Borrowed(aliases.get(&ifindex).copied().unwrap_or_default()),
                 ),
             ],
-            Value::U64(1),
         );
-        debug_assert!(added.is_ok());
     }
-    for (&ifindex, &(host, neighbour_port)) in &neighbours {
-        let added = families.add(
-            "rdma_switch_port_neighbor",
-            crate::exposition::Kind::Info,
+    for (&ifindex, neighbour) in &neighbours {
+        families.info(
+            "rdma_switch_port_neighbor_info",
             "LLDP neighbour of the switch port: joins switch ports to hosts and their NIC ports.",
             vec![
                 ("switch", Cow::Borrowed(switch)),
                 ("port", port(ifindex)),
-                ("neighbor_host", Cow::Borrowed(host.unwrap_or_default())),
+                ("neighbor_host", Cow::Borrowed(neighbour.host)),
+                ("neighbor_port", Cow::Borrowed(neighbour.port)),
                 (
-                    "neighbor_port",
-                    Cow::Borrowed(neighbour_port.unwrap_or_default()),
+                    "neighbor_port_description",
+                    Cow::Borrowed(neighbour.port_description),
                 ),
             ],
-            Value::U64(1),
         );
-        debug_assert!(added.is_ok());
     }
     for sample in samples {
-        let mut labels: Labels<'a> = vec![
-            ("switch", Cow::Borrowed(switch)),
-            ("port", port(sample.key.ifindex)),
-        ];
-        if let Some(p) = sample.key.priority {
-            labels.push(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
+        let export = export(sample.metric);
+        if matches!(export, Export::Port(_) | Export::Neighbor(_)) {
+            // In the info series above.
+            continue;
         }
-        if let Some(d) = sample.key.direction {
-            labels.push(("direction", Cow::Borrowed(d.label())));
-        }
-        if let Some(q) = sample.key.queue {
-            labels.push(("queue", Cow::Owned(q.to_string())));
-        }
-        match (&sample.value, sample.metric) {
-            (SampleValue::Gauge(v), Metric::OperStatus) => families.gauge(
-                "rdma_switch_port_oper_status",
-                "IF-MIB ifOperStatus of the switch port (1 up, 2 down, 3 testing, 5 dormant, 6 notPresent, 7 lowerLayerDown).",
-                labels,
-                Value::F64(*v as f64),
-            ),
-            (SampleValue::Counter(v), metric) => {
-                if let Some((name, help)) = family(metric) {
-                    families.counter(name, help, labels, Value::U64(*v));
-                }
+        let labels = sample_labels(switch, port(sample.key.ifindex), &sample.key);
+        match (export, &sample.value) {
+            (Export::Gauge(name, help), SampleValue::Gauge(v)) => {
+                families.gauge(name, help, labels, Value::F64(*v as f64))
             }
-            (SampleValue::Seconds(v), metric) => {
-                if let Some((name, help)) = family(metric) {
-                    families.counter(name, help, labels, Value::F64(*v));
-                }
+            (Export::Counter(name, help), SampleValue::Counter(v)) => {
+                families.counter(name, help, labels, Value::U64(*v))
             }
+            (Export::Counter(name, help), SampleValue::Seconds(v)) => {
+                families.counter(name, help, labels, Value::F64(*v))
+            }
+            // Profiles decode gauges to `Gauge` and counters to `Counter` or `Seconds`.
             _ => {}
         }
     }
+}
+
+/// What LLDP says of the neighbour on one port; empty where the switch does not say.
+#[derive(Debug, Default)]
+struct Neighbour<'a> {
+    host: &'a str,
+    port: &'a str,
+    port_description: &'a str,
+}
+
+impl<'a> Neighbour<'a> {
+    fn set(&mut self, field: NeighborField, text: &'a str) {
+        match field {
+            NeighborField::Host => self.host = text,
+            NeighborField::Port => self.port = text,
+            NeighborField::PortDescription => self.port_description = text,
+        }
+    }
+}
+
+/// `switch`, `port`, and the priority, direction and queue of the sample's key.
+fn sample_labels<'a>(switch: &'a str, port: Cow<'a, str>, key: &SampleKey) -> Labels<'a> {
+    let mut labels: Labels<'a> = vec![("switch", Cow::Borrowed(switch)), ("port", port)];
+    if let Some(p) = key.priority {
+        labels.push(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
+    }
+    if let Some(d) = key.direction {
+        labels.push(("direction", Cow::Borrowed(d.as_label())));
+    }
+    if let Some(q) = key.queue {
+        labels.push(("queue", Cow::Owned(q.to_string())));
+    }
+    labels
 }
 
 impl Collector for SwitchCollector {
@@ -222,7 +265,7 @@ impl Collector for SwitchCollector {
                 let mut labels = switch();
                 labels.push(("reason", Cow::Borrowed(*reason)));
                 families.counter(
-                    "rdma_switch_poll_errors",
+                    "rdma_switch_poll_errors_total",
                     "Failed switch polls by reason (timeout, network, auth, decode, snmp_error, poll_timeout), and values the profile could not read (value).",
                     labels,
                     Value::U64(*count),

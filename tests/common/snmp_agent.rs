@@ -133,6 +133,11 @@ pub async fn start_agent() -> (Agent, tokio::task::JoinHandle<()>) {
         "1.0.8802.1.1.2.1.4.1.1.7.0.1.1",
         Value::OctetString("ens1f0np0".into()),
     );
+    row(
+        &mut table,
+        "1.0.8802.1.1.2.1.4.1.1.8.0.1.1",
+        Value::OctetString("ConnectX-7 port 1".into()),
+    );
     // An SNMPv3 user next to the community, as switches are commonly set up.
     let engine = async_snmp::AuthoritativeEngine::install(b"rfe-test-engine".to_vec(), |_| {
         Ok::<(), std::convert::Infallible>(())

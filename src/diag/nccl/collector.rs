@@ -97,7 +97,7 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
     for p in &scan.processes {
         let pid: Cow<'a, str> = Cow::Owned(p.pid.to_string());
         let added = families.add(
-            "rdma_nccl_process",
+            "rdma_nccl_process_info",
             Kind::Info,
             "A process found in the NCCL debug logs: the network NCCL chose (empty: none), link layer of its HCAs, GPUDirect RDMA state.",
             vec![
@@ -105,7 +105,7 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
                 ("pid", pid.clone()),
                 ("network", Cow::Borrowed(p.network.as_str())),
                 ("link_layer", Cow::Borrowed(p.link_layer.as_str())),
-                ("gdr", Cow::Borrowed(p.gdr.as_str())),
+                ("gdr", Cow::Borrowed(p.gdr.as_label())),
             ],
             Value::U64(1),
         );

@@ -29,7 +29,7 @@ pub fn text(report: &Report) -> String {
                         .iter()
                         .map(|h| format!("{}:{}/{}", h.name, h.port, h.link_layer))
                         .collect();
-                    format!("{} {} GDR {}", p.network, hcas.join(" "), p.gdr.as_str())
+                    format!("{} {} GDR {}", p.network, hcas.join(" "), p.gdr.as_label())
                 }
             };
             let _ = writeln!(

@@ -29,7 +29,10 @@ pub enum Gdr {
 }
 
 impl Gdr {
-    pub fn as_str(self) -> &'static str {
+    /// Every value of the `gdr` label, for the docs check.
+    pub const ALL: &[Gdr] = &[Gdr::Enabled, Gdr::Disabled, Gdr::Partial, Gdr::Unknown];
+
+    pub fn as_label(self) -> &'static str {
         match self {
             Gdr::Enabled => "enabled",
             Gdr::Disabled => "disabled",

@@ -1,0 +1,91 @@
+//! The `reason` label of `rdma_exporter_read_errors_total`: why a value was skipped. One closed
+//! set for the sysfs walk, the attribute parsers, the ethtool sources and the encoding.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReadErrorReason {
+    /// `N/A (no PMA)`: the PMA MAD failed (iWARP, VFs, restricted PFs).
+    NotAvailable,
+    Empty,
+    NotUtf8,
+    /// Not a number, or a malformed `state`/`rate`.
+    Parse,
+    /// Above 64 bits.
+    Overflow,
+    /// A directory where a counter file should be.
+    NotAFile,
+    DanglingSymlink,
+    /// Removed between listing and reading.
+    Vanished,
+    /// A file where a directory should be.
+    NotADirectory,
+    /// A port without `counters/` or `hw_counters/` (normal on some non-mlx5 drivers).
+    MissingDir,
+    Permission,
+    /// A walker thread failed: a bug.
+    Internal,
+    /// EINVAL, EOPNOTSUPP or ENOSYS from the driver (firmware-restricted PFs).
+    Unsupported,
+    Io,
+    /// Two driver names that sanitize to one metric name.
+    NameCollision,
+    /// The netdev is not in this network namespace.
+    EthtoolNoDevice,
+    EthtoolNotSupported,
+    EthtoolCountChanged,
+    EthtoolIo,
+    EthtoolParse,
+    EthtoolBadName,
+}
+
+impl ReadErrorReason {
+    /// Every value of the label, for the docs check.
+    pub const ALL: &[ReadErrorReason] = &[
+        ReadErrorReason::NotAvailable,
+        ReadErrorReason::Empty,
+        ReadErrorReason::NotUtf8,
+        ReadErrorReason::Parse,
+        ReadErrorReason::Overflow,
+        ReadErrorReason::NotAFile,
+        ReadErrorReason::DanglingSymlink,
+        ReadErrorReason::Vanished,
+        ReadErrorReason::NotADirectory,
+        ReadErrorReason::MissingDir,
+        ReadErrorReason::Permission,
+        ReadErrorReason::Internal,
+        ReadErrorReason::Unsupported,
+        ReadErrorReason::Io,
+        ReadErrorReason::NameCollision,
+        ReadErrorReason::EthtoolNoDevice,
+        ReadErrorReason::EthtoolNotSupported,
+        ReadErrorReason::EthtoolCountChanged,
+        ReadErrorReason::EthtoolIo,
+        ReadErrorReason::EthtoolParse,
+        ReadErrorReason::EthtoolBadName,
+    ];
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            ReadErrorReason::NotAvailable => "not_available",
+            ReadErrorReason::Empty => "empty",
+            ReadErrorReason::NotUtf8 => "not_utf8",
+            ReadErrorReason::Parse => "parse",
+            ReadErrorReason::Overflow => "overflow",
+            ReadErrorReason::NotAFile => "not_a_file",
+            ReadErrorReason::DanglingSymlink => "dangling_symlink",
+            ReadErrorReason::Vanished => "vanished",
+            ReadErrorReason::NotADirectory => "not_a_directory",
+            ReadErrorReason::MissingDir => "missing_dir",
+            ReadErrorReason::Permission => "permission",
+            ReadErrorReason::Internal => "internal",
+            ReadErrorReason::Unsupported => "unsupported",
+            ReadErrorReason::Io => "io",
+            ReadErrorReason::NameCollision => "name_collision",
+            ReadErrorReason::EthtoolNoDevice => "ethtool_no_device",
+            ReadErrorReason::EthtoolNotSupported => "ethtool_not_supported",
+            ReadErrorReason::EthtoolCountChanged => "ethtool_count_changed",
+            ReadErrorReason::EthtoolIo => "ethtool_io",
+            ReadErrorReason::EthtoolParse => "ethtool_parse",
+            ReadErrorReason::EthtoolBadName => "ethtool_bad_name",
+        }
+    }
+}
