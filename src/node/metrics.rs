@@ -188,7 +188,7 @@ pub fn add_node_metrics<'a>(
         );
         for port in &device.ports {
             add_port_identity(families, device, port);
-            add_port_counters(families, device, port, &mut name);
+            add_port_counters(families, device, port, &mut name, &mut issues);
             add_driver_counters(
                 families,
                 device,
@@ -260,8 +260,13 @@ fn add_port_counters<'a>(
     device: &'a Device,
     port: &'a Port,
     name_buf: &mut String,
+    issues: &mut Vec<EncodeIssue>,
 ) {
     let mut seen: HashSet<&str> = HashSet::new();
+    // Kernel names that differ only in case or in a `port_` prefix (`FOO`, `foo`, `port_foo`)
+    // land on one metric name: the first keeps it, the others are reported, never exported as
+    // duplicate series that Prometheus would silently drop.
+    let mut exported: HashSet<String> = HashSet::new();
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
     let plain = port.counters.iter().map(|(n, v)| (n.as_str(), *v));
     let legacy = port
@@ -280,6 +285,17 @@ fn add_port_counters<'a>(
         };
         let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
         port_counter_name_into(name_buf, name);
+        if !exported.insert(name_buf.clone()) {
+            issues.push(EncodeIssue {
+                device: device.name.clone(),
+                reason: ReadErrorReason::NameCollision,
+                detail: format!(
+                    "port {} counter {name:?} is exported as {name_buf}, a name already taken",
+                    port.number_text
+                ),
+            });
+            continue;
+        }
         let added = families.add(
             name_buf,
             Kind::Counter,
@@ -660,6 +676,42 @@ mod tests {
             families.len(),
             3,
             "rdma_devices, rdma_port_info, one rx_bytes"
+        );
+    }
+
+    #[test]
+    fn port_counters_that_land_on_one_name_are_exported_once() {
+        let port = Port {
+            number: 1,
+            number_text: "1".into(),
+            counters: vec![
+                ("symbol_error".into(), 1),
+                ("port_symbol_error".into(), 2),
+                ("Symbol_Error".into(), 3),
+                ("link_downed".into(), 4),
+            ],
+            ..Port::default()
+        };
+        let snapshot = NodeSnapshot {
+            infiniband_present: true,
+            devices: vec![Device {
+                name: "d0".into(),
+                ports: vec![port],
+                ..Device::default()
+            }],
+            errors: vec![],
+        };
+        let mut families = Families::default();
+        let issues = add_node_metrics(&mut families, &snapshot, None);
+        assert_eq!(issues.len(), 2, "{issues:?}");
+        assert!(issues
+            .iter()
+            .all(|i| i.reason == ReadErrorReason::NameCollision
+                && i.detail.contains("rdma_port_symbol_error")));
+        assert_eq!(
+            families.len(),
+            4,
+            "rdma_devices, rdma_port_info, one symbol_error, link_downed"
         );
     }
 
