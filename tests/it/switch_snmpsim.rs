@@ -2,7 +2,7 @@
 //! /opt/snmpsim) serves recorded walks (`tests/fixtures/snmprec/<profile>.snmprec`, community =
 //! profile name), and what the exporter decodes must equal what the recordings hold.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! A scrape during device removal: directories disappear and come back while scrapes run.
 //! Every scrape must succeed and stay valid; a removed device's series vanish, then return.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

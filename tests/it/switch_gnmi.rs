@@ -2,7 +2,7 @@
 //! OpenConfig paths over Subscribe ONCE, POLL and STREAM, Get as the fallback, credentials,
 //! TLS and mutual TLS, and targets that go silent, refuse, or break a stream mid-sample.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

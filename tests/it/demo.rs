@@ -2,7 +2,7 @@
 //! is read from the exporter's own endpoints (per-host node agents and the switch poller),
 //! never from the model's structs; the output passes promtool; SIGTERM ends it cleanly.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! fixtures (../shared/fixtures/procfs-infiniband): every value node_exporter reports must be
 //! the value we report, after the naming map below.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

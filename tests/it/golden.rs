@@ -2,7 +2,7 @@
 //! with a checked-in file. `UPDATE_FIXTURES=1` rewrites the fixture tree from the generator,
 //! `UPDATE_GOLDEN=1` rewrites the expected output.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The exporter polls switches in the background and serves them next to the node: values from
 //! a real SNMP agent on loopback, a dead switch marked down with a reason, stale data dropped.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Bad input: every quirk of a real sysfs costs only the value concerned, is counted by reason,
 //! and the scrape still succeeds with everything else.
 
-mod common;
+use crate::common;
 
 use common::*;
 

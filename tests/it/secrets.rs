@@ -3,7 +3,7 @@
 //! log level trace against switches that fail in every way, and every page, every answer and
 //! every log line is searched for each secret.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! decoded through a vendor profile equal the ones the agent serves, and a switch that does not
 //! answer, or refuses the community, fails with a reason within its timeout.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

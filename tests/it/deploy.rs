@@ -3,7 +3,7 @@
 //! generated PrometheusRule and dashboards ConfigMap equal `alerts/` and `dashboards/`
 //! (`UPDATE_DEPLOY=1` regenerates them), and `systemd-analyze verify` accepts the unit.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -122,7 +122,7 @@ fn dashboards_config_map() -> Value {
 fn generated(file: &str, value: &Value) {
     let path = kube_dir().join(file);
     let text = format!(
-        "# Generated from alerts/ and dashboards/ by tests/deploy.rs (UPDATE_DEPLOY=1 cargo test --test deploy).\n# Do not edit by hand.\n{}",
+        "# Generated from alerts/ and dashboards/ by tests/it/deploy.rs (UPDATE_DEPLOY=1 cargo test --test it deploy::).\n# Do not edit by hand.\n{}",
         serde_yaml::to_string(value).unwrap()
     );
     if std::env::var_os("UPDATE_DEPLOY").is_some() {
@@ -131,7 +131,7 @@ fn generated(file: &str, value: &Value) {
     let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         on_disk == text,
-        "{} is out of date with alerts/ or dashboards/: run UPDATE_DEPLOY=1 cargo test --test deploy",
+        "{} is out of date with alerts/ or dashboards/: run UPDATE_DEPLOY=1 cargo test --test it deploy::",
         path.display()
     );
 }

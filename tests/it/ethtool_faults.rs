@@ -1,6 +1,6 @@
 //! Driver statistics that cannot be read cost only that netdev's PFC/ECN series.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -2,7 +2,7 @@
 //! Prometheus asks for OpenMetrics first, so this proves that format end to end, which promtool
 //! 2.42 cannot lint.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Invariant: an excluded device is never read. Proven with inotify, which reports every open
 //! and read below the watched directories, including directory listings.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! raise nothing. A second test measures the time to page for a PFC storm with the shipped
 //! 15 s scrape and evaluation intervals, in real time.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

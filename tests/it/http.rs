@@ -1,6 +1,6 @@
 //! The HTTP surface: content negotiation, health, landing page, telemetry path.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -2,7 +2,7 @@
 //! monitoring-mixin conventions, has a firing and a silent unit test and a runbook section; every
 //! metric the rules use is one the exporter emits.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! `--web.config.file`: TLS, client certificates, basic auth, headers and reloads, against the
 //! real binary, reqwest, curl and a real Prometheus.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //!
 //! The tests run one at a time: they measure times and memory on a small machine.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};

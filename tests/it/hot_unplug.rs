@@ -7,7 +7,7 @@
 //! and prints `SKIPPED` without them. Every scrape must answer 200 with a valid, duplicate-free
 //! exposition; a removed device's or netdev's series vanish and come back.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

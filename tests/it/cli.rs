@@ -1,6 +1,6 @@
 //! Command-line behaviour: config errors exit 2 with file, line, column; flags override the file.
 
-mod common;
+use crate::common;
 
 use common::*;
 

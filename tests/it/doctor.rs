@@ -1,7 +1,7 @@
 //! `doctor` end to end: the real binary on sysfs trees written by `sim::sysfs_tree`, with a fake
 //! /dev, procfs files, a network-namespace view file, `ethtool -S` files and a fake `rdma` tool.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -4,7 +4,7 @@
 //! against a real Prometheus that scrapes the demo fabric in its pfc-storm scenario and evaluates
 //! the shipped recording rules: each must return data.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `nccl FILE...` on fixture logs written from NCCL's format strings (ops.md §6.2), and the
 //! NCCL log collector of `serve`.
 
-mod common;
+use crate::common;
 
 use common::{fixture, path_str, run, Exporter};
 use serde_json::Value;

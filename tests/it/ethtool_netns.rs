@@ -5,7 +5,7 @@
 //! The interfaces are local-only, have no addresses and IPv6 disabled before they come up, so
 //! nothing is sent on them (which also keeps the veth counters still while we compare).
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -136,7 +136,7 @@ fn check_unprivileged(netdev: &str) {
         .gid(NOBODY)
         .args([
             "--exact",
-            "unprivileged_helper",
+            "ethtool_netns::unprivileged_helper",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -159,7 +159,8 @@ fn check_unprivileged(netdev: &str) {
     );
     let unprivileged: Vec<(String, u64)> = stdout
         .lines()
-        // libtest may print `test unprivileged_helper ... ` in front of the first line.
+        // libtest may print `test ethtool_netns::unprivileged_helper ... ` in front of the first
+        // line.
         .filter_map(|line| line.split_once("STAT\t").map(|(_, stat)| stat))
         .map(|line| {
             let (name, value) = line.rsplit_once('\t').unwrap();
