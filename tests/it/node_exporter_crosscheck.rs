@@ -1,25 +1,22 @@
-//! Cross-check against node_exporter's own golden output for the public procfs/node_exporter
-//! fixtures (../shared/fixtures/procfs-infiniband): every value node_exporter reports must be
-//! the value we report, after the naming map below.
-
-use crate::common;
+//! Cross-check against node_exporter's own golden output for its public InfiniBand sysfs fixture
+//! (vendored in tests/fixtures/node_exporter-procfs, Apache-2.0, see its README): every value
+//! node_exporter reports must be the value we report, after the naming map below.
 
 use std::path::PathBuf;
 
+use crate::common;
 use common::*;
 use rdma_fabric_exporter::node::sysfs::{read_node, DeviceFilter};
 
-fn shared_fixture() -> Option<PathBuf> {
-    let dir = project_root().join("../shared/fixtures/procfs-infiniband/node_exporter");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "\n\n*** SKIPPED: {} is absent; the node_exporter cross-check did not run ***\n\n",
-            dir.display()
-        );
-        None
-    }
+/// The vendored fixture; a missing one fails the test (it must never pass without comparing).
+fn node_exporter_fixture() -> PathBuf {
+    let dir = fixture("node_exporter-procfs");
+    assert!(
+        dir.join("sys/class/infiniband").is_dir(),
+        "{} is missing: the node_exporter cross-check cannot run",
+        dir.display()
+    );
+    dir
 }
 
 /// node_exporter name (without `node_infiniband_`) -> our name. Every node_exporter family must
@@ -139,7 +136,7 @@ const LEGACY_MAP: &[(&str, &str, f64)] = &[
 
 #[test]
 fn every_node_exporter_value_matches_ours() {
-    let Some(dir) = shared_fixture() else { return };
+    let dir = node_exporter_fixture();
     let golden =
         std::fs::read_to_string(dir.join("expected/e2e-output.node_infiniband.prom")).unwrap();
     let theirs = parse_exposition(&golden);
