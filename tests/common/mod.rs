@@ -22,7 +22,45 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"))
 }
 
-/// A running exporter process, killed on drop.
+/// How long a child has to exit after SIGTERM before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Stops a child as a service manager would: SIGTERM, up to `STOP_GRACE` for it to exit (an
+/// exporter or the demo cleans up on SIGTERM: the demo removes its fabric tree), then SIGKILL.
+/// Always reaps it. Returns its exit status and whether it needed the SIGKILL.
+pub fn stop(child: &mut Child) -> (Option<std::process::ExitStatus>, bool) {
+    if let Ok(Some(status)) = child.try_wait() {
+        return (Some(status), false);
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped, so its pid is still ours.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return (Some(status), false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "pid {} did not exit within {STOP_GRACE:?} of SIGTERM: killed",
+        child.id()
+    );
+    let _ = child.kill();
+    (child.wait().ok(), true)
+}
+
+/// Any child process a test starts (Prometheus, Alertmanager, snmpsim, ...), stopped with
+/// `stop` when dropped, so that no test leaves a process or its files behind.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        stop(&mut self.0);
+    }
+}
+
+/// A running exporter process, stopped with SIGTERM (then SIGKILL) on drop. A demo must have
+/// removed its fabric tree by then: a test whose demo left it behind fails.
 pub struct Exporter {
     child: Child,
     pub address: String,
@@ -32,8 +70,22 @@ pub struct Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (_, killed) = stop(&mut self.child);
+        // `demo` logs `fabric=<dir>`: the tree it writes, which it must remove on SIGTERM.
+        let Some(fabric) = self.fabric_dir() else {
+            return;
+        };
+        if fabric.exists() {
+            // Never left behind, whichever way the test ends.
+            let _ = std::fs::remove_dir_all(&fabric);
+            if !killed && !std::thread::panicking() {
+                panic!(
+                    "the demo (pid {}) exited on SIGTERM but left its fabric {} behind",
+                    self.child.id(),
+                    fabric.display()
+                );
+            }
+        }
     }
 }
 
@@ -91,8 +143,7 @@ impl Exporter {
                 panic!("exporter exited with {status} before listening:\n{log}")
             }
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop(&mut child);
                 panic!("exporter did not report its address: {e}")
             }
         }
@@ -145,6 +196,14 @@ impl Exporter {
 
     pub fn logs(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Where a `demo` writes its simulated fabric (it logs `fabric=<dir>` when listening).
+    pub fn fabric_dir(&self) -> Option<PathBuf> {
+        self.logs()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("fabric="))
+            .map(PathBuf::from)
     }
 
     pub fn url(&self, path: &str) -> String {

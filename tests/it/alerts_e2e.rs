@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::prometheus::{self, free_port, Killed};
+use common::prometheus::{self, free_port};
 use common::*;
 
 /// One alert as Alertmanager's webhook delivered it, and when it arrived.
@@ -68,7 +68,7 @@ fn webhook() -> (String, Arc<Mutex<Vec<Delivered>>>) {
 }
 
 /// Alertmanager sending every alert at once (no grouping delay) to the webhook.
-fn alertmanager(dir: &Path, webhook: &str) -> (Killed, String) {
+fn alertmanager(dir: &Path, webhook: &str) -> (ChildGuard, String) {
     let config = dir.join("alertmanager.yml");
     std::fs::write(
         &config,
@@ -87,7 +87,7 @@ fn alertmanager(dir: &Path, webhook: &str) -> (Killed, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus-alertmanager (Debian package; scripts/test installs it)");
-    (Killed(child), address)
+    (ChildGuard(child), address)
 }
 
 /// Prometheus with the given rule files, sending alerts to `alertmanager`.
@@ -97,7 +97,7 @@ fn prometheus(
     rule_files: &[&Path],
     alertmanager: &str,
     scrape_configs: &str,
-) -> Killed {
+) -> ChildGuard {
     let config = format!(
         "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nscrape_configs:\n{scrape_configs}",
         prometheus::rule_file_list(rule_files)

@@ -118,8 +118,7 @@ fn listens_on_the_default_port_when_not_told_otherwise() {
         .map_while(Result::ok)
         .find(|l| l.contains("address=") || l.contains("ERROR"))
         .unwrap_or_default();
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(&mut child);
     let expected = format!(":{}", rdma_fabric_exporter::config::DEFAULT_PORT);
     assert!(line.contains(&format!("{expected} ")), "{line}");
     assert_eq!(rdma_fabric_exporter::config::DEFAULT_PORT, 9866);

@@ -291,10 +291,7 @@ fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
     let (status, _, _) = demo.get("/hosts/nobody/metrics");
     assert_eq!(status, 404);
     let fabric_dir = demo
-        .logs()
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("fabric="))
-        .map(std::path::PathBuf::from)
+        .fabric_dir()
         .expect("the demo logs where its fabric lives");
     assert!(fabric_dir
         .join("hosts/gpu-node-01/sys/class/infiniband/mlx5_0")

@@ -7,7 +7,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -22,15 +22,6 @@ const PROFILES: &[&str] = &[
     "nvidia_cumulus",
     "juniper_junos",
 ];
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn responder() -> PathBuf {
     let path = std::env::var_os("SNMPSIM")
@@ -101,7 +92,7 @@ fn every_profile_decodes_its_recorded_walk() {
         .local_addr()
         .unwrap()
         .port();
-    let _agent = Killed(
+    let _agent = ChildGuard(
         Command::new(&responder)
             .arg(format!("--data-dir={}", data.path().display()))
             .arg(format!("--agent-udpv4-endpoint=127.0.0.1:{port}"))
