@@ -22,6 +22,23 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"))
 }
 
+/// Whether the suite runs under CI: `CI` is set (CI services set `CI=true`; `.ci/run` sets
+/// `CI=1` when it is missing), and not empty, `0` or `false`.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}
+
+/// A real component a test needs (a program, root, a kernel feature) is unavailable. Under CI
+/// that fails the test; elsewhere the test prints `skipped: REASON` and the caller returns:
+/// `return skip_or_fail("...")`.
+#[track_caller]
+pub fn skip_or_fail(reason: &str) {
+    if under_ci() {
+        panic!("{reason} (CI is set: a test that cannot run its real component fails instead of skipping)");
+    }
+    eprintln!("skipped: {reason}");
+}
+
 /// How long a child has to exit after SIGTERM before it is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 

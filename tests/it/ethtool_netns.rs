@@ -1,17 +1,19 @@
 //! Compares the SIOCETHTOOL reader with the `ethtool -S` command on interfaces this test creates:
 //! a veth pair (driver statistics) and a dummy or bridge device (no statistics set).
 //!
-//! Needs root, `ip` and `ethtool`; without them each test prints `SKIPPED: ...` and passes.
+//! Needs root, `ip` and `ethtool`; without them each test prints `skipped: ...` and passes, or
+//! fails when `CI` is set (`common::skip_or_fail`).
 //! The interfaces are local-only, have no addresses and IPv6 disabled before they come up, so
 //! nothing is sent on them (which also keeps the veth counters still while we compare).
 
 use crate::common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::ip;
+use common::{ip, skip_or_fail};
 use rdma_fabric_exporter::node::ethtool::EthtoolError;
 use rdma_fabric_exporter::node::ethtool_ioctl::read_stats;
 
@@ -27,10 +29,6 @@ impl Drop for Link {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["link", "del", &self.0]).output();
     }
-}
-
-fn skip(why: &str) {
-    eprintln!("SKIPPED: {why}");
 }
 
 /// Unique per test process, at most 8 bytes (IFNAMSIZ is 16).
@@ -92,12 +90,12 @@ fn ethtool_s(ethtool: &str, netdev: &str) -> Result<Vec<(String, u64)>, String> 
 #[test]
 fn veth_stats_match_ethtool() {
     let Some(ethtool) = ethtool_path() else {
-        return skip("ethtool not installed (apt-get install -y ethtool)");
+        return skip_or_fail("ethtool not installed (apt-get install -y ethtool)");
     };
     let (a, b) = (link_name('a'), link_name('b'));
     let link = match add_link(&a, &["type", "veth", "peer", "name", &b]) {
         Ok(link) => link,
-        Err(why) => return skip(&format!("veth_stats_match_ethtool: {why}")),
+        Err(why) => return skip_or_fail(&format!("veth_stats_match_ethtool: {why}")),
     };
     quiet_up(&a).unwrap();
     quiet_up(&b).unwrap();
@@ -128,9 +126,20 @@ fn veth_stats_match_ethtool() {
     assert!(matches!(read_stats(&a), Err(EthtoolError::NoDevice { .. })));
 }
 
-/// Re-runs this test binary as `nobody` (no capabilities) to read `netdev` and compares.
+/// Re-runs this test binary as `nobody` (no capabilities) to read `netdev` and compares. The
+/// binary runs from a directory of its own that `nobody` can enter (the target directory may be
+/// below one it cannot, such as `/root`): a hard link to it, or a copy.
 fn check_unprivileged(netdev: &str) {
-    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("rfe-it-nobody-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("it");
+    let built = std::env::current_exe().unwrap();
+    if std::fs::hard_link(&built, &exe).is_err() {
+        std::fs::copy(&built, &exe).unwrap();
+    }
     let out = match Command::new(&exe)
         .uid(NOBODY)
         .gid(NOBODY)
@@ -144,9 +153,9 @@ fn check_unprivileged(netdev: &str) {
         .output()
     {
         Ok(out) => out,
-        // Typically a target directory that `nobody` cannot traverse.
+        // Typically a temporary directory below one that `nobody` cannot traverse.
         Err(e) => {
-            return skip(&format!(
+            return skip_or_fail(&format!(
                 "unprivileged read: cannot run {exe:?} as nobody: {e}"
             ))
         }
@@ -190,7 +199,7 @@ fn unprivileged_helper() {
 #[test]
 fn no_stats_set_matches_ethtool() {
     let Some(ethtool) = ethtool_path() else {
-        return skip("ethtool not installed (apt-get install -y ethtool)");
+        return skip_or_fail("ethtool not installed (apt-get install -y ethtool)");
     };
     let mut netdevs = vec!["lo".to_string()];
     let name = link_name('d');
@@ -204,7 +213,7 @@ fn no_stats_set_matches_ethtool() {
     });
     match &link {
         Ok(_) => netdevs.push(name.clone()),
-        Err(why) => skip(&format!(
+        Err(why) => skip_or_fail(&format!(
             "no_stats_set_matches_ethtool on dummy/bridge: {why}"
         )),
     }

@@ -4,8 +4,8 @@
 //! ConnectX-7 node (laid out as the kernel does: the class link, `gid_attrs/ndevs`,
 //! `device/net/<if>`, and its `ethtool -S` file). The second deletes and re-creates a real
 //! netdev (a veth pair) behind a port while the SIOCETHTOOL reader runs; it needs root and `ip`
-//! and prints `SKIPPED` without them. Every scrape must answer 200 with a valid, duplicate-free
-//! exposition; a removed device's or netdev's series vanish and come back.
+//! and prints `skipped` without them (fails when `CI` is set). Every scrape must answer 200 with
+//! a valid, duplicate-free exposition; a removed device's or netdev's series vanish and come back.
 
 use crate::common;
 
@@ -189,8 +189,7 @@ fn point_port_at(sys: &Path, device: &str, netdev: &str) {
 fn a_real_netdev_deleted_and_recreated_while_scraped() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: not root, cannot create interfaces");
-        return;
+        return skip_or_fail("not root, cannot create interfaces");
     }
     let netdev = format!("rfh{:04}a", std::process::id() % 10000);
     let peer = format!("rfh{:04}b", std::process::id() % 10000);
@@ -198,8 +197,7 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
     if let Err(e) = ip(&[
         "link", "add", &netdev, "type", "veth", "peer", "name", &peer,
     ]) {
-        eprintln!("SKIPPED: {e}");
-        return;
+        return skip_or_fail(&e);
     }
     struct Link(String);
     impl Drop for Link {
