@@ -363,6 +363,60 @@ pub fn promtool_check_metrics(body: &str) -> String {
     text
 }
 
+/// Runs `promtool ARGS` in the project root; returns its combined output, asserting success.
+pub fn promtool(args: &[&str]) -> String {
+    let output = Command::new("promtool")
+        .args(args)
+        .current_dir(project_root())
+        .output()
+        .expect("promtool not found: install Debian's `prometheus` package (scripts/test does)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// Scrapes `/metrics` every 100 ms until `check` holds for its samples, for up to `within`;
+/// returns them and how long it took. A timeout fails with `what` and the switches' state.
+pub fn wait_for_samples(
+    exporter: &Exporter,
+    what: &str,
+    within: Duration,
+    check: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if check(&samples) {
+            return (samples, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < within,
+            "timed out after {within:?} waiting for {what}; last errors: {:?}",
+            samples
+                .iter()
+                .filter(|s| s.name == "rdma_switch_poll_errors_total" || s.name == "rdma_switch_up")
+                .map(|s| format!("{}{:?}={}", s.name, s.labels, s.value))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A memory figure of process `pid` from /proc/PID/status, in KiB: `field` is VmRSS (now) or
+/// VmHWM (peak).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
 /// Runs the binary to completion with the given args; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(binary()).args(args).output().unwrap();

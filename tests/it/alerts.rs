@@ -5,24 +5,8 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
-use common::project_root;
-
-fn promtool(args: &[&str]) -> String {
-    let output = Command::new("promtool")
-        .args(args)
-        .current_dir(project_root())
-        .output()
-        .expect("promtool (Debian package `prometheus`; scripts/test installs it)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "promtool {args:?}:\n{text}");
-    text
-}
+use common::{project_root, promtool};
 
 fn yaml(path: &str) -> serde_yaml::Value {
     let text = std::fs::read_to_string(project_root().join(path)).unwrap();

@@ -7,8 +7,7 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::prometheus::{self, wait_for};
@@ -663,26 +662,10 @@ fn instant_query(prometheus: &str, expr: &str) -> Result<usize, String> {
     Ok(response["data"]["result"].as_array().map_or(0, Vec::len))
 }
 
-fn promtool_check_rules(file: &Path) {
-    let output = Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(file)
-        .output()
-        .expect("promtool not found: install Debian's `prometheus` package (scripts/test does)");
-    assert!(
-        output.status.success(),
-        "{}: {}{}",
-        file.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 #[test]
 fn every_panel_query_returns_data_from_the_pfc_storm_demo() {
     let rules = rules_file();
-    promtool_check_rules(&rules);
+    promtool(&["check", "rules", path_str(&rules)]);
     let demo = Exporter::start_subcommand(
         "demo",
         &[

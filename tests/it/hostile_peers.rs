@@ -147,32 +147,6 @@ fn last_success(samples: &[Sample], switch: &str) -> Option<f64> {
     )
 }
 
-/// Scrapes until `check` holds (up to `within`); returns the samples and when it first held.
-fn wait_for(
-    exporter: &Exporter,
-    what: &str,
-    within: Duration,
-    check: impl Fn(&[Sample]) -> bool,
-) -> (Vec<Sample>, Duration) {
-    let started = Instant::now();
-    loop {
-        let (samples, _) = scrape(exporter);
-        if check(&samples) {
-            return (samples, started.elapsed());
-        }
-        assert!(
-            started.elapsed() < within,
-            "timed out after {within:?} waiting for {what}; last errors: {:?}",
-            samples
-                .iter()
-                .filter(|s| s.name == "rdma_switch_poll_errors_total" || s.name == "rdma_switch_up")
-                .map(|s| format!("{}{:?}={}", s.name, s.labels, s.value))
-                .collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The healthy switches are up with data from the last few seconds, and the node is served.
 fn assert_healthy(samples: &[Sample]) {
     let now = SystemTime::now()
@@ -194,16 +168,6 @@ fn assert_healthy(samples: &[Sample]) {
         Some(4.0),
         "the node metrics are served"
     );
-}
-
-/// Resident memory of `pid` in KiB: `field` is VmRSS (now) or VmHWM (peak).
-fn memory_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 /// RSS now and its peak since start, in KiB, once the peak is checked to have grown less than
@@ -243,14 +207,14 @@ fn an_snmp_agent_answering_after_the_timeout_is_down_within_its_retries() {
         &slow.address,
         "interval: 2s, timeout: 200ms, retries: 1",
     )]);
-    let (first, took) = wait_for(
+    let (first, took) = wait_for_samples(
         &exporter,
         "a timeout on the slow switch",
         Duration::from_secs(10),
         |s| errors(s, "slow", "timeout") >= 1.0,
     );
     assert_eq!(up(&first, "slow"), Some(0.0));
-    let (samples, _) = wait_for(
+    let (samples, _) = wait_for_samples(
         &exporter,
         "a second timeout",
         Duration::from_secs(10),
@@ -340,7 +304,7 @@ fn snmp_peers_answering_garbage_are_down_with_a_decode_reason() {
         .collect();
     let exporter = fleet.exporter(&entries);
     let rss_before = memory_kib(exporter.pid(), "VmRSS");
-    let (samples, took) = wait_for(
+    let (samples, took) = wait_for_samples(
         &exporter,
         "two failed polls of every garbage peer",
         Duration::from_secs(10),
@@ -422,7 +386,7 @@ fn gnmi_servers_that_say_nothing_or_hang_up_are_retried_with_backoff() {
     let started = Instant::now();
     // Silence for two intervals and the timeout (2.5 s), checked each interval, after a start
     // offset of up to one interval: about 4 s.
-    let (samples, stalled) = wait_for(
+    let (samples, stalled) = wait_for_samples(
         &exporter,
         "the silent streams declared stalled",
         Duration::from_secs(12),
@@ -486,7 +450,7 @@ fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() 
         "sonic",
         "interval: 1s, timeout: 500ms",
     )]);
-    wait_for(&exporter, "every switch up", Duration::from_secs(10), |s| {
+    wait_for_samples(&exporter, "every switch up", Duration::from_secs(10), |s| {
         ["leaf1", "sonic1", "flood"]
             .iter()
             .all(|n| up(s, n) == Some(1.0))
@@ -543,7 +507,7 @@ fn a_gnmi_flood_of_new_leaves_is_cut_off_at_the_cap() {
         ),
     ]);
     let rss_before = memory_kib(exporter.pid(), "VmRSS");
-    let (samples, took) = wait_for(
+    let (samples, took) = wait_for_samples(
         &exporter,
         "both floods cut off",
         Duration::from_secs(10),
@@ -591,7 +555,7 @@ fn oversized_gnmi_messages_are_refused_unparsed() {
         Fleet::gnmi("big", &big_address, "sonic_capped", timing),
     ]);
     let rss_before = memory_kib(exporter.pid(), "VmRSS");
-    let (samples, took) = wait_for(
+    let (samples, took) = wait_for_samples(
         &exporter,
         "the oversized messages refused",
         Duration::from_secs(10),

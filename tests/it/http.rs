@@ -125,12 +125,7 @@ fn process_figures_match_the_kernel_view_of_the_exporter() {
     let exporter = Exporter::on_sysfs(&fixture("cx7-roce/sys"), &[]);
     let samples = parse_exposition(&exporter.metrics());
     let pid = exporter.pid();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let vm_rss_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let vm_rss_kib = memory_kib(pid, "VmRSS") as f64;
     let rss = value_of(&samples, "process_resident_memory_bytes", &[]).unwrap();
     // Same process, moments apart: within a quarter of each other.
     assert!(

@@ -9,16 +9,9 @@ use common::gnmi_target::{serve, Behaviour, FakeSwitch, Transport};
 use common::snmp_agent::start_agent;
 use common::*;
 
+/// `common::wait_for_samples` with this file's patience.
 fn wait_for(exporter: &Exporter, what: &str, check: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let samples = parse_exposition(&exporter.metrics());
-        if check(&samples) {
-            return samples;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_samples(exporter, what, Duration::from_secs(15), check).0
 }
 
 #[test]
