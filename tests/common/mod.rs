@@ -22,6 +22,40 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"))
 }
 
+/// Held for their whole run by the tests that measure time or memory, or that load the machine
+/// (a simulated fabric, Prometheus, a flood of peers, a tight loop of renames), with their
+/// module's name (`exclusive(module_path!())`): tests of one module may run together, as they
+/// did in the binary each module used to be, but never beside such a test of another module, as
+/// cargo ran those binaries one after the other. (libtest runs as many tests at once as there
+/// are cores.)
+pub fn exclusive(module: &'static str) -> Exclusive {
+    let mut holder = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
+    while holder.0.is_some_and(|m| m != module) {
+        holder = RELEASED.wait(holder).unwrap_or_else(|e| e.into_inner());
+    }
+    holder.0 = Some(module);
+    holder.1 += 1;
+    Exclusive
+}
+
+/// The module holding `exclusive`, and how many of its tests hold it.
+static EXCLUSIVE: std::sync::Mutex<(Option<&str>, usize)> = std::sync::Mutex::new((None, 0));
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Releases `exclusive` when dropped (a failing test's too).
+pub struct Exclusive;
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let mut holder = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
+        holder.1 -= 1;
+        if holder.1 == 0 {
+            holder.0 = None;
+            RELEASED.notify_all();
+        }
+    }
+}
+
 /// Whether the suite runs under CI: `CI` is set (CI services set `CI=true`; `.ci/run` sets
 /// `CI=1` when it is missing), and not empty, `0` or `false`.
 pub fn under_ci() -> bool {

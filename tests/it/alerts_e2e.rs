@@ -156,6 +156,7 @@ type Expectation<'a> = (
 
 #[test]
 fn each_scenario_pages_with_its_own_alert_and_healthy_pages_nothing() {
+    let _exclusive = common::exclusive(module_path!());
     let expectations: [Expectation; 7] = [
         ("healthy", None, &[]),
         (
@@ -322,6 +323,7 @@ fn each_scenario_pages_with_its_own_alert_and_healthy_pages_nothing() {
 /// Shipped rules and intervals, real time: from the storm's start to the page.
 #[test]
 fn a_pfc_storm_pages_within_45_seconds() {
+    let _exclusive = common::exclusive(module_path!());
     // The fault starts 60 simulated seconds into the cycle: 20 s after the demo starts.
     let storm_in = Duration::from_secs(20);
     let demo = demo("pfc-storm", "40");

@@ -664,6 +664,7 @@ fn instant_query(prometheus: &str, expr: &str) -> Result<usize, String> {
 
 #[test]
 fn every_panel_query_returns_data_from_the_pfc_storm_demo() {
+    let _exclusive = common::exclusive(module_path!());
     let rules = rules_file();
     promtool(&["check", "rules", path_str(&rules)]);
     let demo = Exporter::start_subcommand(

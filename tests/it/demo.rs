@@ -104,6 +104,7 @@ fn utilization(w: &Window) -> f64 {
 
 #[test]
 fn ecn_threshold_signatures_differ_from_healthy_by_a_wide_margin() {
+    let _exclusive = common::exclusive(module_path!());
     let healthy = Window::observe("healthy");
     let too_high = Window::observe("ecn-too-high");
     let too_low = Window::observe("ecn-too-low");
@@ -140,6 +141,7 @@ fn ecn_threshold_signatures_differ_from_healthy_by_a_wide_margin() {
 
 #[test]
 fn a_pfc_storm_names_its_source() {
+    let _exclusive = common::exclusive(module_path!());
     let w = Window::observe("pfc-storm");
     let victim = [
         ("host", "gpu-node-01"),
@@ -230,6 +232,7 @@ fn a_pfc_storm_names_its_source() {
 
 #[test]
 fn single_nic_faults_show_on_that_nic_only() {
+    let _exclusive = common::exclusive(module_path!());
     let per_nic = |w: &Window, name: &str| -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         for s in w.after.iter().filter(|s| s.name == name) {
@@ -274,6 +277,7 @@ fn single_nic_faults_show_on_that_nic_only() {
 
 #[test]
 fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
+    let _exclusive = common::exclusive(module_path!());
     let mut demo = start("pfc-storm");
     std::thread::sleep(Duration::from_millis(1500));
     promtool_check_metrics(&demo.metrics());

@@ -10,6 +10,7 @@ use common::*;
 
 #[test]
 fn scrapes_survive_devices_vanishing_mid_walk() {
+    let _exclusive = common::exclusive(module_path!());
     let tree = tempfile::tempdir().unwrap();
     copy_tree(&fixture("quirks/sys"), tree.path());
     let class = tree.path().join("class/infiniband");

@@ -4,7 +4,8 @@
 //! with a reason within a bounded time, the exporter's memory stays bounded, and the healthy
 //! switches and the node metrics are served as before.
 //!
-//! The tests run one at a time: they measure times and memory on a small machine.
+//! The tests run one at a time, and beside no test of another module that loads the machine
+//! (`common::exclusive`): they measure times and memory on a small machine.
 
 use crate::common;
 
@@ -193,6 +194,7 @@ fn assert_only_reason(samples: &[Sample], switch: &str, reason: &str) {
 
 #[test]
 fn an_snmp_agent_answering_after_the_timeout_is_down_within_its_retries() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     // Every answer of the real agent, 1.5 s late: after the 200 ms timeout and its one retry.
@@ -257,6 +259,7 @@ fn junk(len: usize) -> Vec<u8> {
 
 #[test]
 fn snmp_peers_answering_garbage_are_down_with_a_decode_reason() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     let agent = Some(fleet.agent_address());
@@ -367,6 +370,7 @@ fn hostile_switch(fleet: &Fleet, behaviour: Behaviour) -> (FakeSwitch, String) {
 
 #[test]
 fn gnmi_servers_that_say_nothing_or_hang_up_are_retried_with_backoff() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     // Accepts the subscription, never sends an update or a sync response.
@@ -441,6 +445,7 @@ fn gnmi_servers_that_say_nothing_or_hang_up_are_retried_with_backoff() {
 
 #[test]
 fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     let (flood, flood_address) = hostile_switch(&fleet, Behaviour::FloodSame);
@@ -493,6 +498,7 @@ fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() 
 
 #[test]
 fn a_gnmi_flood_of_new_leaves_is_cut_off_at_the_cap() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     // A stream that syncs, then sends new leaves without end; and one that never syncs, read
@@ -543,6 +549,7 @@ fn a_gnmi_flood_of_new_leaves_is_cut_off_at_the_cap() {
 
 #[test]
 fn oversized_gnmi_messages_are_refused_unparsed() {
+    let _exclusive = common::exclusive(module_path!());
     let _serial = serial();
     let fleet = Fleet::start();
     // One 65 MiB message, past the 64 MiB cap, as the first answer of every subscription.

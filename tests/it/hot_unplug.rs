@@ -49,6 +49,7 @@ fn flip_in_a_loop(
 
 #[test]
 fn devices_and_netdevs_vanish_and_return_while_scraped() {
+    let _exclusive = common::exclusive(module_path!());
     let tree = tempfile::tempdir().unwrap();
     copy_tree(&fixture("cx7-roce"), tree.path());
     let sys = tree.path().join("sys");
@@ -187,6 +188,7 @@ fn point_port_at(sys: &Path, device: &str, netdev: &str) {
 
 #[test]
 fn a_real_netdev_deleted_and_recreated_while_scraped() {
+    let _exclusive = common::exclusive(module_path!());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return skip_or_fail("not root, cannot create interfaces");

@@ -59,6 +59,7 @@ fn prometheus_scrapes_openmetrics_and_sees_every_series() {
 /// its own `instance`, and PromQL then finds the storming NIC by host.
 #[test]
 fn prometheus_discovers_the_demo_hosts_and_finds_the_storm() {
+    let _exclusive = common::exclusive(module_path!());
     let demo = Exporter::start_subcommand(
         "demo",
         &[
