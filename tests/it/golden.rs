@@ -88,7 +88,7 @@ fn serve_cx7() -> Exporter {
 }
 
 /// The bundled node with its ethtool files, plus `extra` flags. The PFC storm sampler is off:
-/// what it reports depends on how many periods passed before the scrape (tests/demo.rs and
+/// what it reports depends on how many periods passed before the scrape (tests/it/demo.rs and
 /// src/node/storm.rs cover it).
 fn serve_cx7_with(extra: &[&str]) -> Exporter {
     let mut args = vec!["--no-collector.pfc-storm"];
