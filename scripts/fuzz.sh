@@ -9,7 +9,7 @@
 #
 # Exits 1 when a target crashed or broke one of its assertions, after printing the input's path.
 # Reproduce it with `cd fuzz && cargo fuzz run -s none TARGET PATH`; once fixed, copy it into
-# fuzz/regressions/TARGET/, where tests/fuzz_regressions.rs replays it on every `cargo test`.
+# fuzz/regressions/TARGET/, where tests/it/fuzz_regressions.rs replays it on every `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 

@@ -22,7 +22,96 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rdma-fabric-exporter"))
 }
 
-/// A running exporter process, killed on drop.
+/// Held for their whole run by the tests that measure time or memory, or that load the machine
+/// (a simulated fabric, Prometheus, a flood of peers, a tight loop of renames), with their
+/// module's name (`exclusive(module_path!())`): tests of one module may run together, as they
+/// did in the binary each module used to be, but never beside such a test of another module, as
+/// cargo ran those binaries one after the other. (libtest runs as many tests at once as there
+/// are cores.)
+pub fn exclusive(module: &'static str) -> Exclusive {
+    let mut holder = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
+    while holder.0.is_some_and(|m| m != module) {
+        holder = RELEASED.wait(holder).unwrap_or_else(|e| e.into_inner());
+    }
+    holder.0 = Some(module);
+    holder.1 += 1;
+    Exclusive
+}
+
+/// The module holding `exclusive`, and how many of its tests hold it.
+static EXCLUSIVE: std::sync::Mutex<(Option<&str>, usize)> = std::sync::Mutex::new((None, 0));
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Releases `exclusive` when dropped (a failing test's too).
+pub struct Exclusive;
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let mut holder = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
+        holder.1 -= 1;
+        if holder.1 == 0 {
+            holder.0 = None;
+            RELEASED.notify_all();
+        }
+    }
+}
+
+/// Whether the suite runs under CI: `CI` is set (CI services set `CI=true`; `.ci/run` sets
+/// `CI=1` when it is missing), and not empty, `0` or `false`.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}
+
+/// A real component a test needs (a program, root, a kernel feature) is unavailable. Under CI
+/// that fails the test; elsewhere the test prints `skipped: REASON` and the caller returns:
+/// `return skip_or_fail("...")`.
+#[track_caller]
+pub fn skip_or_fail(reason: &str) {
+    if under_ci() {
+        panic!("{reason} (CI is set: a test that cannot run its real component fails instead of skipping)");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+/// How long a child has to exit after SIGTERM before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Stops a child as a service manager would: SIGTERM, up to `STOP_GRACE` for it to exit (an
+/// exporter or the demo cleans up on SIGTERM: the demo removes its fabric tree), then SIGKILL.
+/// Always reaps it. Returns its exit status and whether it needed the SIGKILL.
+pub fn stop(child: &mut Child) -> (Option<std::process::ExitStatus>, bool) {
+    if let Ok(Some(status)) = child.try_wait() {
+        return (Some(status), false);
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped, so its pid is still ours.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return (Some(status), false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "pid {} did not exit within {STOP_GRACE:?} of SIGTERM: killed",
+        child.id()
+    );
+    let _ = child.kill();
+    (child.wait().ok(), true)
+}
+
+/// Any child process a test starts (Prometheus, Alertmanager, snmpsim, ...), stopped with
+/// `stop` when dropped, so that no test leaves a process or its files behind.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        stop(&mut self.0);
+    }
+}
+
+/// A running exporter process, stopped with SIGTERM (then SIGKILL) on drop. A demo must have
+/// removed its fabric tree by then: a test whose demo left it behind fails.
 pub struct Exporter {
     child: Child,
     pub address: String,
@@ -32,8 +121,22 @@ pub struct Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (_, killed) = stop(&mut self.child);
+        // `demo` logs `fabric=<dir>`: the tree it writes, which it must remove on SIGTERM.
+        let Some(fabric) = self.fabric_dir() else {
+            return;
+        };
+        if fabric.exists() {
+            // Never left behind, whichever way the test ends.
+            let _ = std::fs::remove_dir_all(&fabric);
+            if !killed && !std::thread::panicking() {
+                panic!(
+                    "the demo (pid {}) exited on SIGTERM but left its fabric {} behind",
+                    self.child.id(),
+                    fabric.display()
+                );
+            }
+        }
     }
 }
 
@@ -91,8 +194,7 @@ impl Exporter {
                 panic!("exporter exited with {status} before listening:\n{log}")
             }
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop(&mut child);
                 panic!("exporter did not report its address: {e}")
             }
         }
@@ -145,6 +247,14 @@ impl Exporter {
 
     pub fn logs(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Where a `demo` writes its simulated fabric (it logs `fabric=<dir>` when listening).
+    pub fn fabric_dir(&self) -> Option<PathBuf> {
+        self.logs()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("fabric="))
+            .map(PathBuf::from)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -285,6 +395,60 @@ pub fn promtool_check_metrics(body: &str) -> String {
     );
     assert!(output.status.success(), "promtool failed: {text}");
     text
+}
+
+/// Runs `promtool ARGS` in the project root; returns its combined output, asserting success.
+pub fn promtool(args: &[&str]) -> String {
+    let output = Command::new("promtool")
+        .args(args)
+        .current_dir(project_root())
+        .output()
+        .expect("promtool not found: install Debian's `prometheus` package (scripts/test does)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// Scrapes `/metrics` every 100 ms until `check` holds for its samples, for up to `within`;
+/// returns them and how long it took. A timeout fails with `what` and the switches' state.
+pub fn wait_for_samples(
+    exporter: &Exporter,
+    what: &str,
+    within: Duration,
+    check: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if check(&samples) {
+            return (samples, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < within,
+            "timed out after {within:?} waiting for {what}; last errors: {:?}",
+            samples
+                .iter()
+                .filter(|s| s.name == "rdma_switch_poll_errors_total" || s.name == "rdma_switch_up")
+                .map(|s| format!("{}{:?}={}", s.name, s.labels, s.value))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A memory figure of process `pid` from /proc/PID/status, in KiB: `field` is VmRSS (now) or
+/// VmHWM (peak).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 /// Runs the binary to completion with the given args; returns (exit code, stdout, stderr).

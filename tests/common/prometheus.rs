@@ -2,18 +2,10 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A child process killed when dropped.
-pub struct Killed(pub Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use super::ChildGuard;
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -60,7 +52,7 @@ pub fn try_query(prometheus: &str, expr: &str) -> Option<Vector> {
 
 /// Starts Prometheus with `scrape_configs` (YAML, indented as a top-level key's items) and a
 /// 1 s scrape interval; returns the process and its address.
-pub fn start(dir: &Path, scrape_configs: &str) -> (Killed, String) {
+pub fn start(dir: &Path, scrape_configs: &str) -> (ChildGuard, String) {
     launch(
         dir,
         &format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"),
@@ -69,7 +61,7 @@ pub fn start(dir: &Path, scrape_configs: &str) -> (Killed, String) {
 
 /// Starts Prometheus with the whole configuration `config` (YAML) on a free loopback port;
 /// returns the process and its address.
-pub fn launch(dir: &Path, config: &str) -> (Killed, String) {
+pub fn launch(dir: &Path, config: &str) -> (ChildGuard, String) {
     if Command::new("prometheus")
         .arg("--version")
         .output()
@@ -91,7 +83,7 @@ pub fn launch(dir: &Path, config: &str) -> (Killed, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (Killed(child), address)
+    (ChildGuard(child), address)
 }
 
 /// Polls `expr` until `done` holds for its result or `within` passes; returns the last result.
@@ -117,7 +109,7 @@ pub fn start_with_rules(
     dir: &Path,
     scrape_configs: &str,
     rule_files: &[&Path],
-) -> (Killed, String) {
+) -> (ChildGuard, String) {
     launch(
         dir,
         &format!(

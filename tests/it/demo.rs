@@ -1,0 +1,311 @@
+//! `demo` end to end: the simulated fabric served by the real binary. Each scenario's signature
+//! is read from the exporter's own endpoints (per-host node agents and the switch poller),
+//! never from the model's structs; the output passes promtool; SIGTERM ends it cleanly.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
+/// Simulated seconds per second: a test window of 3 s covers 30 s of the fault.
+const SPEED: &str = "10";
+
+/// A demo straight into the scenario's fault (60 s into the cycle, plus a step).
+fn start(scenario: &str) -> Exporter {
+    Exporter::start_subcommand(
+        "demo",
+        &[
+            "--scenario",
+            scenario,
+            "--speed",
+            SPEED,
+            "--start-at",
+            "70",
+            "--switch-interval",
+            "500ms",
+        ],
+    )
+}
+
+/// Every host's and the switches' samples, with a `host` label added to node samples.
+fn scrape(demo: &Exporter) -> Vec<Sample> {
+    let mut all = parse_exposition(&demo.metrics());
+    for host in HOSTS {
+        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
+        assert_eq!(status, 200, "{body}");
+        for mut sample in parse_exposition(&body) {
+            sample.labels.insert("host".into(), host.into());
+            all.push(sample);
+        }
+    }
+    all
+}
+
+/// Sum over series of `name` matching `labels`.
+fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    matching(samples, name, labels).map(|s| s.value).sum()
+}
+
+/// How much each metric grew between two scrapes `window` apart, and the simulated seconds.
+struct Window {
+    before: Vec<Sample>,
+    after: Vec<Sample>,
+    sim_seconds: f64,
+}
+
+impl Window {
+    fn observe(scenario: &str) -> Window {
+        let demo = start(scenario);
+        // Let the switch poller read the leaves once.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while value_of(
+            &parse_exposition(&demo.metrics()),
+            "rdma_switch_up",
+            &[("switch", "leaf1")],
+        ) != Some(1.0)
+        {
+            assert!(Instant::now() < deadline, "{scenario}: leaf1 never up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let started = Instant::now();
+        let before = scrape(&demo);
+        std::thread::sleep(Duration::from_secs(3));
+        let after = scrape(&demo);
+        let wall = started.elapsed().as_secs_f64();
+        Window {
+            before,
+            after,
+            sim_seconds: wall * SPEED.parse::<f64>().unwrap(),
+        }
+    }
+
+    fn growth(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        total(&self.after, name, labels) - total(&self.before, name, labels)
+    }
+}
+
+const PAUSE: &str = "rdma_pfc_pause_duration_seconds_total";
+const MARKS: &str = "rdma_hw_np_ecn_marked_roce_packets_total";
+const CNPS: &str = "rdma_hw_np_cnp_sent_total";
+const TX_BYTES: &str = "rdma_port_xmit_data_bytes_total";
+
+/// Paused seconds per ECN mark on the NICs: how operators tell the ECN threshold's placement.
+fn pause_per_mark(w: &Window) -> f64 {
+    w.growth(PAUSE, &[("direction", "rx")]) / (w.growth(MARKS, &[]) + 1.0)
+}
+
+/// Share of line rate the 32 GPU NICs carried.
+fn utilization(w: &Window) -> f64 {
+    w.growth(TX_BYTES, &[]) / (32.0 * 50e9 * w.sim_seconds)
+}
+
+#[test]
+fn ecn_threshold_signatures_differ_from_healthy_by_a_wide_margin() {
+    let _exclusive = common::exclusive(module_path!());
+    let healthy = Window::observe("healthy");
+    let too_high = Window::observe("ecn-too-high");
+    let too_low = Window::observe("ecn-too-low");
+
+    // Healthy: marks and CNPs flow, no PFC, near line rate.
+    assert!(healthy.growth(MARKS, &[]) > 0.0);
+    assert!(healthy.growth(CNPS, &[]) > 0.0);
+    assert_eq!(healthy.growth(PAUSE, &[]), 0.0);
+    assert!(utilization(&healthy) > 0.8, "{}", utilization(&healthy));
+
+    // Too high: PFC does the work ECN should: pause time per mark far above healthy.
+    assert!(too_high.growth(PAUSE, &[("direction", "rx")]) > 0.05 * too_high.sim_seconds);
+    assert!(
+        pause_per_mark(&too_high) > 1000.0 * (pause_per_mark(&healthy) + 1e-9),
+        "pause per mark: too high {}, healthy {}",
+        pause_per_mark(&too_high),
+        pause_per_mark(&healthy)
+    );
+    assert!(too_high.growth(CNPS, &[]) < 0.01 * healthy.growth(CNPS, &[]));
+    // The switches see it too: PFC frames sent to the NICs.
+    assert!(too_high.growth("rdma_switch_port_pfc_frames_total", &[("direction", "tx")]) > 0.0);
+
+    // Too low: no PFC at all, CNPs many times healthy, throughput far below line rate.
+    assert_eq!(too_low.growth(PAUSE, &[]), 0.0);
+    assert!(
+        too_low.growth(CNPS, &[]) > 10.0 * healthy.growth(CNPS, &[]),
+        "CNPs: too low {}, healthy {}",
+        too_low.growth(CNPS, &[]),
+        healthy.growth(CNPS, &[])
+    );
+    assert!(utilization(&too_low) < 0.5, "{}", utilization(&too_low));
+    assert!(too_low.growth("rdma_switch_queue_ecn_marked_packets_total", &[]) > 0.0);
+}
+
+#[test]
+fn a_pfc_storm_names_its_source() {
+    let _exclusive = common::exclusive(module_path!());
+    let w = Window::observe("pfc-storm");
+    let victim = [
+        ("host", "gpu-node-01"),
+        ("device", "mlx5_2"),
+        ("priority", "3"),
+    ];
+    // The wedged NIC pauses its switch port all the time.
+    let mut tx = victim.to_vec();
+    tx.push(("direction", "tx"));
+    let paused = w.growth(PAUSE, &tx);
+    assert!(
+        paused > 0.9 * w.sim_seconds * 0.9 && paused <= w.sim_seconds * 1.2,
+        "{paused} s of pause in {} s",
+        w.sim_seconds
+    );
+    // No other NIC sends pause.
+    assert!((w.growth(PAUSE, &[("direction", "tx")]) - paused).abs() < 1e-6);
+    // Its storm events fired (the fault began 10 simulated seconds before the first scrape).
+    let events = total(
+        &w.after,
+        "rdma_pfc_pause_storm_events_total",
+        &[("host", "gpu-node-01"), ("device", "mlx5_2")],
+    );
+    assert!(events >= 1.0, "{events}");
+    // The agent's own sampler saw the storm, and the victim's peak paused share is total.
+    let mut sampled = victim.to_vec();
+    sampled.push(("direction", "tx"));
+    let detected = total(&w.after, "rdma_pfc_storms_detected_total", &sampled);
+    assert!(detected >= 1.0, "{detected}");
+    // Only the victim pauses its switch. (Accelerated time inflates paused shares, so at
+    // --speed 10 the senders the switch pauses count as stormed too: rx is not checked.)
+    assert_eq!(
+        total(
+            &w.after,
+            "rdma_pfc_storms_detected_total",
+            &[("direction", "tx")]
+        ),
+        detected,
+        "only the victim: {:?}",
+        matching(
+            &w.after,
+            "rdma_pfc_storms_detected_total",
+            &[("direction", "tx")]
+        )
+        .filter(|s| s.value > 0.0)
+        .collect::<Vec<_>>()
+    );
+    let peak = total(&w.after, "rdma_pfc_paused_ratio_peak", &sampled);
+    assert!(peak > 0.9, "{peak}");
+    // The switch port it hangs off receives PFC; the neighbour tells which host it is.
+    let neighbors: BTreeMap<String, String> = w
+        .after
+        .iter()
+        .filter(|s| s.name == "rdma_switch_port_neighbor_info" && s.labels["switch"] == "leaf1")
+        .map(|s| {
+            (
+                s.labels["port"].clone(),
+                format!(
+                    "{} {}",
+                    s.labels["neighbor_host"], s.labels["neighbor_port"]
+                ),
+            )
+        })
+        .collect();
+    let stormed: Vec<&String> = neighbors
+        .keys()
+        .filter(|port| {
+            w.growth(
+                "rdma_switch_port_pfc_frames_total",
+                &[("switch", "leaf1"), ("port", port), ("direction", "rx")],
+            ) > 0.0
+        })
+        .collect();
+    assert_eq!(stormed.len(), 1, "{stormed:?}");
+    assert_eq!(neighbors[stormed[0]], "gpu-node-01 ens3f0np0");
+    // The pause spreads: other senders on that leaf are paused by the switch.
+    assert!(
+        w.growth(
+            PAUSE,
+            &[
+                ("host", "gpu-node-04"),
+                ("device", "mlx5_2"),
+                ("direction", "rx")
+            ]
+        ) > 0.5 * w.sim_seconds
+    );
+}
+
+#[test]
+fn single_nic_faults_show_on_that_nic_only() {
+    let _exclusive = common::exclusive(module_path!());
+    let per_nic = |w: &Window, name: &str| -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for s in w.after.iter().filter(|s| s.name == name) {
+            let key = format!("{} {}", s.labels["host"], s.labels["device"]);
+            let before = w
+                .before
+                .iter()
+                .find(|b| b.name == name && b.labels == s.labels)
+                .map_or(0.0, |b| b.value);
+            out.insert(key, s.value - before);
+        }
+        out
+    };
+    let only = |growth: BTreeMap<String, f64>, nic: &str| {
+        let rising: Vec<&String> = growth
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(rising, [nic], "{growth:?}");
+    };
+    let w = Window::observe("cnp-ignored");
+    only(
+        per_nic(&w, "rdma_hw_rp_cnp_ignored_total"),
+        "gpu-node-02 mlx5_1",
+    );
+    let w = Window::observe("transport-errors");
+    only(
+        per_nic(&w, "rdma_hw_out_of_sequence_total"),
+        "gpu-node-02 mlx5_0",
+    );
+    only(
+        per_nic(&w, "rdma_hw_local_ack_timeout_err_total"),
+        "gpu-node-02 mlx5_0",
+    );
+    let w = Window::observe("link-flap");
+    only(
+        per_nic(&w, "rdma_port_link_downed_total"),
+        "gpu-node-02 mlx5_5",
+    );
+}
+
+#[test]
+fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
+    let _exclusive = common::exclusive(module_path!());
+    let mut demo = start("pfc-storm");
+    std::thread::sleep(Duration::from_millis(1500));
+    promtool_check_metrics(&demo.metrics());
+    let (status, _, body) = demo.get("/hosts/gpu-node-01/metrics");
+    assert_eq!(status, 200);
+    promtool_check_metrics(&body);
+    let (status, _, sd) = demo.get("/sd");
+    assert_eq!(status, 200);
+    let groups: serde_json::Value = serde_json::from_str(&sd).unwrap();
+    assert_eq!(groups.as_array().unwrap().len(), HOSTS.len() + 1);
+    assert_eq!(
+        groups[0]["labels"]["__metrics_path__"],
+        "/hosts/gpu-node-01/metrics"
+    );
+    let (status, _, _) = demo.get("/hosts/nobody/metrics");
+    assert_eq!(status, 404);
+    let fabric_dir = demo
+        .fabric_dir()
+        .expect("the demo logs where its fabric lives");
+    assert!(fabric_dir
+        .join("hosts/gpu-node-01/sys/class/infiniband/mlx5_0")
+        .exists());
+    let status = demo
+        .terminate(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    assert!(
+        !fabric_dir.exists(),
+        "the simulated fabric is removed on exit"
+    );
+}

@@ -1,0 +1,420 @@
+//! Deployment files: Kubernetes manifests validate against a pinned schema (kubernetes-validate)
+//! after kustomize rendering, the agent's DaemonSet carries the security settings, the
+//! generated PrometheusRule and dashboards ConfigMap equal `alerts/` and `dashboards/`
+//! (`UPDATE_DEPLOY=1` regenerates them), and `systemd-analyze verify` accepts the unit.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::project_root;
+use serde_yaml::{Mapping, Value};
+
+const KUBERNETES_VERSION: &str = "1.31.0";
+
+fn kube_dir() -> PathBuf {
+    project_root().join("deploy/kubernetes")
+}
+
+fn read_yaml_documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+use serde::Deserialize;
+
+fn map(pairs: Vec<(&str, Value)>) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in pairs {
+        m.insert(Value::String(k.into()), v);
+    }
+    Value::Mapping(m)
+}
+
+fn labels(component: &str, extra: &[(&str, &str)]) -> Value {
+    let mut pairs = vec![
+        (
+            "app.kubernetes.io/name",
+            Value::String("rdma-fabric-exporter".into()),
+        ),
+        (
+            "app.kubernetes.io/component",
+            Value::String(component.into()),
+        ),
+    ];
+    pairs.extend(
+        extra
+            .iter()
+            .map(|(k, v)| (*k, Value::String(v.to_string()))),
+    );
+    map(pairs)
+}
+
+/// The PrometheusRule: the groups of `alerts/rdma-rules.yml` then `alerts/rdma-alerts.yml`.
+fn prometheus_rule() -> Value {
+    let mut groups = Vec::new();
+    for file in ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"] {
+        let doc = &read_yaml_documents(&project_root().join(file))[0];
+        groups.extend(doc["groups"].as_sequence().unwrap().iter().cloned());
+    }
+    map(vec![
+        (
+            "apiVersion",
+            Value::String("monitoring.coreos.com/v1".into()),
+        ),
+        ("kind", Value::String("PrometheusRule".into())),
+        (
+            "metadata",
+            map(vec![
+                ("name", Value::String("rdma-fabric-exporter".into())),
+                ("labels", labels("rules", &[("role", "alert-rules")])),
+            ]),
+        ),
+        ("spec", map(vec![("groups", Value::Sequence(groups))])),
+    ])
+}
+
+/// One ConfigMap with every dashboard, labelled for the Grafana sidecar.
+fn dashboards_config_map() -> Value {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(project_root().join("dashboards"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let data = files
+        .iter()
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_str().unwrap().to_string(),
+                Value::String(std::fs::read_to_string(p).unwrap()),
+            )
+        })
+        .collect::<Vec<_>>();
+    let mut data_map = Mapping::new();
+    for (k, v) in data {
+        data_map.insert(Value::String(k), v);
+    }
+    map(vec![
+        ("apiVersion", Value::String("v1".into())),
+        ("kind", Value::String("ConfigMap".into())),
+        (
+            "metadata",
+            map(vec![
+                (
+                    "name",
+                    Value::String("rdma-fabric-exporter-dashboards".into()),
+                ),
+                (
+                    "labels",
+                    labels("dashboards", &[("grafana_dashboard", "1")]),
+                ),
+            ]),
+        ),
+        ("data", Value::Mapping(data_map)),
+    ])
+}
+
+fn generated(file: &str, value: &Value) {
+    let path = kube_dir().join(file);
+    let text = format!(
+        "# Generated from alerts/ and dashboards/ by tests/it/deploy.rs (UPDATE_DEPLOY=1 cargo test --test it deploy::).\n# Do not edit by hand.\n{}",
+        serde_yaml::to_string(value).unwrap()
+    );
+    if std::env::var_os("UPDATE_DEPLOY").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == text,
+        "{} is out of date with alerts/ or dashboards/: run UPDATE_DEPLOY=1 cargo test --test it deploy::",
+        path.display()
+    );
+}
+
+#[test]
+fn generated_objects_equal_alerts_and_dashboards() {
+    generated("prometheusrule.yaml", &prometheus_rule());
+    generated("grafana-dashboards.yaml", &dashboards_config_map());
+    // And the other way round: the rule groups on disk are exactly the shipped ones.
+    let on_disk = &read_yaml_documents(&kube_dir().join("prometheusrule.yaml"))[0];
+    assert_eq!(on_disk["spec"], prometheus_rule()["spec"]);
+}
+
+/// `kubectl kustomize`, where kubectl exists.
+fn render_with_kubectl(kustomization_dir: &Path) -> Option<Vec<Value>> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(kustomization_dir)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|d| Value::deserialize(d).unwrap())
+            .filter(|v| !v.is_null())
+            .collect(),
+    )
+}
+
+/// What kustomize does with these kustomizations (resources, and the namespace set on every
+/// namespaced object), for machines without kubectl.
+fn render(kustomization_dir: &Path) -> Vec<Value> {
+    let kustomization = &read_yaml_documents(&kustomization_dir.join("kustomization.yaml"))[0];
+    let namespace = kustomization["namespace"].as_str().map(str::to_string);
+    let mut objects = Vec::new();
+    for resource in kustomization["resources"].as_sequence().unwrap() {
+        for mut object in read_yaml_documents(&kustomization_dir.join(resource.as_str().unwrap())) {
+            if let (Some(ns), false) = (&namespace, object["kind"] == "Namespace") {
+                object["metadata"]
+                    .as_mapping_mut()
+                    .unwrap()
+                    .insert("namespace".into(), Value::String(ns.clone()));
+            }
+            objects.push(object);
+        }
+    }
+    objects
+}
+
+fn identities(objects: &[Value]) -> Vec<String> {
+    let mut ids: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn kubernetes_validate() -> String {
+    std::env::var("KUBERNETES_VALIDATE")
+        .unwrap_or_else(|_| "/opt/kubernetes-validate/bin/kubernetes-validate".into())
+}
+
+/// Validates every core object with kubernetes-validate (strict), and the prometheus-operator
+/// objects (not in its schema set) by their required fields.
+fn validate(objects: &[Value], dir: &Path) {
+    let mut core = String::new();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap();
+        match object["apiVersion"].as_str().unwrap() {
+            "monitoring.coreos.com/v1" => check_operator_object(kind, object),
+            _ => {
+                core.push_str("---\n");
+                core.push_str(&serde_yaml::to_string(object).unwrap());
+            }
+        }
+    }
+    let file = dir.join("rendered.yaml");
+    std::fs::write(&file, core).unwrap();
+    let out = Command::new(kubernetes_validate())
+        .args(["--strict", "-k", KUBERNETES_VERSION])
+        .arg(&file)
+        .output()
+        .expect("kubernetes-validate (scripts/test installs it into /opt/kubernetes-validate)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("ERROR"), "{text}");
+}
+
+fn check_operator_object(kind: &str, object: &Value) {
+    let spec = &object["spec"];
+    assert!(
+        object["metadata"]["name"].is_string(),
+        "{kind} without a name"
+    );
+    match kind {
+        "ServiceMonitor" => {
+            assert!(spec["selector"]["matchLabels"].is_mapping());
+            for endpoint in spec["endpoints"].as_sequence().unwrap() {
+                assert_eq!(endpoint["port"], "metrics");
+            }
+        }
+        "Probe" => {
+            assert_eq!(spec["prober"]["path"], "/probe");
+            assert!(spec["prober"]["url"].as_str().unwrap().ends_with(":9866"));
+            assert!(!spec["targets"]["staticConfig"]["static"]
+                .as_sequence()
+                .unwrap()
+                .is_empty());
+        }
+        "PrometheusRule" => assert!(!spec["groups"].as_sequence().unwrap().is_empty()),
+        other => panic!("unexpected prometheus-operator kind {other}"),
+    }
+}
+
+#[test]
+fn manifests_render_and_validate_against_a_pinned_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    for kustomization in [
+        kube_dir(),
+        kube_dir().join("overlays/without-operator"),
+        kube_dir().join("overlays/node-agent-only"),
+    ] {
+        let objects = render(&kustomization);
+        assert!(
+            objects.len() >= 5,
+            "{}: {} objects",
+            kustomization.display(),
+            objects.len()
+        );
+        validate(&objects, dir.path());
+        if let Some(by_kubectl) = render_with_kubectl(&kustomization) {
+            assert_eq!(identities(&by_kubectl), identities(&objects));
+            validate(&by_kubectl, dir.path());
+        }
+    }
+}
+
+#[test]
+fn the_node_agent_runs_unprivileged_with_read_only_sys() {
+    let objects = render(&kube_dir());
+    let daemonset = objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let pod = &daemonset["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["hostNetwork"], true,
+        "netdevs live in the host network namespace"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_ne!(pod["securityContext"]["runAsUser"], 0);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert!(pod["tolerations"]
+        .as_sequence()
+        .is_some_and(|t| !t.is_empty()));
+    assert!(pod["affinity"]["nodeAffinity"].is_mapping());
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["privileged"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert!(security["capabilities"]["add"].is_null());
+    assert!(
+        container["resources"]["requests"].is_mapping()
+            && container["resources"]["limits"].is_mapping()
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/healthz");
+    let sys_mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "sys")
+        .unwrap();
+    assert_eq!(sys_mount["readOnly"], true);
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args
+        .contains(&format!("--path.sysfs={}", sys_mount["mountPath"].as_str().unwrap()).as_str()));
+    // No volume other than /sys from the host.
+    for volume in pod["volumes"].as_sequence().unwrap() {
+        if !volume["hostPath"].is_null() {
+            assert_eq!(volume["hostPath"]["path"], "/sys");
+        }
+    }
+    let service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "rdma-node-agent")
+        .unwrap();
+    assert_eq!(service["spec"]["clusterIP"], "None", "headless");
+    // The switch poller needs no host access at all.
+    let poller = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &poller["spec"]["template"]["spec"];
+    assert!(pod["hostNetwork"].is_null() || pod["hostNetwork"] == false);
+    assert!(pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .all(|v| v["hostPath"].is_null()));
+}
+
+#[test]
+fn the_example_configs_are_valid() {
+    for object in read_yaml_documents(&kube_dir().join("switch-poller-secret.yaml")) {
+        let config = object["stringData"]["config.yml"].as_str().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yml");
+        std::fs::write(&path, config).unwrap();
+        let (code, _, stderr) =
+            common::run(&["check-config", "--config.file", common::path_str(&path)]);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let path = project_root().join("deploy/systemd/config.yml");
+    let (code, _, stderr) =
+        common::run(&["check-config", "--config.file", common::path_str(&path)]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn systemd_accepts_the_unit() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return common::skip_or_fail("systemd-analyze not installed (Debian package `systemd`)");
+    }
+    let unit =
+        std::fs::read_to_string(project_root().join("deploy/systemd/rdma-fabric-exporter.service"))
+            .unwrap();
+    for setting in [
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=\n",
+        "ReadOnlyPaths=/sys",
+    ] {
+        assert!(unit.contains(setting), "{setting}");
+    }
+    // The unit names the installed binary; verify it against the one just built.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rdma-fabric-exporter.service");
+    std::fs::write(
+        &path,
+        unit.replace(
+            "/usr/local/bin/rdma-fabric-exporter",
+            common::binary().to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.contains("rdma-fabric-exporter.service:"),
+        "{text}"
+    );
+}

@@ -1,0 +1,286 @@
+//! Hot-unplug: RDMA devices and netdevs disappear and come back while scrapes run.
+//!
+//! The first test flips a whole device and another device's netdev in a copy of the bundled
+//! ConnectX-7 node (laid out as the kernel does: the class link, `gid_attrs/ndevs`,
+//! `device/net/<if>`, and its `ethtool -S` file). The second deletes and re-creates a real
+//! netdev (a veth pair) behind a port while the SIOCETHTOOL reader runs; it needs root and `ip`
+//! and prints `skipped` without them (fails when `CI` is set). Every scrape must answer 200 with
+//! a valid, duplicate-free exposition; a removed device's or netdev's series vanish and come back.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::*;
+
+const REMOVED_DEVICE: &str = "mlx5_3";
+const NETDEV_DEVICE: &str = "mlx5_5";
+const NETDEV: &str = "ens6f0np0";
+
+fn has(samples: &[Sample], name: &str, device: &str) -> bool {
+    samples
+        .iter()
+        .any(|s| s.name == name && s.labels.get("device").map(String::as_str) == Some(device))
+}
+
+/// Renames `from` to `to`, or back, in a loop until stopped; returns how many flips it made.
+fn flip_in_a_loop(
+    pairs: Vec<(PathBuf, PathBuf)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut flips = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for (from, to) in &pairs {
+                let _ = std::fs::rename(from, to);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            for (from, to) in &pairs {
+                let _ = std::fs::rename(to, from);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            flips += 1;
+        }
+        flips
+    })
+}
+
+#[test]
+fn devices_and_netdevs_vanish_and_return_while_scraped() {
+    let _exclusive = common::exclusive(module_path!());
+    let tree = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce"), tree.path());
+    let sys = tree.path().join("sys");
+    let ethtool = tree.path().join("ethtool");
+    let parked = tree.path().join("parked");
+    std::fs::create_dir_all(&parked).unwrap();
+    let class = sys.join("class/infiniband");
+    let netdev_device = class.join(NETDEV_DEVICE);
+    // What the kernel takes away with a netdev: its GID entries' netdev names, the PCI
+    // function's net/ entry, and (here) its statistics file.
+    let netdev_parts = vec![
+        (
+            netdev_device.join("ports/1/gid_attrs"),
+            parked.join("gid_attrs"),
+        ),
+        (
+            netdev_device.join("device/net").join(NETDEV),
+            parked.join(NETDEV),
+        ),
+        (
+            ethtool.join(format!("{NETDEV}.txt")),
+            parked.join(format!("{NETDEV}.txt")),
+        ),
+    ];
+    let device_part = (class.join(REMOVED_DEVICE), parked.join(REMOVED_DEVICE));
+
+    let exporter = Exporter::on_node(&sys, &ethtool, &[]);
+    // Two periods of the storm sampler first, so that its series are there from the start.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let before = scrape_without_duplicates(&exporter);
+    assert!(has(&before, "rdma_port_info", REMOVED_DEVICE));
+    assert!(has(&before, "rdma_pfc_paused_ratio_peak", NETDEV_DEVICE));
+    assert!(has(&before, "rdma_pfc_pause_frames_total", NETDEV_DEVICE));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pairs = netdev_parts.clone();
+    pairs.push(device_part.clone());
+    let flipper = flip_in_a_loop(pairs, stop.clone());
+    let (mut device_missing, mut device_present) = (0, 0);
+    let (mut netdev_missing, mut netdev_present) = (0, 0);
+    for _ in 0..200 {
+        let samples = scrape_without_duplicates(&exporter);
+        match has(&samples, "rdma_port_info", REMOVED_DEVICE) {
+            true => device_present += 1,
+            false => device_missing += 1,
+        }
+        match has(&samples, "rdma_pfc_pause_frames_total", NETDEV_DEVICE) {
+            true => netdev_present += 1,
+            false => netdev_missing += 1,
+        }
+        // The device whose netdev comes and goes keeps its RDMA series throughout.
+        assert!(has(&samples, "rdma_port_info", NETDEV_DEVICE));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    eprintln!(
+        "{flips} flips; {REMOVED_DEVICE} missing in {device_missing}/200 scrapes, {NETDEV} statistics missing in {netdev_missing}/200"
+    );
+    // The flipper restores everything at the end of each cycle.
+    assert!(device_missing + device_present == 200 && netdev_missing + netdev_present == 200);
+
+    // Gone for good: its series disappear at the next scrape, and nothing else does.
+    for (from, to) in netdev_parts.iter().chain([&device_part]) {
+        std::fs::rename(from, to).unwrap();
+    }
+    let samples = scrape_without_duplicates(&exporter);
+    assert!(!has(&samples, "rdma_port_info", REMOVED_DEVICE));
+    assert!(!has(&samples, "rdma_hw_np_cnp_sent_total", REMOVED_DEVICE));
+    assert!(!has(&samples, "rdma_pfc_pause_frames_total", NETDEV_DEVICE));
+    assert!(has(&samples, "rdma_hw_np_cnp_sent_total", NETDEV_DEVICE));
+    assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(9.0));
+    // Back: every series returns with the values on disk.
+    for (from, to) in netdev_parts.iter().chain([&device_part]) {
+        std::fs::rename(to, from).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = scrape_without_duplicates(&exporter);
+    let key = |s: &Sample| (s.name.clone(), s.labels.clone());
+    let mut before_keys: Vec<_> = before
+        .iter()
+        .filter(|s| !s.name.starts_with("rdma_exporter_") && !s.name.starts_with("process_"))
+        .map(key)
+        .collect();
+    let mut after_keys: Vec<_> = after
+        .iter()
+        .filter(|s| !s.name.starts_with("rdma_exporter_") && !s.name.starts_with("process_"))
+        .map(key)
+        .collect();
+    before_keys.sort();
+    after_keys.sort();
+    let lost: Vec<_> = before_keys
+        .iter()
+        .filter(|k| !after_keys.contains(k))
+        .collect();
+    let gained: Vec<_> = after_keys
+        .iter()
+        .filter(|k| !before_keys.contains(k))
+        .collect();
+    assert!(
+        lost.is_empty() && gained.is_empty(),
+        "series differ after the devices came back: lost {lost:?}, gained {gained:?}"
+    );
+    assert_eq!(
+        value_of(
+            &after,
+            "rdma_pfc_pause_frames_total",
+            &[
+                ("device", NETDEV_DEVICE),
+                ("priority", "3"),
+                ("direction", "rx")
+            ]
+        ),
+        value_of(
+            &before,
+            "rdma_pfc_pause_frames_total",
+            &[
+                ("device", NETDEV_DEVICE),
+                ("priority", "3"),
+                ("direction", "rx")
+            ]
+        )
+    );
+    promtool_check_metrics(&exporter.metrics());
+}
+
+/// Points `device`'s port 1 at `netdev`, as the kernel's GID table would.
+fn point_port_at(sys: &Path, device: &str, netdev: &str) {
+    let ndevs = sys
+        .join("class/infiniband")
+        .join(device)
+        .join("ports/1/gid_attrs/ndevs");
+    for entry in std::fs::read_dir(&ndevs).unwrap() {
+        std::fs::write(entry.unwrap().path(), format!("{netdev}\n")).unwrap();
+    }
+}
+
+#[test]
+fn a_real_netdev_deleted_and_recreated_while_scraped() {
+    let _exclusive = common::exclusive(module_path!());
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip_or_fail("not root, cannot create interfaces");
+    }
+    let netdev = format!("rfh{:04}a", std::process::id() % 10000);
+    let peer = format!("rfh{:04}b", std::process::id() % 10000);
+    let _ = ip(&["link", "del", &netdev]);
+    if let Err(e) = ip(&[
+        "link", "add", &netdev, "type", "veth", "peer", "name", &peer,
+    ]) {
+        return skip_or_fail(&e);
+    }
+    struct Link(String);
+    impl Drop for Link {
+        fn drop(&mut self) {
+            let _ = ip(&["link", "del", &self.0]);
+        }
+    }
+    let _link = Link(netdev.clone());
+
+    let tree = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce/sys"), tree.path());
+    point_port_at(tree.path(), NETDEV_DEVICE, &netdev);
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(tree.path()),
+        "--collector.ethtool.source",
+        "ioctl",
+        // veth has no PFC counters: its driver statistics come out as rdma_ethtool_stat.
+        "--collector.ethtool.metrics-include",
+        "^peer_ifindex$",
+        "--collector.infiniband.device-include",
+        NETDEV_DEVICE,
+    ]);
+    let stat = |samples: &[Sample]| has(samples, "rdma_ethtool_stat", NETDEV_DEVICE);
+    assert!(
+        stat(&scrape_without_duplicates(&exporter)),
+        "veth statistics are read"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (stop, netdev, peer) = (stop.clone(), netdev.clone(), peer.clone());
+        std::thread::spawn(move || {
+            let mut cycles = 0;
+            while !stop.load(Ordering::Relaxed) {
+                ip(&["link", "del", &netdev]).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                ip(&[
+                    "link", "add", &netdev, "type", "veth", "peer", "name", &peer,
+                ])
+                .unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                cycles += 1;
+            }
+            cycles
+        })
+    };
+    let (mut missing, mut present) = (0, 0);
+    for _ in 0..150 {
+        match stat(&scrape_without_duplicates(&exporter)) {
+            true => present += 1,
+            false => missing += 1,
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let cycles = flipper.join().unwrap();
+    eprintln!("{cycles} delete/create cycles; statistics missing in {missing}/150 scrapes");
+    assert!(cycles > 0 && present > 0);
+
+    ip(&["link", "del", &netdev]).unwrap();
+    let samples = scrape_without_duplicates(&exporter);
+    assert!(!stat(&samples), "a deleted netdev's statistics vanish");
+    assert!(
+        has(&samples, "rdma_port_info", NETDEV_DEVICE),
+        "the RDMA port stays"
+    );
+    let no_device = value_of(
+        &samples,
+        "rdma_exporter_read_errors_total",
+        &[("device", NETDEV_DEVICE), ("reason", "ethtool_no_device")],
+    );
+    assert!(
+        no_device.unwrap_or(0.0) >= 1.0,
+        "counted as ethtool_no_device"
+    );
+    ip(&[
+        "link", "add", &netdev, "type", "veth", "peer", "name", &peer,
+    ])
+    .unwrap();
+    assert!(
+        stat(&scrape_without_duplicates(&exporter)),
+        "and return with it"
+    );
+}

@@ -1,0 +1,53 @@
+//! Every integration test of the project, in one test binary: one module per area (they were 26
+//! binaries, each compiling and linking `tests/common` again). `cargo test --test it golden::`
+//! runs one module; `cargo test --test it -- --list` lists them all.
+//!
+//! `tests/common` stays where the benches include its pieces from (`benches/*.rs` use
+//! `#[path = "../tests/common/..."]`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod alerts;
+mod alerts_e2e;
+mod cli;
+mod dashboards;
+mod demo;
+mod deploy;
+mod device_removal;
+mod doctor;
+mod ethtool_faults;
+mod ethtool_netns;
+mod exclusion;
+mod fuzz_regressions;
+mod golden;
+mod hostile_peers;
+mod hot_unplug;
+mod http;
+mod nccl;
+mod node_exporter_crosscheck;
+mod prometheus_scrape;
+mod quirks;
+mod secrets;
+mod switch_gnmi;
+mod switch_poll;
+mod switch_snmp;
+mod switch_snmpsim;
+mod web;
+
+/// Cargo makes a test binary of every `tests/*.rs` and `tests/*/main.rs`: a new test goes in a
+/// module here, not in a 27th binary that compiles and links everything again.
+#[test]
+fn the_integration_tests_are_one_binary() {
+    let tests = common::project_root().join("tests");
+    let mut binaries: Vec<String> = std::fs::read_dir(&tests)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.extension().is_some_and(|e| e == "rs") || path.join("main.rs").is_file()
+        })
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    binaries.sort();
+    assert_eq!(binaries, ["it"], "test binaries in {}", tests.display());
+}
