@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
-use crate::config::{Config, ConfigError, EthtoolSourceKind};
+use crate::config::{Config, EthtoolSourceKind};
 use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
@@ -20,6 +20,7 @@ use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
 use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
+use crate::yaml::ConfigError;
 
 /// Builds the node collector a config asks for.
 pub fn node_collector(config: &Config) -> Option<NodeCollector> {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, ConfigError, EthtoolSourceKind, Pattern};
+use crate::config::{self, Config, EthtoolSourceKind, Pattern};
+use crate::yaml::ConfigError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -65,7 +66,7 @@ pub struct DemoArgs {
     #[arg(long = "start-at", default_value_t = 0.0, value_parser = start_offset)]
     pub start_at: f64,
     /// How often the switch poller walks the simulated leaves (as in a config: 5s, 500ms).
-    #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::switch::config::parse_duration)]
+    #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub switch_interval: std::time::Duration,
     /// Seed of the fabric's counters (same seed, same fabric).
     #[arg(long, default_value_t = 7)]
@@ -159,7 +160,7 @@ pub struct ServeArgs {
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
     pub ethtool_include: Option<Pattern>,
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
-    #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::switch::config::parse_duration)]
+    #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]

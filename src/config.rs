@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde::{Deserialize, Deserializer};
 
+use crate::yaml::ConfigError;
+
 /// The default port as a literal, so that help texts can `concat!` it: the single source of the
 /// number. It avoids node_exporter 9100, snmp_exporter 9116, DOCA telemetry 9189,
 /// infiniband_exporter 9315, dcgm-exporter 9400 and rdma_exporter 9879.
@@ -63,7 +65,7 @@ pub struct NcclConfig {
     /// Directory of NCCL_DEBUG_FILE outputs; the collector is off without it.
     pub log_dir: Option<PathBuf>,
     /// Files changed longer ago than this are skipped (finished jobs).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::yaml::duration")]
     pub max_age: std::time::Duration,
     /// Files read per scrape, newest first.
     pub max_files: usize,
@@ -130,9 +132,9 @@ impl Default for NodeConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct PfcStormConfig {
     pub enabled: bool,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::yaml::duration")]
     pub period: std::time::Duration,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "crate::yaml::duration")]
     pub detection_time: std::time::Duration,
     #[serde(deserialize_with = "ratio")]
     pub min_paused_ratio: f64,
@@ -158,11 +160,6 @@ impl PfcStormConfig {
             min_paused_ratio: self.min_paused_ratio,
         }
     }
-}
-
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    crate::switch::config::parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
 fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -271,38 +268,6 @@ impl<'de> Deserialize<'de> for Pattern {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
-
-/// Line, column and message of a YAML error. yaml_serde appends " at line L column C" to its
-/// message; callers print the location first, so it is cut from the message.
-pub fn yaml_error_parts(e: &serde_yaml::Error) -> (usize, usize, String) {
-    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-    let message = e.to_string();
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_string();
-    (line, column, message)
-}
-
 /// Reads and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -318,15 +283,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
-    let config: Config = serde_yaml::from_str(text).map_err(|e| {
-        let (line, column, message) = yaml_error_parts(&e);
-        ConfigError::Syntax {
-            path: path.to_path_buf(),
-            line,
-            column,
-            message,
-        }
-    })?;
+    let config: Config = crate::yaml::from_str(path, text)?;
     validate(path, &config)?;
     Ok(config)
 }

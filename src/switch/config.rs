@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
@@ -52,10 +52,13 @@ struct RawSwitchConfig {
     gnmi: Option<GnmiConfig>,
     #[serde(
         default = "default_interval",
-        deserialize_with = "deserialize_duration"
+        deserialize_with = "crate::yaml::duration"
     )]
     interval: Duration,
-    #[serde(default = "default_timeout", deserialize_with = "deserialize_duration")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "crate::yaml::duration"
+    )]
     timeout: Duration,
     #[serde(default = "default_retries")]
     retries: u32,
@@ -376,45 +379,6 @@ impl TryFrom<RawSnmpConfig> for SnmpConfig {
     }
 }
 
-fn deserialize_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
-}
-
-/// Prometheus-style durations: `500ms`, `30s`, `2m`, `1h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m"))?;
-    // Checked: a wrapped product would turn a huge interval into an arbitrary short one.
-    let seconds = |factor: u64| {
-        value
-            .checked_mul(factor)
-            .map(Duration::from_secs)
-            .ok_or_else(|| format!("duration {text:?} is too long"))
-    };
-    let duration = match unit {
-        "ms" => Duration::from_millis(value),
-        "s" => Duration::from_secs(value),
-        "m" => seconds(60)?,
-        "h" => seconds(3600)?,
-        _ => {
-            return Err(format!(
-                "invalid duration {text:?}: unit must be ms, s, m or h"
-            ))
-        }
-    };
-    if duration.is_zero() {
-        return Err(format!("duration {text:?} must be positive"));
-    }
-    Ok(duration)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,21 +445,5 @@ mod tests {
             let err = snmp(text).unwrap_err();
             assert!(err.contains(expected), "{text}: {err}");
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("30").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert_eq!(
-            parse_duration("5124095576030431h"),
-            Ok(Duration::from_secs(5124095576030431 * 3600))
-        );
-        assert!(parse_duration("5124095576030432h").is_err());
-        assert!(parse_duration("307445734561825861m").is_err());
     }
 }
