@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
-use crate::config::{Config, EthtoolSourceKind};
+use crate::config::Config;
 use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
+use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
-use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
@@ -30,12 +30,9 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
     }
     Some(NodeCollector::new(NodeCollectorConfig {
         sysfs_root: node.sysfs_path.clone(),
-        devices: DeviceFilter {
-            include: node.devices.include.as_ref().map(|p| p.0.clone()),
-            exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
-        },
+        devices: node.devices.clone(),
         ethtool: ethtool_source(config),
-        ethtool_include: node.ethtool.include.as_ref().map(|p| p.0.clone()),
+        ethtool_include: node.ethtool.include.clone(),
     }))
 }
 
@@ -60,12 +57,8 @@ pub fn storm_detector(config: &Config) -> Option<Arc<StormDetector>> {
         return None;
     }
     let source = ethtool_source(config)?;
-    let detector = Arc::new(StormDetector::new(node.pfc_storm.storm_config()));
-    let devices = DeviceFilter {
-        include: node.devices.include.as_ref().map(|p| p.0.clone()),
-        exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
-    };
-    match detector.spawn(node.sysfs_path.clone(), devices, source) {
+    let detector = Arc::new(StormDetector::new(node.pfc_storm));
+    match detector.spawn(node.sysfs_path.clone(), node.devices.clone(), source) {
         Ok(_) => Some(detector),
         Err(e) => {
             // Scrapes still carry the cumulative pause counters.

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, EthtoolSourceKind, Pattern};
+use regex::Regex;
+
+use crate::config::{self, Config};
+use crate::node::config::EthtoolSourceKind;
 use crate::yaml::ConfigError;
 
 #[derive(Debug, Parser)]
@@ -146,10 +149,10 @@ pub struct ServeArgs {
     pub sysfs_path: Option<PathBuf>,
     /// Only RDMA devices whose name matches this regex.
     #[arg(long = "collector.infiniband.device-include", value_name = "REGEX")]
-    pub device_include: Option<Pattern>,
+    pub device_include: Option<Regex>,
     /// Never read RDMA devices whose name matches this regex.
     #[arg(long = "collector.infiniband.device-exclude", value_name = "REGEX")]
-    pub device_exclude: Option<Pattern>,
+    pub device_exclude: Option<Regex>,
     /// Where driver statistics come from [default: ioctl].
     #[arg(long = "collector.ethtool.source", value_enum, value_name = "SOURCE")]
     pub ethtool_source: Option<EthtoolSourceKind>,
@@ -158,7 +161,7 @@ pub struct ServeArgs {
     pub ethtool_stats_dir: Option<PathBuf>,
     /// Also export untyped driver statistics whose name matches this regex.
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
-    pub ethtool_include: Option<Pattern>,
+    pub ethtool_include: Option<Regex>,
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
     #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,

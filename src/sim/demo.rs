@@ -17,7 +17,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::config::{Config, EthtoolSourceKind, SwitchPolling};
+use crate::config::{Config, SwitchPolling};
+use crate::node::config::EthtoolSourceKind;
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
