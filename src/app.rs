@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
 use crate::config::Config;
-use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
+use crate::diag::nccl::collector::NcclCollector;
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
@@ -194,19 +194,6 @@ fn with_default_port(address: &str, port: u16) -> String {
     }
 }
 
-/// The NCCL log collector, when `nccl.log_dir` is set.
-fn nccl_collector(config: &Config) -> Option<NcclCollector> {
-    let nccl = &config.nccl;
-    Some(NcclCollector {
-        log_dir: nccl.log_dir.clone()?,
-        limits: NcclLogLimits {
-            max_files: nccl.max_files,
-            max_bytes_per_file: nccl.max_bytes_per_file,
-            max_age: nccl.max_age,
-        },
-    })
-}
-
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
 /// `process` is the process's own figures, for the one state that stands for the process.
 pub fn app_state(
@@ -222,7 +209,7 @@ pub fn app_state(
     if let Some(storm) = storm_detector(config) {
         collectors.push(storm);
     }
-    if let Some(nccl) = nccl_collector(config) {
+    if let Some(nccl) = NcclCollector::new(&config.nccl) {
         collectors.push(Arc::new(nccl));
     }
     if let Some(poller) = &switches {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::diag::nccl::collector::NcclConfig;
 use crate::node::config::NodeConfig;
 use crate::yaml::ConfigError;
 
@@ -54,33 +55,6 @@ pub struct ProcessConfig {
 impl Default for ProcessConfig {
     fn default() -> Self {
         ProcessConfig { enabled: true }
-    }
-}
-
-/// `nccl:`: the collector of NCCL_DEBUG=INFO log files (`diag::nccl::collector`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NcclConfig {
-    /// Directory of NCCL_DEBUG_FILE outputs; the collector is off without it.
-    pub log_dir: Option<PathBuf>,
-    /// Files changed longer ago than this are skipped (finished jobs).
-    #[serde(deserialize_with = "crate::yaml::duration")]
-    pub max_age: std::time::Duration,
-    /// Files read per scrape, newest first.
-    pub max_files: usize,
-    /// Bytes read from the end of each file.
-    pub max_bytes_per_file: u64,
-}
-
-impl Default for NcclConfig {
-    fn default() -> Self {
-        let limits = crate::diag::nccl::collector::NcclLogLimits::default();
-        NcclConfig {
-            log_dir: None,
-            max_age: limits.max_age,
-            max_files: limits.max_files,
-            max_bytes_per_file: limits.max_bytes_per_file,
-        }
     }
 }
 
