@@ -14,12 +14,13 @@ use crate::node::storm::StormDetector;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
-use crate::switch::config::{Access, SecretSource, SnmpConfig, SwitchConfig};
+use crate::switch::config::{Access, SnmpConfig, SwitchConfig};
 use crate::switch::gnmi::{GnmiTarget, GnmiTls};
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
-use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
+use crate::switch::secret::{Secret, SecretSource};
+use crate::switch::snmp::{Credentials, SnmpTarget, SnmpVersion, Usm};
 use crate::yaml::ConfigError;
 
 /// Builds the node collector a config asks for.
@@ -96,7 +97,6 @@ pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError
         let secret = |source: &SecretSource, what: &str| {
             source
                 .read()
-                .map(Secret::new)
                 .map_err(|e| invalid(format!("switch {:?}: {what}: {e}", switch.name)))
         };
         let source = match &switch.access {

@@ -11,7 +11,7 @@ use common::gnmi_target::{serve, Behaviour, FakeSwitch, Pki, Transport};
 use rdma_fabric_exporter::switch::gnmi::session::{self, SessionMode};
 use rdma_fabric_exporter::switch::gnmi::{fetch_once, GnmiTarget, GnmiTls, GnmiUpdate};
 use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleValue};
-use rdma_fabric_exporter::switch::snmp::Secret;
+use rdma_fabric_exporter::switch::secret::Secret;
 
 const USER: (&str, &str) = ("monitor", "gnmi-pass-1");
 
@@ -25,7 +25,8 @@ type Row = (
     SampleValue,
 );
 type Views = Arc<Mutex<Vec<Vec<GnmiUpdate>>>>;
-type SessionEnd = tokio::task::JoinHandle<(rdma_fabric_exporter::switch::snmp::PollError, bool)>;
+type SessionEnd =
+    tokio::task::JoinHandle<(rdma_fabric_exporter::switch::poll_error::PollError, bool)>;
 
 fn client(address: String) -> GnmiTarget {
     GnmiTarget {

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::snmp_agent::{start_agent, V3_AUTH_PASSWORD, V3_PRIV_PASSWORD};
 use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleKey, SampleValue};
+use rdma_fabric_exporter::switch::secret::Secret;
 use rdma_fabric_exporter::switch::snmp::{
-    walk, AuthAlgorithm, Credentials, PrivAlgorithm, Secret, SnmpTarget, Usm,
+    walk, AuthAlgorithm, Credentials, PrivAlgorithm, SnmpTarget, Usm,
 };
 
 fn target(address: String, community: &str) -> SnmpTarget {

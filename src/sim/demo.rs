@@ -23,7 +23,8 @@ use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::{Profile, Profiles};
-use crate::switch::snmp::{Credentials, Secret, SnmpTarget};
+use crate::switch::secret::Secret;
+use crate::switch::snmp::{Credentials, SnmpTarget};
 
 use super::fabric::{Fabric, Shape};
 use super::scenario::{Scenario, ScenarioName};

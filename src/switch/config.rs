@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::secret::{read_value_file, SecretSource};
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -194,11 +195,9 @@ impl TryFrom<RawGnmiConfig> for GnmiConfig {
         let password = SecretSource::from_pair(raw.password_file, raw.password_env, "password")?;
         let username = match (raw.username, raw.username_file) {
             (Some(name), None) => Some(name),
-            (None, Some(path)) => Some(
-                SecretSource::File(path)
-                    .read()
-                    .map_err(|e| format!("username_file: {e}"))?,
-            ),
+            (None, Some(path)) => {
+                Some(read_value_file(&path).map_err(|e| format!("username_file: {e}"))?)
+            }
             (None, None) => None,
             (Some(_), Some(_)) => return Err("set only one of username and username_file".into()),
         };
@@ -237,39 +236,6 @@ pub struct SnmpConfig {
     pub community: Option<SecretSource>,
     /// v3.
     pub user: Option<UsmConfig>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    File(PathBuf),
-    Env(String),
-}
-
-impl SecretSource {
-    fn from_pair(
-        file: Option<PathBuf>,
-        env: Option<String>,
-        what: &str,
-    ) -> Result<Option<Self>, String> {
-        match (file, env) {
-            (Some(file), None) => Ok(Some(SecretSource::File(file))),
-            (None, Some(var)) => Ok(Some(SecretSource::Env(var))),
-            (None, None) => Ok(None),
-            (Some(_), Some(_)) => Err(format!("set only one of {what}_file and {what}_env")),
-        }
-    }
-
-    /// Reads the secret; errors name the file or variable, never the value.
-    pub fn read(&self) -> Result<String, String> {
-        match self {
-            SecretSource::File(path) => std::fs::read_to_string(path)
-                .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|e| format!("{}: {e}", path.display())),
-            SecretSource::Env(var) => {
-                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))
-            }
-        }
-    }
 }
 
 /// An SNMPv3 user: authNoPriv, or authPriv when `priv_protocol` is set.

@@ -12,8 +12,9 @@ use tokio::sync::Semaphore;
 use super::config::GnmiMode;
 use super::gnmi::session::{self, SessionMode};
 use super::gnmi::{fetch_once_capped, GnmiTarget};
+use super::poll_error::PollError;
 use super::profile::{DecodeError, Profile, Sample};
-use super::snmp::{walk, PollError, SnmpTarget};
+use super::snmp::{walk, SnmpTarget};
 
 /// Switches polled at the same time, whatever their number.
 pub const DEFAULT_CONCURRENCY: usize = 16;

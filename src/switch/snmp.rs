@@ -2,32 +2,13 @@
 //! normalized samples. All async-snmp use stays in this file, so a breaking release of that
 //! pre-1.0 crate (or a move to another client) touches nothing else.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_snmp::{Auth, AuthProtocol, Client, Oid, PrivProtocol, Retry, UsmConfig, Value};
 
+use super::poll_error::PollError;
 use super::profile::{Profile, Sample, SnmpValue};
-
-/// A community string: never printed, logged or exported.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+use super::secret::Secret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnmpVersion {
@@ -133,14 +114,6 @@ pub struct SnmpTarget {
     pub timeout: Duration,
     pub retries: u32,
     pub max_repetitions: u32,
-}
-
-/// Why a poll failed, as the `reason` label of the switch error metrics.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {detail}")]
-pub struct PollError {
-    pub reason: &'static str,
-    pub detail: String,
 }
 
 /// What one walk of a switch returned.

@@ -12,7 +12,8 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request};
 
-use super::snmp::{PollError, Secret};
+use super::poll_error::PollError;
+use super::secret::Secret;
 
 /// Generated from `proto/gnmi.proto` by build.rs.
 pub mod proto {

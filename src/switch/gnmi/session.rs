@@ -17,7 +17,7 @@ use super::{
     with_credentials,
 };
 use super::{GnmiTarget, GnmiUpdate};
-use crate::switch::snmp::PollError;
+use crate::switch::poll_error::PollError;
 
 /// Leaves one target may hold; a target that floods more ends its session instead of growing
 /// memory without bound. A 64-port SONiC switch sends about 20 000; at roughly 270 bytes a
