@@ -16,6 +16,7 @@ use crate::node::parse;
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
 use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
+use crate::switch::poll_error::PollErrorReason;
 use crate::switch::profile::{parse_oid, Metric, Profile, Profiles, SampleValue, SnmpValue};
 use crate::yaml::{parse_duration, ConfigError};
 
@@ -394,7 +395,7 @@ fn collect_checked(
             true
         }
         Err(e) => {
-            assert_eq!(e.reason, "decode", "{e}");
+            assert_eq!(e.reason, PollErrorReason::Decode, "{e}");
             assert_eq!(leaves.len(), before, "a failed update added leaves");
             false
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_snmp::{Auth, AuthProtocol, Client, Oid, PrivProtocol, Retry, UsmConfig, Value};
 
-use super::poll_error::PollError;
+use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{Profile, Sample, SnmpValue};
 use super::secret::Secret;
 
@@ -97,7 +97,7 @@ impl Credentials {
                 };
                 // The library's message names the protocol or the length rule, never the key.
                 Auth::from(configured.map_err(|e| PollError {
-                    reason: "config",
+                    reason: PollErrorReason::Config,
                     detail: format!("SNMPv3 user {:?}: {e}", usm.username),
                 })?)
             }
@@ -142,12 +142,12 @@ impl SnmpTarget {
 fn poll_error(e: &async_snmp::Error) -> PollError {
     use async_snmp::ErrorKind;
     let reason = match e.kind() {
-        ErrorKind::Timeout | ErrorKind::ConstructionTimeout => "timeout",
-        ErrorKind::Network | ErrorKind::Closed => "network",
-        ErrorKind::Auth => "auth",
-        ErrorKind::Decode => "decode",
-        ErrorKind::Snmp => "snmp_error",
-        _ => "other",
+        ErrorKind::Timeout | ErrorKind::ConstructionTimeout => PollErrorReason::Timeout,
+        ErrorKind::Network | ErrorKind::Closed => PollErrorReason::Network,
+        ErrorKind::Auth => PollErrorReason::Auth,
+        ErrorKind::Decode => PollErrorReason::Decode,
+        ErrorKind::Snmp => PollErrorReason::SnmpError,
+        _ => PollErrorReason::Other,
     };
     PollError {
         reason,
@@ -171,7 +171,7 @@ fn snmp_value(value: &Value) -> SnmpValue {
 pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, PollError> {
     let auth = target.credentials.auth()?;
     let retry = Retry::fixed(target.retries, Duration::ZERO).map_err(|e| PollError {
-        reason: "config",
+        reason: PollErrorReason::Config,
         detail: e.to_string(),
     })?;
     let client = Client::builder(target.socket_address(), auth)
@@ -193,7 +193,7 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
         let mut taken = client.stats();
         while let Some(varbind) = stream.next().await {
             let varbind = varbind.map_err(|e| match poll_error(&e) {
-                timeout if timeout.reason == "timeout" => {
+                timeout if timeout.reason == PollErrorReason::Timeout => {
                     unusable_answers(&taken, &client.stats(), target.credentials.version())
                         .unwrap_or(timeout)
                 }
@@ -229,7 +229,7 @@ fn unusable_answers(
         SnmpVersion::V3 => 0,
     };
     (malformed + refused > 0).then(|| PollError {
-        reason: "decode",
+        reason: PollErrorReason::Decode,
         detail: format!(
             "no usable answer within the timeout: the agent sent {malformed} datagrams that are not SNMP and {refused} answers that do not decode"
         ),
