@@ -6,20 +6,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
-use crate::config::{Config, ConfigError, EthtoolSourceKind};
-use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
+use crate::config::Config;
+use crate::diag::nccl::collector::NcclCollector;
+use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
-use crate::node::sysfs::DeviceFilter;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
-use crate::switch::config::{Access, SecretSource, SnmpConfig, SwitchConfig};
+use crate::switch::config::{Access, SnmpConfig, SwitchConfig};
 use crate::switch::gnmi::{GnmiTarget, GnmiTls};
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
-use crate::switch::snmp::{Credentials, Secret, SnmpTarget, SnmpVersion, Usm};
+use crate::switch::secret::{Secret, SecretSource};
+use crate::switch::snmp::{Credentials, SnmpTarget, SnmpVersion, Usm};
+use crate::yaml::ConfigError;
 
 /// Builds the node collector a config asks for.
 pub fn node_collector(config: &Config) -> Option<NodeCollector> {
@@ -29,12 +31,9 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
     }
     Some(NodeCollector::new(NodeCollectorConfig {
         sysfs_root: node.sysfs_path.clone(),
-        devices: DeviceFilter {
-            include: node.devices.include.as_ref().map(|p| p.0.clone()),
-            exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
-        },
+        devices: node.devices.clone(),
         ethtool: ethtool_source(config),
-        ethtool_include: node.ethtool.include.as_ref().map(|p| p.0.clone()),
+        ethtool_include: node.ethtool.include.clone(),
     }))
 }
 
@@ -59,12 +58,8 @@ pub fn storm_detector(config: &Config) -> Option<Arc<StormDetector>> {
         return None;
     }
     let source = ethtool_source(config)?;
-    let detector = Arc::new(StormDetector::new(node.pfc_storm.storm_config()));
-    let devices = DeviceFilter {
-        include: node.devices.include.as_ref().map(|p| p.0.clone()),
-        exclude: node.devices.exclude.as_ref().map(|p| p.0.clone()),
-    };
-    match detector.spawn(node.sysfs_path.clone(), devices, source) {
+    let detector = Arc::new(StormDetector::new(node.pfc_storm));
+    match detector.spawn(node.sysfs_path.clone(), node.devices.clone(), source) {
         Ok(_) => Some(detector),
         Err(e) => {
             // Scrapes still carry the cumulative pause counters.
@@ -102,7 +97,6 @@ pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError
         let secret = |source: &SecretSource, what: &str| {
             source
                 .read()
-                .map(Secret::new)
                 .map_err(|e| invalid(format!("switch {:?}: {what}: {e}", switch.name)))
         };
         let source = match &switch.access {
@@ -200,19 +194,6 @@ fn with_default_port(address: &str, port: u16) -> String {
     }
 }
 
-/// The NCCL log collector, when `nccl.log_dir` is set.
-fn nccl_collector(config: &Config) -> Option<NcclCollector> {
-    let nccl = &config.nccl;
-    Some(NcclCollector {
-        log_dir: nccl.log_dir.clone()?,
-        limits: NcclLogLimits {
-            max_files: nccl.max_files,
-            max_bytes_per_file: nccl.max_bytes_per_file,
-            max_age: nccl.max_age,
-        },
-    })
-}
-
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
 /// `process` is the process's own figures, for the one state that stands for the process.
 pub fn app_state(
@@ -228,7 +209,7 @@ pub fn app_state(
     if let Some(storm) = storm_detector(config) {
         collectors.push(storm);
     }
-    if let Some(nccl) = nccl_collector(config) {
+    if let Some(nccl) = NcclCollector::new(&config.nccl) {
         collectors.push(Arc::new(nccl));
     }
     if let Some(poller) = &switches {

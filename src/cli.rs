@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, ConfigError, EthtoolSourceKind, Pattern};
+use regex::Regex;
+
+use crate::config::{self, Config};
+use crate::node::config::EthtoolSourceKind;
+use crate::yaml::ConfigError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -65,7 +69,7 @@ pub struct DemoArgs {
     #[arg(long = "start-at", default_value_t = 0.0, value_parser = start_offset)]
     pub start_at: f64,
     /// How often the switch poller walks the simulated leaves (as in a config: 5s, 500ms).
-    #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::switch::config::parse_duration)]
+    #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub switch_interval: std::time::Duration,
     /// Seed of the fabric's counters (same seed, same fabric).
     #[arg(long, default_value_t = 7)]
@@ -145,10 +149,10 @@ pub struct ServeArgs {
     pub sysfs_path: Option<PathBuf>,
     /// Only RDMA devices whose name matches this regex.
     #[arg(long = "collector.infiniband.device-include", value_name = "REGEX")]
-    pub device_include: Option<Pattern>,
+    pub device_include: Option<Regex>,
     /// Never read RDMA devices whose name matches this regex.
     #[arg(long = "collector.infiniband.device-exclude", value_name = "REGEX")]
-    pub device_exclude: Option<Pattern>,
+    pub device_exclude: Option<Regex>,
     /// Where driver statistics come from [default: ioctl].
     #[arg(long = "collector.ethtool.source", value_enum, value_name = "SOURCE")]
     pub ethtool_source: Option<EthtoolSourceKind>,
@@ -157,9 +161,9 @@ pub struct ServeArgs {
     pub ethtool_stats_dir: Option<PathBuf>,
     /// Also export untyped driver statistics whose name matches this regex.
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
-    pub ethtool_include: Option<Pattern>,
+    pub ethtool_include: Option<Regex>,
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
-    #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::switch::config::parse_duration)]
+    #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]

@@ -1,11 +1,13 @@
 //! The YAML configuration file: typed, strict (`deny_unknown_fields`), and every error names the
 //! file, line and column. Command-line flags override values from the file.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use regex::Regex;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+
+use crate::diag::nccl::collector::NcclConfig;
+use crate::node::config::NodeConfig;
+use crate::yaml::ConfigError;
 
 /// The default port as a literal, so that help texts can `concat!` it: the single source of the
 /// number. It avoids node_exporter 9100, snmp_exporter 9116, DOCA telemetry 9189,
@@ -56,33 +58,6 @@ impl Default for ProcessConfig {
     }
 }
 
-/// `nccl:`: the collector of NCCL_DEBUG=INFO log files (`diag::nccl::collector`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NcclConfig {
-    /// Directory of NCCL_DEBUG_FILE outputs; the collector is off without it.
-    pub log_dir: Option<PathBuf>,
-    /// Files changed longer ago than this are skipped (finished jobs).
-    #[serde(deserialize_with = "duration")]
-    pub max_age: std::time::Duration,
-    /// Files read per scrape, newest first.
-    pub max_files: usize,
-    /// Bytes read from the end of each file.
-    pub max_bytes_per_file: u64,
-}
-
-impl Default for NcclConfig {
-    fn default() -> Self {
-        let limits = crate::diag::nccl::collector::NcclLogLimits::default();
-        NcclConfig {
-            log_dir: None,
-            max_age: limits.max_age,
-            max_files: limits.max_files,
-            max_bytes_per_file: limits.max_bytes_per_file,
-        }
-    }
-}
-
 /// `background`: every switch is read on its interval and `/metrics` serves them all.
 /// `on_demand`: switches are read only when `/probe` asks, so that Prometheus (and its
 /// sharding of targets across exporters) alone decides the load on the switches.
@@ -102,207 +77,6 @@ pub struct WebConfig {
     pub telemetry_path: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NodeConfig {
-    pub enabled: bool,
-    /// Root of sysfs; `/sys` unless testing on a fixture tree.
-    pub sysfs_path: PathBuf,
-    pub devices: DeviceSelection,
-    pub ethtool: EthtoolConfig,
-    pub pfc_storm: PfcStormConfig,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        NodeConfig {
-            enabled: true,
-            sysfs_path: PathBuf::from("/sys"),
-            devices: DeviceSelection::default(),
-            ethtool: EthtoolConfig::default(),
-            pfc_storm: PfcStormConfig::default(),
-        }
-    }
-}
-
-/// `node.pfc_storm`: the fast PFC storm sampler (`node::storm`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PfcStormConfig {
-    pub enabled: bool,
-    #[serde(deserialize_with = "duration")]
-    pub period: std::time::Duration,
-    #[serde(deserialize_with = "duration")]
-    pub detection_time: std::time::Duration,
-    #[serde(deserialize_with = "ratio")]
-    pub min_paused_ratio: f64,
-}
-
-impl Default for PfcStormConfig {
-    fn default() -> Self {
-        let defaults = crate::node::storm::StormConfig::default();
-        PfcStormConfig {
-            enabled: true,
-            period: defaults.period,
-            detection_time: defaults.detection,
-            min_paused_ratio: defaults.min_paused_ratio,
-        }
-    }
-}
-
-impl PfcStormConfig {
-    pub fn storm_config(&self) -> crate::node::storm::StormConfig {
-        crate::node::storm::StormConfig {
-            period: self.period,
-            detection: self.detection_time,
-            min_paused_ratio: self.min_paused_ratio,
-        }
-    }
-}
-
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    crate::switch::config::parse_duration(&text).map_err(serde::de::Error::custom)
-}
-
-fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let value = f64::deserialize(d)?;
-    if value > 0.0 && value <= 1.0 {
-        Ok(value)
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "min_paused_ratio {value} must be in (0, 1]"
-        )))
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DeviceSelection {
-    /// Only devices whose name matches (unanchored, as node_exporter's device-include).
-    pub include: Option<Pattern>,
-    /// Devices whose name matches are never read, not even listed below their directory.
-    pub exclude: Option<Pattern>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum EthtoolSourceKind {
-    /// SIOCETHTOOL on the netdev (the real kernel).
-    #[default]
-    Ioctl,
-    /// `<stats_dir>/<netdev>.txt` files in `ethtool -S` format (fixtures, simulation).
-    Files,
-    /// Do not read driver statistics.
-    None,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(try_from = "RawEthtoolConfig")]
-pub struct EthtoolConfig {
-    pub source: EthtoolSourceKind,
-    /// Required with `source: files`.
-    pub stats_dir: Option<PathBuf>,
-    /// Driver statistics without a typed metric to export as `rdma_ethtool_stat{stat=...}`.
-    pub include: Option<Pattern>,
-}
-
-/// `node.ethtool` as written; checked while parsing so errors keep their line and column.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawEthtoolConfig {
-    source: EthtoolSourceKind,
-    stats_dir: Option<PathBuf>,
-    include: Option<Pattern>,
-}
-
-impl TryFrom<RawEthtoolConfig> for EthtoolConfig {
-    type Error = String;
-    fn try_from(raw: RawEthtoolConfig) -> Result<Self, Self::Error> {
-        let config = EthtoolConfig {
-            source: raw.source,
-            stats_dir: raw.stats_dir,
-            include: raw.include,
-        };
-        config.check()?;
-        Ok(config)
-    }
-}
-
-impl EthtoolConfig {
-    /// The statistics file directory and the file source go together, never one silently.
-    fn check(&self) -> Result<(), String> {
-        match (self.source, &self.stats_dir) {
-            (EthtoolSourceKind::Files, None) => {
-                Err("ethtool.stats_dir is required when ethtool.source is `files`".into())
-            }
-            (EthtoolSourceKind::Ioctl | EthtoolSourceKind::None, Some(_)) => Err(
-                "ethtool.stats_dir is only used with `ethtool.source: files`; set the source explicitly".into(),
-            ),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A regular expression, compiled while the file is parsed so that a bad pattern is reported
-/// at its line and column.
-#[derive(Clone)]
-pub struct Pattern(pub Regex);
-
-impl fmt::Debug for Pattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0.as_str())
-    }
-}
-
-impl std::str::FromStr for Pattern {
-    type Err = regex::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Regex::new(s).map(Pattern)
-    }
-}
-
-impl<'de> Deserialize<'de> for Pattern {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        Regex::new(&text)
-            .map(Pattern)
-            .map_err(|e| serde::de::Error::custom(format!("invalid regular expression: {e}")))
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
-
-/// Line, column and message of a YAML error. yaml_serde appends " at line L column C" to its
-/// message; callers print the location first, so it is cut from the message.
-pub fn yaml_error_parts(e: &serde_yaml::Error) -> (usize, usize, String) {
-    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-    let message = e.to_string();
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_string();
-    (line, column, message)
-}
-
 /// Reads and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -318,15 +92,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
-    let config: Config = serde_yaml::from_str(text).map_err(|e| {
-        let (line, column, message) = yaml_error_parts(&e);
-        ConfigError::Syntax {
-            path: path.to_path_buf(),
-            line,
-            column,
-            message,
-        }
-    })?;
+    let config: Config = crate::yaml::from_str(path, text)?;
     validate(path, &config)?;
     Ok(config)
 }
@@ -384,7 +150,10 @@ pub fn check_telemetry_path(path: &str, taken: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::node::config::EthtoolSourceKind;
 
     fn parse_err(text: &str) -> String {
         parse(Path::new("c.yml"), text).unwrap_err().to_string()
@@ -403,7 +172,7 @@ mod tests {
         let text = "web:\n  listen_address: 127.0.0.1:9999\nnode:\n  sysfs_path: /tmp/sys\n  devices:\n    exclude: '^mlx5_[01]$'\n  ethtool:\n    source: files\n    stats_dir: /tmp/stats\n    include: '^rx_vport'\n";
         let config = parse(Path::new("c.yml"), text).unwrap();
         assert_eq!(config.web.listen_address.as_deref(), Some("127.0.0.1:9999"));
-        assert!(config.node.devices.exclude.unwrap().0.is_match("mlx5_1"));
+        assert!(config.node.devices.exclude.unwrap().is_match("mlx5_1"));
         assert_eq!(config.node.ethtool.source, EthtoolSourceKind::Files);
     }
 
@@ -440,6 +209,64 @@ mod tests {
             "web:\n  telemetry_path: /rdma/metrics\n",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn storm_and_nccl_sections() {
+        let defaults = parse(Path::new("c.yml"), "node: {}\n").unwrap();
+        let storm = defaults.node.pfc_storm;
+        assert!(storm.enabled);
+        assert_eq!(
+            (storm.period, storm.detection_time, storm.min_paused_ratio),
+            (Duration::from_millis(200), Duration::from_millis(400), 0.9)
+        );
+        assert_eq!(defaults.nccl.log_dir, None);
+        assert_eq!(defaults.nccl.max_age, Duration::from_secs(24 * 3600));
+        assert_eq!(defaults.nccl.max_files, 256);
+        assert_eq!(defaults.nccl.max_bytes_per_file, 4 << 20);
+        let text = "node:\n  pfc_storm:\n    enabled: false\n    period: 100ms\n    detection_time: 1s\n    min_paused_ratio: 1\nnccl:\n  log_dir: /var/log/nccl\n  max_age: 2h\n  max_files: 3\n  max_bytes_per_file: 1024\n";
+        let config = parse(Path::new("c.yml"), text).unwrap();
+        let storm = config.node.pfc_storm;
+        assert!(!storm.enabled);
+        assert_eq!(
+            (storm.period, storm.detection_time, storm.min_paused_ratio),
+            (Duration::from_millis(100), Duration::from_secs(1), 1.0)
+        );
+        assert_eq!(config.nccl.log_dir, Some(PathBuf::from("/var/log/nccl")));
+        assert_eq!(config.nccl.max_age, Duration::from_secs(7200));
+        assert_eq!(
+            (config.nccl.max_files, config.nccl.max_bytes_per_file),
+            (3, 1024)
+        );
+        for (text, expected) in [
+            (
+                "node:\n  pfc_storm:\n    min_paused_ratio: 1.5\n",
+                "c.yml:3:5: node.pfc_storm: min_paused_ratio 1.5 must be in (0, 1]",
+            ),
+            (
+                "node:\n  pfc_storm:\n    period: 0s\n",
+                "c.yml:3:5: node.pfc_storm: duration \"0s\" must be positive",
+            ),
+            (
+                "node:\n  pfc_storm:\n    detection: 1s\n",
+                "c.yml:3:5: node.pfc_storm: unknown field `detection`, expected one of `enabled`, `period`, `detection_time`, `min_paused_ratio`",
+            ),
+            (
+                "nccl:\n  max_age: soon\n",
+                "c.yml:2:3: nccl: invalid duration \"soon\": expected e.g. 500ms, 30s, 2m",
+            ),
+            (
+                "nccl:\n  foo: 1\n",
+                "c.yml:2:3: nccl: unknown field `foo`, expected one of `log_dir`, `max_age`, `max_files`, `max_bytes_per_file`",
+            ),
+            (
+                "node:\n  devices:\n    exclude: 'mlx5_('\n",
+                "c.yml:3:5: node.devices: invalid regular expression",
+            ),
+        ] {
+            let err = parse_err(text);
+            assert!(err.starts_with(expected), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -8,17 +8,17 @@ use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use crate::config::ConfigError;
 use crate::diag::nccl::report::{self, Report};
 use crate::diag::nccl::{jobs, Evidence, LogParser};
 use crate::node::ethtool::{parse_ethtool_text, EthtoolError};
 use crate::node::ethtool_ioctl::{decode_stats, decode_strings, ETH_GSTRING_LEN};
 use crate::node::parse;
-use crate::switch::config::parse_duration;
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
 use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
+use crate::switch::poll_error::PollErrorReason;
 use crate::switch::profile::{parse_oid, Metric, Profile, Profiles, SampleValue, SnmpValue};
+use crate::yaml::{parse_duration, ConfigError};
 
 /// A fuzz target's body: any bytes in, a panic on a finding.
 pub type Target = fn(&[u8]);
@@ -395,7 +395,7 @@ fn collect_checked(
             true
         }
         Err(e) => {
-            assert_eq!(e.reason, "decode", "{e}");
+            assert_eq!(e.reason, PollErrorReason::Decode, "{e}");
             assert_eq!(leaves.len(), before, "a failed update added leaves");
             false
         }

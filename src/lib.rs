@@ -21,6 +21,7 @@ pub mod server;
 pub mod sim;
 pub mod switch;
 pub mod web;
+pub mod yaml;
 
 /// Version and build facts for `rdma_exporter_build_info`.
 pub mod build {

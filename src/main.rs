@@ -5,9 +5,10 @@ use anyhow::Context;
 use clap::Parser;
 use rdma_fabric_exporter::app;
 use rdma_fabric_exporter::cli::{Cli, Command, DemoArgs, LogArgs, ServeArgs};
-use rdma_fabric_exporter::config::{self, ConfigError};
+use rdma_fabric_exporter::config;
 use rdma_fabric_exporter::process_metrics::ProcessCollector;
 use rdma_fabric_exporter::web::LiveWebConfig;
+use rdma_fabric_exporter::yaml::ConfigError;
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
 const EXIT_CONFIG: u8 = 2;

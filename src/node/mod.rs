@@ -1,5 +1,6 @@
 //! The per-node agent: RDMA devices from sysfs plus driver statistics of their netdevs.
 
+pub mod config;
 pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;

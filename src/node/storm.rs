@@ -18,24 +18,44 @@ use super::sysfs::{read_node, DeviceFilter};
 /// How often the RDMA port list (device, port, netdev) is refreshed from sysfs.
 const PORT_REFRESH: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The sampler's settings: the `node.pfc_storm` section of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct StormConfig {
+    /// Whether the sampler runs (it needs the driver statistics).
+    pub enabled: bool,
     /// Time between two reads of the pause counters.
+    #[serde(deserialize_with = "crate::yaml::duration")]
     pub period: Duration,
     /// How long a priority must stay paused to count as a storm.
-    pub detection: Duration,
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub detection_time: Duration,
     /// Share of the detection time that must be paused (1.0 = all of it). Sampling jitter makes
     /// a truly stuck queue read as slightly less or more than 1.
+    #[serde(deserialize_with = "ratio")]
     pub min_paused_ratio: f64,
 }
 
 impl Default for StormConfig {
     fn default() -> Self {
         StormConfig {
+            enabled: true,
             period: Duration::from_millis(200),
-            detection: Duration::from_millis(400),
+            detection_time: Duration::from_millis(400),
             min_paused_ratio: 0.9,
         }
+    }
+}
+
+/// `min_paused_ratio`: a share in (0, 1].
+fn ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = <f64 as serde::Deserialize>::deserialize(d)?;
+    if value > 0.0 && value <= 1.0 {
+        Ok(value)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "min_paused_ratio {value} must be in (0, 1]"
+        )))
     }
 }
 
@@ -118,7 +138,8 @@ impl StormDetector {
         track.window.push_back((wall, paused));
         // Keep just enough intervals to cover the detection time.
         while track.window.len() > 1
-            && track.window.iter().skip(1).map(|w| w.0).sum::<Duration>() >= self.config.detection
+            && track.window.iter().skip(1).map(|w| w.0).sum::<Duration>()
+                >= self.config.detection_time
         {
             track.window.pop_front();
         }
@@ -128,7 +149,7 @@ impl StormDetector {
             .fold((Duration::ZERO, Duration::ZERO), |(w, p), (dw, dp)| {
                 (w + *dw, p + *dp)
             });
-        let stormy = window_wall >= self.config.detection
+        let stormy = window_wall >= self.config.detection_time
             && window_paused.as_secs_f64()
                 >= self.config.min_paused_ratio * window_wall.as_secs_f64();
         if stormy && !track.in_storm {

@@ -12,9 +12,15 @@ use super::reason::ReadErrorReason;
 
 /// Device include/exclude, applied to the names listed in `class/infiniband` before any file of
 /// the device is opened (reading counters of firmware-restricted PFs floods the kernel log).
-#[derive(Debug, Clone, Default)]
+/// Also the `node.devices` section of the config file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DeviceFilter {
+    /// Only devices whose name matches (unanchored, as node_exporter's device-include).
+    #[serde(deserialize_with = "crate::yaml::regex")]
     pub include: Option<Regex>,
+    /// Devices whose name matches are never read, not even listed below their directory.
+    #[serde(deserialize_with = "crate::yaml::regex")]
     pub exclude: Option<Regex>,
 }
 

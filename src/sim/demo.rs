@@ -17,12 +17,14 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::config::{Config, EthtoolSourceKind, SwitchPolling};
+use crate::config::{Config, SwitchPolling};
+use crate::node::config::EthtoolSourceKind;
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::{Profile, Profiles};
-use crate::switch::snmp::{Credentials, Secret, SnmpTarget};
+use crate::switch::secret::Secret;
+use crate::switch::snmp::{Credentials, SnmpTarget};
 
 use super::fabric::{Fabric, Shape};
 use super::scenario::{Scenario, ScenarioName};

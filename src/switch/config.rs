@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
+use super::secret::{read_value_file, SecretSource};
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -52,10 +53,13 @@ struct RawSwitchConfig {
     gnmi: Option<GnmiConfig>,
     #[serde(
         default = "default_interval",
-        deserialize_with = "deserialize_duration"
+        deserialize_with = "crate::yaml::duration"
     )]
     interval: Duration,
-    #[serde(default = "default_timeout", deserialize_with = "deserialize_duration")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "crate::yaml::duration"
+    )]
     timeout: Duration,
     #[serde(default = "default_retries")]
     retries: u32,
@@ -191,11 +195,9 @@ impl TryFrom<RawGnmiConfig> for GnmiConfig {
         let password = SecretSource::from_pair(raw.password_file, raw.password_env, "password")?;
         let username = match (raw.username, raw.username_file) {
             (Some(name), None) => Some(name),
-            (None, Some(path)) => Some(
-                SecretSource::File(path)
-                    .read()
-                    .map_err(|e| format!("username_file: {e}"))?,
-            ),
+            (None, Some(path)) => {
+                Some(read_value_file(&path).map_err(|e| format!("username_file: {e}"))?)
+            }
             (None, None) => None,
             (Some(_), Some(_)) => return Err("set only one of username and username_file".into()),
         };
@@ -234,39 +236,6 @@ pub struct SnmpConfig {
     pub community: Option<SecretSource>,
     /// v3.
     pub user: Option<UsmConfig>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    File(PathBuf),
-    Env(String),
-}
-
-impl SecretSource {
-    fn from_pair(
-        file: Option<PathBuf>,
-        env: Option<String>,
-        what: &str,
-    ) -> Result<Option<Self>, String> {
-        match (file, env) {
-            (Some(file), None) => Ok(Some(SecretSource::File(file))),
-            (None, Some(var)) => Ok(Some(SecretSource::Env(var))),
-            (None, None) => Ok(None),
-            (Some(_), Some(_)) => Err(format!("set only one of {what}_file and {what}_env")),
-        }
-    }
-
-    /// Reads the secret; errors name the file or variable, never the value.
-    pub fn read(&self) -> Result<String, String> {
-        match self {
-            SecretSource::File(path) => std::fs::read_to_string(path)
-                .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-                .map_err(|e| format!("{}: {e}", path.display())),
-            SecretSource::Env(var) => {
-                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))
-            }
-        }
-    }
 }
 
 /// An SNMPv3 user: authNoPriv, or authPriv when `priv_protocol` is set.
@@ -376,45 +345,6 @@ impl TryFrom<RawSnmpConfig> for SnmpConfig {
     }
 }
 
-fn deserialize_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
-}
-
-/// Prometheus-style durations: `500ms`, `30s`, `2m`, `1h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m"))?;
-    // Checked: a wrapped product would turn a huge interval into an arbitrary short one.
-    let seconds = |factor: u64| {
-        value
-            .checked_mul(factor)
-            .map(Duration::from_secs)
-            .ok_or_else(|| format!("duration {text:?} is too long"))
-    };
-    let duration = match unit {
-        "ms" => Duration::from_millis(value),
-        "s" => Duration::from_secs(value),
-        "m" => seconds(60)?,
-        "h" => seconds(3600)?,
-        _ => {
-            return Err(format!(
-                "invalid duration {text:?}: unit must be ms, s, m or h"
-            ))
-        }
-    };
-    if duration.is_zero() {
-        return Err(format!("duration {text:?} must be positive"));
-    }
-    Ok(duration)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,21 +411,5 @@ mod tests {
             let err = snmp(text).unwrap_err();
             assert!(err.contains(expected), "{text}: {err}");
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("30").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert_eq!(
-            parse_duration("5124095576030431h"),
-            Ok(Duration::from_secs(5124095576030431 * 3600))
-        );
-        assert!(parse_duration("5124095576030432h").is_err());
-        assert!(parse_duration("307445734561825861m").is_err());
     }
 }

@@ -263,7 +263,7 @@ impl Collector for SwitchCollector {
             }
             for (reason, count) in &state.errors {
                 let mut labels = switch();
-                labels.push(("reason", Cow::Borrowed(*reason)));
+                labels.push(("reason", Cow::Borrowed(reason.as_label())));
                 families.counter(
                     "rdma_switch_poll_errors_total",
                     "Failed switch polls by reason (timeout, network, auth, decode, snmp_error, poll_timeout), and values the profile could not read (value).",

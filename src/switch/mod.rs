@@ -5,6 +5,8 @@ pub mod config;
 pub mod gnmi;
 pub mod gnmi_map;
 pub mod metrics;
+pub mod poll_error;
 pub mod poller;
 pub mod profile;
+pub mod secret;
 pub mod snmp;

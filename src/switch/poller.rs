@@ -12,8 +12,9 @@ use tokio::sync::Semaphore;
 use super::config::GnmiMode;
 use super::gnmi::session::{self, SessionMode};
 use super::gnmi::{fetch_once_capped, GnmiTarget};
+use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{DecodeError, Profile, Sample};
-use super::snmp::{walk, PollError, SnmpTarget};
+use super::snmp::{walk, SnmpTarget};
 
 /// Switches polled at the same time, whatever their number.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -51,7 +52,7 @@ pub struct TargetState {
     pub last_error: Option<PollError>,
     pub last_duration: Option<Duration>,
     /// Failed polls and unreadable values, by reason.
-    pub errors: BTreeMap<&'static str, u64>,
+    pub errors: BTreeMap<PollErrorReason, u64>,
 }
 
 impl TargetState {
@@ -161,7 +162,7 @@ impl Poller {
             .await;
             // A target over its leaf cap would flood again at once: it keeps backing off even
             // when its first sync was delivered.
-            if delivered && error.reason != "too_many_leaves" {
+            if delivered && error.reason != PollErrorReason::TooManyLeaves {
                 backoff = first_backoff;
             }
             self.record_error(index, error);
@@ -180,10 +181,13 @@ impl Poller {
     pub fn record_timeout(&self, index: usize, after: Duration) {
         let (_, state) = &self.targets[index];
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-        *state.errors.entry("scrape_timeout").or_default() += 1;
+        *state
+            .errors
+            .entry(PollErrorReason::ScrapeTimeout)
+            .or_default() += 1;
         state.last_duration = Some(after);
         state.last_error = Some(PollError {
-            reason: "scrape_timeout",
+            reason: PollErrorReason::ScrapeTimeout,
             detail: format!("poll did not finish within the scrape timeout {after:?}"),
         });
     }
@@ -198,30 +202,27 @@ impl Poller {
     /// it (on-demand polling) they are read with Subscribe ONCE.
     pub async fn poll_once(&self, index: usize) {
         let (target, state) = &self.targets[index];
+        if let Source::Gnmi { mode, .. } = &target.source {
+            if *mode != GnmiMode::Once && self.background.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return;
+            }
+        }
         let started = Instant::now();
         let poll = async {
             match &target.source {
                 Source::Snmp(snmp) => walk(snmp, &target.profile)
                     .await
                     .map(|result| (result.samples, result.decode_errors, false)),
-                Source::Gnmi { target: gnmi, mode }
-                    if *mode == GnmiMode::Once
-                        || !self.background.load(std::sync::atomic::Ordering::Relaxed) =>
-                {
-                    fetch_once_capped(
-                        gnmi,
-                        &target.profile.gnmi.paths(),
-                        target.profile.gnmi.max_leaves(),
-                    )
-                    .await
-                    .map(|updates| {
-                        let decoded = target.profile.gnmi.decode(&updates);
-                        (decoded.samples, messages(&decoded.errors), true)
-                    })
-                }
-                Source::Gnmi { .. } => Err(PollError {
-                    reason: "subscribed",
-                    detail: String::new(),
+                Source::Gnmi { target: gnmi, .. } => fetch_once_capped(
+                    gnmi,
+                    &target.profile.gnmi.paths(),
+                    target.profile.gnmi.max_leaves(),
+                )
+                .await
+                .map(|updates| {
+                    let decoded = target.profile.gnmi.decode(&updates);
+                    (decoded.samples, messages(&decoded.errors), true)
                 }),
             }
         };
@@ -229,7 +230,7 @@ impl Poller {
         let outcome = match tokio::time::timeout(target.interval, poll).await {
             Ok(outcome) => outcome,
             Err(_) => Err(PollError {
-                reason: "poll_timeout",
+                reason: PollErrorReason::PollTimeout,
                 detail: format!("poll took longer than the interval {:?}", target.interval),
             }),
         };
@@ -237,7 +238,6 @@ impl Poller {
             Ok((samples, errors, synthetic)) => {
                 self.record_success(index, samples, errors, Instant::now(), synthetic)
             }
-            Err(e) if e.reason == "subscribed" => return,
             Err(e) => self.record_error(index, e),
         }
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -255,7 +255,7 @@ impl Poller {
         let (target, state) = &self.targets[index];
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         if !decode_errors.is_empty() {
-            *state.errors.entry("value").or_default() += decode_errors.len() as u64;
+            *state.errors.entry(PollErrorReason::Value).or_default() += decode_errors.len() as u64;
             tracing::debug!(switch = %target.name, errors = ?decode_errors, "values skipped");
         }
         state.snapshot = Some(Arc::new(Snapshot {
@@ -274,7 +274,7 @@ impl Poller {
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         *state.errors.entry(error.reason).or_default() += 1;
         if state.last_error.as_ref().map(|l| l.reason) != Some(error.reason) {
-            tracing::warn!(switch = %target.name, reason = error.reason, "poll failed: {}", error.detail);
+            tracing::warn!(switch = %target.name, reason = error.reason.as_label(), "poll failed: {}", error.detail);
         }
         state.last_error = Some(error);
     }

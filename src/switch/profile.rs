@@ -490,7 +490,7 @@ impl Profiles {
         let mut files: BTreeMap<String, (String, ProfileFile)> = BTreeMap::new();
         for (origin, text) in sources {
             let file: ProfileFile = serde_yaml::from_str(&text).map_err(|e| {
-                let (line, column, message) = crate::config::yaml_error_parts(&e);
+                let (line, column, message) = crate::yaml::yaml_error_parts(&e);
                 ProfileError::Syntax {
                     origin: origin.clone(),
                     line,

@@ -2,32 +2,13 @@
 //! normalized samples. All async-snmp use stays in this file, so a breaking release of that
 //! pre-1.0 crate (or a move to another client) touches nothing else.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_snmp::{Auth, AuthProtocol, Client, Oid, PrivProtocol, Retry, UsmConfig, Value};
 
+use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{Profile, Sample, SnmpValue};
-
-/// A community string: never printed, logged or exported.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+use super::secret::Secret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnmpVersion {
@@ -116,7 +97,7 @@ impl Credentials {
                 };
                 // The library's message names the protocol or the length rule, never the key.
                 Auth::from(configured.map_err(|e| PollError {
-                    reason: "config",
+                    reason: PollErrorReason::Config,
                     detail: format!("SNMPv3 user {:?}: {e}", usm.username),
                 })?)
             }
@@ -133,14 +114,6 @@ pub struct SnmpTarget {
     pub timeout: Duration,
     pub retries: u32,
     pub max_repetitions: u32,
-}
-
-/// Why a poll failed, as the `reason` label of the switch error metrics.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {detail}")]
-pub struct PollError {
-    pub reason: &'static str,
-    pub detail: String,
 }
 
 /// What one walk of a switch returned.
@@ -169,12 +142,12 @@ impl SnmpTarget {
 fn poll_error(e: &async_snmp::Error) -> PollError {
     use async_snmp::ErrorKind;
     let reason = match e.kind() {
-        ErrorKind::Timeout | ErrorKind::ConstructionTimeout => "timeout",
-        ErrorKind::Network | ErrorKind::Closed => "network",
-        ErrorKind::Auth => "auth",
-        ErrorKind::Decode => "decode",
-        ErrorKind::Snmp => "snmp_error",
-        _ => "other",
+        ErrorKind::Timeout | ErrorKind::ConstructionTimeout => PollErrorReason::Timeout,
+        ErrorKind::Network | ErrorKind::Closed => PollErrorReason::Network,
+        ErrorKind::Auth => PollErrorReason::Auth,
+        ErrorKind::Decode => PollErrorReason::Decode,
+        ErrorKind::Snmp => PollErrorReason::SnmpError,
+        _ => PollErrorReason::Other,
     };
     PollError {
         reason,
@@ -198,7 +171,7 @@ fn snmp_value(value: &Value) -> SnmpValue {
 pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, PollError> {
     let auth = target.credentials.auth()?;
     let retry = Retry::fixed(target.retries, Duration::ZERO).map_err(|e| PollError {
-        reason: "config",
+        reason: PollErrorReason::Config,
         detail: e.to_string(),
     })?;
     let client = Client::builder(target.socket_address(), auth)
@@ -220,7 +193,7 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
         let mut taken = client.stats();
         while let Some(varbind) = stream.next().await {
             let varbind = varbind.map_err(|e| match poll_error(&e) {
-                timeout if timeout.reason == "timeout" => {
+                timeout if timeout.reason == PollErrorReason::Timeout => {
                     unusable_answers(&taken, &client.stats(), target.credentials.version())
                         .unwrap_or(timeout)
                 }
@@ -256,7 +229,7 @@ fn unusable_answers(
         SnmpVersion::V3 => 0,
     };
     (malformed + refused > 0).then(|| PollError {
-        reason: "decode",
+        reason: PollErrorReason::Decode,
         detail: format!(
             "no usable answer within the timeout: the agent sent {malformed} datagrams that are not SNMP and {refused} answers that do not decode"
         ),

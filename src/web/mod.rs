@@ -20,7 +20,7 @@ use serde::Deserialize;
 const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Errors of the web config file: the same shapes as the main config's (file:line:column).
-pub use crate::config::ConfigError as WebConfigError;
+pub use crate::yaml::ConfigError as WebConfigError;
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -88,15 +88,7 @@ pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
     let file: WebConfigFile = if text.trim().is_empty() {
         WebConfigFile::default()
     } else {
-        serde_yaml::from_str(&text).map_err(|e| {
-            let (line, column, message) = crate::config::yaml_error_parts(&e);
-            WebConfigError::Syntax {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message,
-            }
-        })?
+        crate::yaml::from_str(path, &text)?
     };
     let invalid = |message: String| WebConfigError::Invalid {
         path: path.to_path_buf(),

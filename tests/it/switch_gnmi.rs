@@ -11,7 +11,7 @@ use common::gnmi_target::{serve, Behaviour, FakeSwitch, Pki, Transport};
 use rdma_fabric_exporter::switch::gnmi::session::{self, SessionMode};
 use rdma_fabric_exporter::switch::gnmi::{fetch_once, GnmiTarget, GnmiTls, GnmiUpdate};
 use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleValue};
-use rdma_fabric_exporter::switch::snmp::Secret;
+use rdma_fabric_exporter::switch::secret::Secret;
 
 const USER: (&str, &str) = ("monitor", "gnmi-pass-1");
 
@@ -25,7 +25,8 @@ type Row = (
     SampleValue,
 );
 type Views = Arc<Mutex<Vec<Vec<GnmiUpdate>>>>;
-type SessionEnd = tokio::task::JoinHandle<(rdma_fabric_exporter::switch::snmp::PollError, bool)>;
+type SessionEnd =
+    tokio::task::JoinHandle<(rdma_fabric_exporter::switch::poll_error::PollError, bool)>;
 
 fn client(address: String) -> GnmiTarget {
     GnmiTarget {
@@ -170,7 +171,7 @@ async fn wrong_password_silent_and_absent_targets_fail_within_the_timeout() {
     let mut wrong = client(address.clone());
     wrong.credentials = Some((USER.0.into(), Secret::new("guess")));
     let err = fetch_once(&wrong, &sonic_paths()).await.unwrap_err();
-    assert_eq!(err.reason, "auth", "{err}");
+    assert_eq!(err.reason.as_label(), "auth", "{err}");
     assert!(!err.to_string().contains("guess"));
 
     switch.set(Behaviour::Silent);
@@ -178,7 +179,7 @@ async fn wrong_password_silent_and_absent_targets_fail_within_the_timeout() {
     let err = fetch_once(&client(address), &sonic_paths())
         .await
         .unwrap_err();
-    assert_eq!(err.reason, "timeout", "{err}");
+    assert_eq!(err.reason.as_label(), "timeout", "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
@@ -194,7 +195,10 @@ async fn wrong_password_silent_and_absent_targets_fail_within_the_timeout() {
     let err = fetch_once(&client(closed), &sonic_paths())
         .await
         .unwrap_err();
-    assert!(matches!(err.reason, "network" | "timeout"), "{err}");
+    assert!(
+        matches!(err.reason.as_label(), "network" | "timeout"),
+        "{err}"
+    );
 }
 
 /// A fake switch on loopback with a session to it running in the background.
@@ -283,7 +287,7 @@ async fn a_stream_broken_mid_sample_ends_the_session_and_delivers_no_partial_vie
         .expect("the session ends")
         .unwrap();
     assert!(delivered);
-    assert_eq!(error.reason, "network", "{error}");
+    assert_eq!(error.reason.as_label(), "network", "{error}");
     for view in views.lock().unwrap().iter() {
         let rows = decoded(view);
         assert!(
@@ -305,7 +309,7 @@ async fn a_silent_stream_is_declared_stalled() {
         .await
         .expect("the session ends")
         .unwrap();
-    assert_eq!(error.reason, "stalled", "{error}");
+    assert_eq!(error.reason.as_label(), "stalled", "{error}");
     // Two intervals plus the timeout, give or take a tick.
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -346,7 +350,7 @@ async fn tls_verifies_the_switch_and_mutual_tls_presents_a_client_certificate() 
     let err = fetch_once(&tls_client(address.clone(), untrusted), &sonic_paths())
         .await
         .unwrap_err();
-    assert_eq!(err.reason, "tls", "{err}");
+    assert_eq!(err.reason.as_label(), "tls", "{err}");
     let missing = GnmiTls {
         ca_file: Some(pki.path("nope.pem")),
         ..GnmiTls::default()
@@ -355,7 +359,7 @@ async fn tls_verifies_the_switch_and_mutual_tls_presents_a_client_certificate() 
         .await
         .unwrap_err();
     assert!(
-        err.reason == "tls" && err.detail.contains("nope.pem"),
+        err.reason.as_label() == "tls" && err.detail.contains("nope.pem"),
         "{err}"
     );
 
@@ -364,7 +368,7 @@ async fn tls_verifies_the_switch_and_mutual_tls_presents_a_client_certificate() 
         .await
         .unwrap_err();
     assert!(
-        matches!(err.reason, "tls" | "network" | "grpc_error"),
+        matches!(err.reason.as_label(), "tls" | "network" | "grpc_error"),
         "{err}"
     );
     let with_cert = GnmiTls {
@@ -391,7 +395,7 @@ async fn capabilities_choose_the_encoding() {
     let err = fetch_once(&client(address), &sonic_paths())
         .await
         .unwrap_err();
-    assert_eq!(err.reason, "unsupported_encoding", "{err}");
+    assert_eq!(err.reason.as_label(), "unsupported_encoding", "{err}");
     assert_eq!(
         switch.requested_encodings.lock().unwrap().as_slice(),
         [Encoding::Proto as i32]

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::snmp_agent::{start_agent, V3_AUTH_PASSWORD, V3_PRIV_PASSWORD};
 use rdma_fabric_exporter::switch::profile::{Direction, Metric, Profiles, SampleKey, SampleValue};
+use rdma_fabric_exporter::switch::secret::Secret;
 use rdma_fabric_exporter::switch::snmp::{
-    walk, AuthAlgorithm, Credentials, PrivAlgorithm, Secret, SnmpTarget, Usm,
+    walk, AuthAlgorithm, Credentials, PrivAlgorithm, SnmpTarget, Usm,
 };
 
 fn target(address: String, community: &str) -> SnmpTarget {
@@ -110,7 +111,7 @@ async fn silent_or_refusing_switches_fail_within_the_timeout() {
     let err = walk(&target(agent.local_addr().to_string(), "wrong"), generic)
         .await
         .unwrap_err();
-    assert_eq!(err.reason, "timeout", "{err}");
+    assert_eq!(err.reason.as_label(), "timeout", "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -125,7 +126,10 @@ async fn silent_or_refusing_switches_fail_within_the_timeout() {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let silent = socket.local_addr().unwrap().to_string();
     let err = walk(&target(silent, "leaf1"), generic).await.unwrap_err();
-    assert!(matches!(err.reason, "timeout" | "network"), "{err}");
+    assert!(
+        matches!(err.reason.as_label(), "timeout" | "network"),
+        "{err}"
+    );
 }
 
 fn v3_target(address: String, priv_password: &[u8]) -> SnmpTarget {
@@ -218,7 +222,10 @@ async fn garbage_and_truncated_answers_fail_cleanly() {
             "{:?}",
             started.elapsed()
         );
-        assert!(matches!(err.reason, "timeout" | "decode"), "{err}");
+        assert!(
+            matches!(err.reason.as_label(), "timeout" | "decode"),
+            "{err}"
+        );
         peer.join().unwrap();
     }
 }
@@ -307,7 +314,7 @@ async fn a_slow_switch_is_read_within_its_timeout_and_fails_beyond_it() {
     let too_slow = slow_relay(agent.local_addr(), Duration::from_millis(700)).await;
     let started = Instant::now();
     let err = walk(&target(too_slow, "leaf1"), arista).await.unwrap_err();
-    assert_eq!(err.reason, "timeout", "{err}");
+    assert_eq!(err.reason.as_label(), "timeout", "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rdma_fabric_exporter::switch::profile::{parse_oid, Profile, Profiles, SnmpValue};
-use rdma_fabric_exporter::switch::snmp::{walk, Credentials, Secret, SnmpTarget};
+use rdma_fabric_exporter::switch::secret::Secret;
+use rdma_fabric_exporter::switch::snmp::{walk, Credentials, SnmpTarget};
 
 const PROFILES: &[&str] = &[
     "generic",

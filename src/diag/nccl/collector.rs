@@ -8,34 +8,45 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use serde::Deserialize;
+
 use super::process::LogParser;
 use super::verdict::{summarize, ProcessSummary, Transport};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
 
-#[derive(Debug, Clone)]
-pub struct NcclLogLimits {
-    pub max_files: usize,
-    pub max_bytes_per_file: u64,
+/// The `nccl:` section of the config file: which logs the collector reads at each scrape.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NcclConfig {
+    /// Directory of NCCL_DEBUG_FILE outputs; the collector is off without it.
+    pub log_dir: Option<PathBuf>,
+    /// Files changed longer ago than this are skipped (finished jobs).
+    #[serde(deserialize_with = "crate::yaml::duration")]
     pub max_age: Duration,
+    /// Files read per scrape, newest first.
+    pub max_files: usize,
+    /// Bytes read from the end of each file.
+    pub max_bytes_per_file: u64,
 }
 
-impl Default for NcclLogLimits {
+impl Default for NcclConfig {
     fn default() -> Self {
-        NcclLogLimits {
+        NcclConfig {
+            log_dir: None,
+            max_age: Duration::from_secs(24 * 3600),
             max_files: 256,
             // Init lines come first, but a long job's file is mostly later output: the tail of a
             // rotated or appended file still holds the last communicator's setup.
             max_bytes_per_file: 4 << 20,
-            max_age: Duration::from_secs(24 * 3600),
         }
     }
 }
 
 #[derive(Debug)]
 pub struct NcclCollector {
-    pub log_dir: PathBuf,
-    pub limits: NcclLogLimits,
+    log_dir: PathBuf,
+    limits: NcclConfig,
 }
 
 /// What one scrape of the directory found.
@@ -45,6 +56,14 @@ pub struct DirScan {
 }
 
 impl NcclCollector {
+    /// The collector a config asks for: none without `log_dir`.
+    pub fn new(config: &NcclConfig) -> Option<NcclCollector> {
+        Some(NcclCollector {
+            log_dir: config.log_dir.clone()?,
+            limits: config.clone(),
+        })
+    }
+
     pub fn scan(&self) -> DirScan {
         let mut parser = LogParser::new();
         let ok = match recent_files(&self.log_dir, &self.limits) {
@@ -71,7 +90,7 @@ impl NcclCollector {
     }
 }
 
-fn recent_files(dir: &Path, limits: &NcclLogLimits) -> std::io::Result<Vec<PathBuf>> {
+fn recent_files(dir: &Path, limits: &NcclConfig) -> std::io::Result<Vec<PathBuf>> {
     let now = SystemTime::now();
     let mut files: Vec<(SystemTime, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir)? {

@@ -12,7 +12,8 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Request};
 
-use super::snmp::{PollError, Secret};
+use super::poll_error::{PollError, PollErrorReason};
+use super::secret::Secret;
 
 /// Generated from `proto/gnmi.proto` by build.rs.
 pub mod proto {
@@ -255,7 +256,7 @@ pub(crate) fn collect_update(
         Typed::StringVal(v) | Typed::AsciiVal(v) => GnmiValue::Text(v.clone()),
         Typed::JsonVal(bytes) | Typed::JsonIetfVal(bytes) => {
             let json: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| PollError {
-                reason: "decode",
+                reason: PollErrorReason::Decode,
                 detail: format!("{path}: JSON value: {e}"),
             })?;
             flatten_json(&path, &json, out);
@@ -284,10 +285,10 @@ fn collect_notification(
 
 pub(crate) fn status_error(status: &tonic::Status) -> PollError {
     let reason = match status.code() {
-        Code::Unauthenticated | Code::PermissionDenied => "auth",
-        Code::DeadlineExceeded => "timeout",
-        Code::Unavailable => "network",
-        _ => "grpc_error",
+        Code::Unauthenticated | Code::PermissionDenied => PollErrorReason::Auth,
+        Code::DeadlineExceeded => PollErrorReason::Timeout,
+        Code::Unavailable => PollErrorReason::Network,
+        _ => PollErrorReason::GrpcError,
     };
     PollError {
         reason,
@@ -309,7 +310,7 @@ pub(crate) fn with_credentials<T>(
     if let Some((username, password)) = &target.credentials {
         let value = |text: &str| {
             MetadataValue::try_from(text).map_err(|_| PollError {
-                reason: "config",
+                reason: PollErrorReason::Config,
                 detail: "gNMI credentials must be printable ASCII".into(),
             })
         };
@@ -324,7 +325,7 @@ pub(crate) fn with_credentials<T>(
 fn tls_config(tls: &GnmiTls) -> Result<ClientTlsConfig, PollError> {
     let read = |path: &PathBuf| {
         std::fs::read(path).map_err(|e| PollError {
-            reason: "tls",
+            reason: PollErrorReason::Tls,
             detail: format!("{}: {e}", path.display()),
         })
     };
@@ -351,7 +352,7 @@ pub(crate) async fn connect(target: &GnmiTarget) -> Result<GNmiClient<Channel>, 
     };
     let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", target.address))
         .map_err(|e| PollError {
-            reason: "config",
+            reason: PollErrorReason::Config,
             detail: format!("address {:?}: {e}", target.address),
         })?
         .connect_timeout(target.timeout);
@@ -359,7 +360,7 @@ pub(crate) async fn connect(target: &GnmiTarget) -> Result<GNmiClient<Channel>, 
         endpoint = endpoint
             .tls_config(tls_config(tls)?)
             .map_err(|e| PollError {
-                reason: "tls",
+                reason: PollErrorReason::Tls,
                 detail: e.to_string(),
             })?;
     }
@@ -372,9 +373,9 @@ pub(crate) async fn connect(target: &GnmiTarget) -> Result<GNmiClient<Channel>, 
             source = cause.source();
         }
         let reason = if detail.contains("certificate") || detail.contains("tls") {
-            "tls"
+            PollErrorReason::Tls
         } else {
-            "network"
+            PollErrorReason::Network
         };
         PollError { reason, detail }
     })?;
@@ -414,7 +415,7 @@ pub(crate) async fn choose_encoding(
         E::Json
     } else {
         return Err(PollError {
-            reason: "unsupported_encoding",
+            reason: PollErrorReason::UnsupportedEncoding,
             detail: format!(
                 "the target offers encodings {supported:?}; JSON_IETF, PROTO or JSON needed"
             ),
@@ -441,7 +442,7 @@ pub async fn fetch_once_capped(
     match tokio::time::timeout(target.timeout, fetch(target, paths, max_leaves)).await {
         Ok(result) => result,
         Err(_) => Err(PollError {
-            reason: "timeout",
+            reason: PollErrorReason::Timeout,
             detail: format!("no complete answer within {:?}", target.timeout),
         }),
     }
@@ -564,7 +565,7 @@ mod tests {
             duplicates: 0,
         };
         let err = check_document(&update, 4).unwrap_err();
-        assert_eq!(err.reason, "too_many_leaves");
+        assert_eq!(err.reason, PollErrorReason::TooManyLeaves);
         check_document(&update, 5).unwrap();
         collect_update(None, &update, &mut out).unwrap();
         assert_eq!(out.len(), 4, "{out:?}");

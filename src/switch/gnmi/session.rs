@@ -17,7 +17,7 @@ use super::{
     with_credentials,
 };
 use super::{GnmiTarget, GnmiUpdate};
-use crate::switch::snmp::PollError;
+use crate::switch::poll_error::{PollError, PollErrorReason};
 
 /// Leaves one target may hold; a target that floods more ends its session instead of growing
 /// memory without bound. A 64-port SONiC switch sends about 20 000; at roughly 270 bytes a
@@ -26,7 +26,7 @@ pub const MAX_LEAVES: usize = 200_000;
 
 pub(crate) fn too_many_leaves(max_leaves: usize) -> PollError {
     PollError {
-        reason: "too_many_leaves",
+        reason: PollErrorReason::TooManyLeaves,
         detail: format!("the target sent more than {max_leaves} leaves"),
     }
 }
@@ -190,7 +190,7 @@ async fn subscribe(
     deliver: &mut (dyn FnMut(Vec<GnmiUpdate>, Instant) + Send),
 ) -> Result<std::convert::Infallible, PollError> {
     let timeout = |what: &str| PollError {
-        reason: "timeout",
+        reason: PollErrorReason::Timeout,
         detail: format!("{what} took longer than {:?}", target.timeout),
     };
     let mut client = connect(target).await?;
@@ -224,7 +224,7 @@ async fn subscribe(
         tokio::select! {
             answer = answers.message() => {
                 let answer = answer.map_err(|s| status_error(&s))?.ok_or_else(|| PollError {
-                    reason: "stream_closed",
+                    reason: PollErrorReason::StreamClosed,
                     detail: "the target ended the subscription".into(),
                 })?;
                 last_message = Instant::now();
@@ -245,7 +245,7 @@ async fn subscribe(
             _ = ticker.tick() => {
                 if last_message.elapsed() > silence_limit {
                     return Err(PollError {
-                        reason: "stalled",
+                        reason: PollErrorReason::Stalled,
                         detail: format!("nothing received for {:?}", last_message.elapsed()),
                     });
                 }
@@ -253,7 +253,7 @@ async fn subscribe(
                 // would stay down with no reason for as long as the target keeps talking.
                 if !synced && opened.elapsed() > silence_limit {
                     return Err(PollError {
-                        reason: "stalled",
+                        reason: PollErrorReason::Stalled,
                         detail: format!(
                             "no sync_response {:?} after subscribing ({} leaves received)",
                             opened.elapsed(),
@@ -273,7 +273,7 @@ async fn subscribe(
                         };
                         if requests.send(poll).await.is_err() {
                             return Err(PollError {
-                                reason: "stream_closed",
+                                reason: PollErrorReason::StreamClosed,
                                 detail: "the subscription's request stream closed".into(),
                             });
                         }
@@ -417,7 +417,7 @@ mod tests {
         let err = cache
             .apply(&notification(vec![uint_update("/t/e", 1)], vec![]))
             .unwrap_err();
-        assert_eq!(err.reason, "too_many_leaves");
+        assert_eq!(err.reason, PollErrorReason::TooManyLeaves);
         assert!(err.detail.contains("more than 4 leaves"), "{err}");
     }
 

@@ -1,0 +1,96 @@
+//! The `node:` section of the config file: what the per-node agent reads. Checked while the
+//! file is parsed, so mistakes are reported with their line and column.
+
+use std::path::PathBuf;
+
+use regex::Regex;
+use serde::Deserialize;
+
+use super::storm::StormConfig;
+use super::sysfs::DeviceFilter;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    pub enabled: bool,
+    /// Root of sysfs; `/sys` unless testing on a fixture tree.
+    pub sysfs_path: PathBuf,
+    pub devices: DeviceFilter,
+    pub ethtool: EthtoolConfig,
+    /// The fast PFC storm sampler.
+    pub pfc_storm: StormConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            enabled: true,
+            sysfs_path: PathBuf::from("/sys"),
+            devices: DeviceFilter::default(),
+            ethtool: EthtoolConfig::default(),
+            pfc_storm: StormConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EthtoolSourceKind {
+    /// SIOCETHTOOL on the netdev (the real kernel).
+    #[default]
+    Ioctl,
+    /// `<stats_dir>/<netdev>.txt` files in `ethtool -S` format (fixtures, simulation).
+    Files,
+    /// Do not read driver statistics.
+    None,
+}
+
+/// `node.ethtool`: where driver statistics come from.
+#[derive(Debug, Default, Deserialize)]
+#[serde(try_from = "RawEthtoolConfig")]
+pub struct EthtoolConfig {
+    pub source: EthtoolSourceKind,
+    /// Required with `source: files`.
+    pub stats_dir: Option<PathBuf>,
+    /// Driver statistics without a typed metric to export as `rdma_ethtool_stat{stat=...}`.
+    pub include: Option<Regex>,
+}
+
+/// `node.ethtool` as written; checked while parsing so errors keep their line and column.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawEthtoolConfig {
+    source: EthtoolSourceKind,
+    stats_dir: Option<PathBuf>,
+    #[serde(deserialize_with = "crate::yaml::regex")]
+    include: Option<Regex>,
+}
+
+impl TryFrom<RawEthtoolConfig> for EthtoolConfig {
+    type Error = String;
+    fn try_from(raw: RawEthtoolConfig) -> Result<Self, Self::Error> {
+        let config = EthtoolConfig {
+            source: raw.source,
+            stats_dir: raw.stats_dir,
+            include: raw.include,
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+impl EthtoolConfig {
+    /// The statistics file directory and the file source go together, never one silently
+    /// (checked again after command-line flags are applied).
+    pub fn check(&self) -> Result<(), String> {
+        match (self.source, &self.stats_dir) {
+            (EthtoolSourceKind::Files, None) => {
+                Err("ethtool.stats_dir is required when ethtool.source is `files`".into())
+            }
+            (EthtoolSourceKind::Ioctl | EthtoolSourceKind::None, Some(_)) => Err(
+                "ethtool.stats_dir is only used with `ethtool.source: files`; set the source explicitly".into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}

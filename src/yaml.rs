@@ -1,0 +1,169 @@
+//! What every YAML file of the exporter shares (the config file, `--web.config.file`, vendor
+//! profiles, and the sections each domain owns): errors that name the file, line and column,
+//! Prometheus-style durations, and regular expressions compiled while the file is parsed.
+//!
+//! A leaf: it imports nothing from the crate, so that `node`, `switch` and `diag` can derive
+//! `Deserialize` on their own config types without depending on `config`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::{Deserialize, Deserializer};
+
+/// Errors of a YAML file the exporter reads (the config file, the web config file).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Parses a document; a failure is a [`ConfigError::Syntax`] at its line and column of `path`
+/// (used in the message only).
+pub fn from_str<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    serde_yaml::from_str(text).map_err(|e| {
+        let (line, column, message) = yaml_error_parts(&e);
+        ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        }
+    })
+}
+
+/// Line, column and message of a YAML error. yaml_serde appends " at line L column C" to its
+/// message; callers print the location first, so it is cut from the message.
+pub fn yaml_error_parts(e: &serde_yaml::Error) -> (usize, usize, String) {
+    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+    let message = e.to_string();
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    (line, column, message)
+}
+
+/// Prometheus-style durations: `500ms`, `30s`, `2m`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 500ms, 30s, 2m"))?;
+    // Checked: a wrapped product would turn a huge interval into an arbitrary short one.
+    let seconds = |factor: u64| {
+        value
+            .checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("duration {text:?} is too long"))
+    };
+    let duration = match unit {
+        "ms" => Duration::from_millis(value),
+        "s" => Duration::from_secs(value),
+        "m" => seconds(60)?,
+        "h" => seconds(3600)?,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: unit must be ms, s, m or h"
+            ))
+        }
+    };
+    if duration.is_zero() {
+        return Err(format!("duration {text:?} must be positive"));
+    }
+    Ok(duration)
+}
+
+/// `#[serde(deserialize_with = "crate::yaml::duration")]`: a [`parse_duration`] string.
+pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `#[serde(deserialize_with = "crate::yaml::regex")]` on an `Option<Regex>`: compiled while the
+/// file is parsed, so that a bad pattern is reported at its line and column. Unanchored, as
+/// Prometheus exporters' include/exclude flags.
+pub fn regex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Regex>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    Regex::new(&text)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("invalid regular expression: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert_eq!(
+            parse_duration("5124095576030431h"),
+            Ok(Duration::from_secs(5124095576030431 * 3600))
+        );
+        assert!(parse_duration("5124095576030432h").is_err());
+        assert!(parse_duration("307445734561825861m").is_err());
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(default)]
+    struct Doc {
+        #[serde(deserialize_with = "duration")]
+        every: Duration,
+        inner: Inner,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(default)]
+    struct Inner {
+        #[serde(deserialize_with = "regex")]
+        pattern: Option<Regex>,
+    }
+
+    #[test]
+    fn errors_carry_file_line_and_column() {
+        let doc: Doc = from_str(Path::new("d.yml"), "every: 2m\ninner: {pattern: '^a'}\n").unwrap();
+        assert!(doc.inner.pattern.unwrap().is_match("ab"));
+        assert_eq!(doc.every, Duration::from_secs(120));
+        let none: Doc = from_str(Path::new("d.yml"), "inner:\n  pattern: null\n").unwrap();
+        assert!(none.inner.pattern.is_none());
+        // A value's error is placed at the start of the mapping that holds it.
+        let err = from_str::<Doc>(Path::new("d.yml"), "every: 1s\ninner:\n  pattern: 'a('\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("d.yml:3:3: "), "{err}");
+        assert!(err.contains("invalid regular expression"), "{err}");
+        let err = from_str::<Doc>(Path::new("d.yml"), "every: 0s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("d.yml:1:") && err.contains("must be positive"),
+            "{err}"
+        );
+    }
+}
