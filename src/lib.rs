@@ -12,6 +12,8 @@ pub mod exposition;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod landing;
+#[cfg(test)]
+mod layering;
 pub mod node;
 pub mod process_metrics;
 pub mod server;
