@@ -15,7 +15,7 @@ use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::config::{Access, SnmpConfig, SwitchConfig};
-use crate::switch::gnmi::{GnmiTarget, GnmiTls};
+use crate::switch::gnmi::GnmiTarget;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::Profiles;
@@ -127,11 +127,7 @@ pub fn switch_poller(config: &Config) -> Result<Option<Arc<Poller>>, ConfigError
                         address: with_default_port(&switch.address, 9339),
                         timeout: switch.timeout,
                         credentials,
-                        tls: gnmi.tls.as_ref().map(|tls| GnmiTls {
-                            ca_file: tls.ca_file.clone(),
-                            client_cert: tls.cert_file.clone().zip(tls.key_file.clone()),
-                            server_name: tls.server_name.clone(),
-                        }),
+                        tls: gnmi.tls.clone(),
                     },
                     mode: gnmi.mode,
                 }

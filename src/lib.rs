@@ -14,6 +14,8 @@ pub mod exposition;
 pub mod fuzzing;
 pub mod landing;
 #[cfg(test)]
+mod layering;
+#[cfg(test)]
 mod metric_docs;
 pub mod node;
 pub mod process_metrics;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::gnmi::GnmiTls;
 use super::secret::{read_value_file, SecretSource};
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
@@ -147,7 +148,7 @@ pub struct GnmiConfig {
     pub mode: GnmiMode,
     pub username: Option<String>,
     pub password: Option<SecretSource>,
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<GnmiTls>,
 }
 
 /// How the exporter reads a gNMI target.
@@ -163,16 +164,17 @@ pub enum GnmiMode {
     Once,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `gnmi.tls` as written; checked with the rest of `gnmi:` (whose location errors carry).
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TlsConfig {
+struct RawTlsConfig {
     /// CA bundle for the switch's certificate; the system roots when unset.
-    pub ca_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
     /// Client certificate and key, for targets that require mutual TLS.
-    pub cert_file: Option<PathBuf>,
-    pub key_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
     /// Name in the switch's certificate, when it differs from the address.
-    pub server_name: Option<String>,
+    server_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -184,7 +186,7 @@ struct RawGnmiConfig {
     username_file: Option<PathBuf>,
     password_file: Option<PathBuf>,
     password_env: Option<String>,
-    tls: Option<TlsConfig>,
+    tls: Option<RawTlsConfig>,
     #[serde(default)]
     insecure: bool,
 }
@@ -204,14 +206,23 @@ impl TryFrom<RawGnmiConfig> for GnmiConfig {
         if username.is_some() != password.is_some() {
             return Err("username and password_file/password_env go together".into());
         }
-        if let Some(tls) = &raw.tls {
-            if tls.cert_file.is_some() != tls.key_file.is_some() {
-                return Err("tls.cert_file and tls.key_file go together".into());
+        let tls = match raw.tls {
+            Some(tls) => {
+                if tls.cert_file.is_some() != tls.key_file.is_some() {
+                    return Err("tls.cert_file and tls.key_file go together".into());
+                }
+                if raw.insecure {
+                    return Err("insecure: true turns TLS off; remove it or the tls section".into());
+                }
+                Some(GnmiTls {
+                    ca_file: tls.ca_file,
+                    client_cert: tls.cert_file.zip(tls.key_file),
+                    server_name: tls.server_name,
+                })
             }
-            if raw.insecure {
-                return Err("insecure: true turns TLS off; remove it or the tls section".into());
-            }
-        } else if password.is_some() && !raw.insecure {
+            None => None,
+        };
+        if tls.is_none() && password.is_some() && !raw.insecure {
             return Err(
                 "the password would cross the network in clear: add a `tls:` section, or set insecure: true for a lab target"
                     .into(),
@@ -221,7 +232,7 @@ impl TryFrom<RawGnmiConfig> for GnmiConfig {
             mode: raw.mode,
             username,
             password,
-            tls: raw.tls,
+            tls,
         })
     }
 }
@@ -361,6 +372,12 @@ mod tests {
         let tls = gnmi("{mode: poll, username: mon, password_env: P, tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem}}").unwrap();
         assert_eq!(tls.mode, GnmiMode::Poll);
         assert_eq!(tls.password, Some(SecretSource::Env("P".into())));
+        let files = tls.tls.unwrap();
+        assert_eq!(files.ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            files.client_cert,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
         assert!(gnmi("{mode: once, username: mon, password_env: P, insecure: true}").is_ok());
         for (text, expected) in [
             ("{username: mon, password_env: P}", "in clear"),
