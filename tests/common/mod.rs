@@ -92,9 +92,13 @@ pub fn stop(child: &mut Child) -> (Option<std::process::ExitStatus>, bool) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let command = std::fs::read(format!("/proc/{}/cmdline", child.id()))
+        .map(|line| String::from_utf8_lossy(&line).replace('\0', " "))
+        .unwrap_or_default();
     eprintln!(
-        "pid {} did not exit within {STOP_GRACE:?} of SIGTERM: killed",
-        child.id()
+        "pid {} did not exit within {STOP_GRACE:?} of SIGTERM: killed ({})",
+        child.id(),
+        command.trim_end()
     );
     let _ = child.kill();
     (child.wait().ok(), true)
