@@ -23,8 +23,11 @@ use crate::switch::secret::{Secret, SecretSource};
 use crate::switch::snmp::{Credentials, SnmpTarget, SnmpVersion, Usm};
 use crate::yaml::ConfigError;
 
-/// Builds the node collector a config asks for.
-pub fn node_collector(config: &Config) -> Option<NodeCollector> {
+/// Builds the node collector a config asks for, reading driver statistics from `ethtool`.
+fn node_collector(
+    config: &Config,
+    ethtool: Option<Arc<dyn EthtoolSource>>,
+) -> Option<NodeCollector> {
     let node = &config.node;
     if !node.enabled {
         return None;
@@ -32,7 +35,7 @@ pub fn node_collector(config: &Config) -> Option<NodeCollector> {
     Some(NodeCollector::new(NodeCollectorConfig {
         sysfs_root: node.sysfs_path.clone(),
         devices: node.devices.clone(),
-        ethtool: ethtool_source(config),
+        ethtool,
         ethtool_include: node.ethtool.include.clone(),
     }))
 }
@@ -52,12 +55,15 @@ fn ethtool_source(config: &Config) -> Option<Arc<dyn EthtoolSource>> {
 
 /// Starts the fast PFC storm sampler on the driver statistics, when they are read: it samples
 /// the pause counters on its own thread and each scrape serves its findings.
-pub fn storm_detector(config: &Config) -> Option<Arc<StormDetector>> {
+fn storm_detector(
+    config: &Config,
+    ethtool: Option<Arc<dyn EthtoolSource>>,
+) -> Option<Arc<StormDetector>> {
     let node = &config.node;
     if !node.enabled || !node.pfc_storm.enabled {
         return None;
     }
-    let source = ethtool_source(config)?;
+    let source = ethtool?;
     let detector = Arc::new(StormDetector::new(node.pfc_storm));
     match detector.spawn(node.sysfs_path.clone(), node.devices.clone(), source) {
         Ok(_) => Some(detector),
@@ -197,12 +203,14 @@ pub fn app_state(
     switches: Option<Arc<Poller>>,
     process: Option<ProcessCollector>,
 ) -> AppState {
-    let node = node_collector(config).map(Arc::new);
+    // One statistics source for the walk and the storm sampler.
+    let ethtool = ethtool_source(config);
+    let node = node_collector(config, ethtool.clone()).map(Arc::new);
     let mut collectors: Vec<Arc<dyn Collector>> = Vec::new();
     if let Some(node) = &node {
         collectors.push(node.clone());
     }
-    if let Some(storm) = storm_detector(config) {
+    if let Some(storm) = storm_detector(config, ethtool) {
         collectors.push(storm);
     }
     if let Some(nccl) = NcclCollector::new(&config.nccl) {

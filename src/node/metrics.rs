@@ -641,6 +641,19 @@ mod tests {
         assert_eq!(driver_counter_name("encounters"), "encounters");
     }
 
+    /// A node of one device, `d0`, with `port`.
+    fn one_port_node(port: Port) -> NodeSnapshot {
+        NodeSnapshot {
+            infiniband_present: true,
+            devices: vec![Device {
+                name: "d0".into(),
+                ports: vec![port],
+                ..Device::default()
+            }],
+            errors: vec![],
+        }
+    }
+
     #[test]
     fn colliding_driver_names_keep_the_clean_one() {
         let port = Port {
@@ -653,15 +666,7 @@ mod tests {
             ],
             ..Port::default()
         };
-        let snapshot = NodeSnapshot {
-            infiniband_present: true,
-            devices: vec![Device {
-                name: "d0".into(),
-                ports: vec![port],
-                ..Device::default()
-            }],
-            errors: vec![],
-        };
+        let snapshot = one_port_node(port);
         let mut families = Families::default();
         let issues = add_node_metrics(&mut families, &snapshot, None);
         assert_eq!(issues.len(), 2, "{issues:?}");
@@ -692,15 +697,7 @@ mod tests {
             ],
             ..Port::default()
         };
-        let snapshot = NodeSnapshot {
-            infiniband_present: true,
-            devices: vec![Device {
-                name: "d0".into(),
-                ports: vec![port],
-                ..Device::default()
-            }],
-            errors: vec![],
-        };
+        let snapshot = one_port_node(port);
         let mut families = Families::default();
         let issues = add_node_metrics(&mut families, &snapshot, None);
         assert_eq!(issues.len(), 2, "{issues:?}");

@@ -78,20 +78,11 @@ pub struct NodeCollector {
     walking: Mutex<()>,
 }
 
-/// How the parts of one walk went, for the collector framework.
-#[derive(Debug, Clone, Copy)]
-pub struct WalkOutcome {
-    pub sysfs_ok: bool,
-    /// Outcome and summed read time of the driver statistics, when they are read.
-    pub ethtool: Option<(bool, Duration)>,
-}
-
 /// Timing and outcome of one collection.
 #[derive(Debug)]
 pub struct Collection {
     pub snapshot: NodeSnapshot,
     pub sysfs_ok: bool,
-    pub sysfs_duration: Duration,
     pub ethtool: Option<(bool, Duration)>,
     pub ethtool_errors: Vec<(String, ethtool::EthtoolError)>,
 }
@@ -113,7 +104,6 @@ impl NodeCollector {
     /// threads as the walk).
     pub fn collect(&self) -> Collection {
         let _walking = self.walking.lock().unwrap_or_else(|p| p.into_inner());
-        let started = Instant::now();
         let ethtool_errors = Mutex::new(Vec::new());
         let ethtool_nanos = AtomicU64::new(0);
         let read_stats = |device: &str, port: &mut sysfs::Port| {
@@ -146,9 +136,8 @@ impl NodeCollector {
             .unwrap_or_else(|p| p.into_inner());
         // The ethtool time is summed over the workers: it is the cost, not the wall time.
         let ethtool_duration = Duration::from_nanos(ethtool_nanos.load(Ordering::Relaxed));
+        // The walk's own wall time is measured by the collector framework.
         Collection {
-            // Wall time of the whole walk, the netdev reads on its workers included.
-            sysfs_duration: started.elapsed(),
             ethtool: self
                 .config
                 .ethtool
@@ -163,7 +152,7 @@ impl NodeCollector {
     /// Collects, then hands every family of this collector to `use_families` (encoding, or
     /// nothing when only the landing page wants fresh data). The snapshot then moves into the
     /// last-scrape state without a copy.
-    pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>, WalkOutcome) -> R) -> R {
+    pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>, &Collection) -> R) -> R {
         let collection = self.collect();
         let mut families = Families::default();
         let issues = metrics::add_node_metrics(
@@ -174,11 +163,7 @@ impl NodeCollector {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.record(&self.config.sysfs_root, &collection, &issues);
         add_read_errors(&mut families, &state);
-        let outcome = WalkOutcome {
-            sysfs_ok: collection.sysfs_ok,
-            ethtool: collection.ethtool,
-        };
-        let result = use_families(&families, outcome);
+        let result = use_families(&families, &collection);
         drop(families);
         state.last.snapshot = collection.snapshot;
         result
@@ -286,12 +271,12 @@ impl Collector for NodeCollector {
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
-        self.scrape(|families, outcome| {
-            if let Some((ok, duration)) = outcome.ethtool {
+        self.scrape(|families, collection| {
+            if let Some((ok, duration)) = collection.ethtool {
                 out.report("ethtool", ok, duration);
             }
             out.encode(families)?;
-            Ok(Outcome::ok(outcome.sysfs_ok))
+            Ok(Outcome::ok(collection.sysfs_ok))
         })
     }
 }
