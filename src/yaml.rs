@@ -11,6 +11,9 @@ use std::time::Duration;
 use regex::Regex;
 use serde::{Deserialize, Deserializer};
 
+/// The largest profile file read; the built-in ones are a few KiB.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
 /// Errors of a YAML file the exporter reads (the config file, the web config file).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

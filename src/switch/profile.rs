@@ -462,10 +462,12 @@ impl Profiles {
     /// Built-in profiles, then every `*.yml` in `dir` (a file named like a built-in replaces it).
     pub fn with_dir(dir: &Path) -> Result<Profiles, ProfileError> {
         let read = |path: &Path| {
-            std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
+            crate::bounded_read::read_to_string(path, crate::yaml::MAX_FILE_BYTES).map_err(
+                |source| ProfileError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            )
         };
         let mut sources: Vec<(String, String)> = BUILTIN
             .iter()

@@ -61,7 +61,8 @@ impl SecretSource {
 /// A file holding one value (a secret, or a user name kept next to it), without its final
 /// line break.
 pub(crate) fn read_value_file(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path)
+    // Bounded and non-blocking like every file the exporter reads: a secret is a line.
+    crate::bounded_read::read_to_string(path, 64 << 10)
         .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
         .map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -324,7 +324,8 @@ pub(crate) fn with_credentials<T>(
 
 fn tls_config(tls: &GnmiTls) -> Result<ClientTlsConfig, PollError> {
     let read = |path: &PathBuf| {
-        std::fs::read(path).map_err(|e| PollError {
+        // PEM files of a CA bundle are a few hundred KiB at most.
+        crate::bounded_read::read(path, 4 << 20).map_err(|e| PollError {
             reason: PollErrorReason::Tls,
             detail: format!("{}: {e}", path.display()),
         })
