@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
 use crate::config::{Config, ConfigError, EthtoolSourceKind};
-use crate::diag::nccl::collector::{NcclCollector, NcclLogLimits};
+use crate::diag::nccl::collector::{LogDir, NcclCollector, NcclLogLimits};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
 use crate::node::sysfs::DeviceFilter;
@@ -200,17 +200,26 @@ fn with_default_port(address: &str, port: u16) -> String {
     }
 }
 
-/// The NCCL log collector, when `nccl.log_dir` is set.
+/// The NCCL log collector, when `nccl.log_dir` is set: its scan thread starts here, and each
+/// scrape serves the last finished scan.
 fn nccl_collector(config: &Config) -> Option<NcclCollector> {
     let nccl = &config.nccl;
-    Some(NcclCollector {
-        log_dir: nccl.log_dir.clone()?,
-        limits: NcclLogLimits {
-            max_files: nccl.max_files,
-            max_bytes_per_file: nccl.max_bytes_per_file,
-            max_age: nccl.max_age,
-        },
-    })
+    let limits = NcclLogLimits {
+        max_files: nccl.max_files,
+        max_bytes_per_file: nccl.max_bytes_per_file,
+        max_age: nccl.max_age,
+        max_processes: nccl.max_processes,
+        scan_interval: nccl.scan_interval,
+        scan_timeout: nccl.scan_timeout,
+    };
+    let source = Arc::new(LogDir(nccl.log_dir.clone()?));
+    match NcclCollector::spawn(source, limits) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the NCCL log scan thread did not start: {e}");
+            None
+        }
+    }
 }
 
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.

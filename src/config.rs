@@ -37,7 +37,7 @@ pub struct Config {
     pub switch_profiles_dir: Option<PathBuf>,
     /// Who decides when switches are read.
     pub switch_polling: SwitchPolling,
-    /// NCCL debug logs to report on at each scrape (off unless `log_dir` is set).
+    /// NCCL debug logs, scanned in the background (off unless `log_dir` is set).
     pub nccl: NcclConfig,
     /// The exporter's own `process_*` figures.
     pub process: ProcessConfig,
@@ -65,10 +65,18 @@ pub struct NcclConfig {
     /// Files changed longer ago than this are skipped (finished jobs).
     #[serde(deserialize_with = "duration")]
     pub max_age: std::time::Duration,
-    /// Files read per scrape, newest first.
+    /// Files read per scan, newest first.
     pub max_files: usize,
     /// Bytes read from the end of each file.
     pub max_bytes_per_file: u64,
+    /// Processes (host, pid) exported; later ones are counted in `rdma_nccl_processes_dropped`.
+    pub max_processes: usize,
+    /// Time between two background scans of `log_dir`; scrapes serve the last one.
+    #[serde(deserialize_with = "duration")]
+    pub scan_interval: std::time::Duration,
+    /// A scan reads no further file after this long (`rdma_nccl_scan_partial`).
+    #[serde(deserialize_with = "duration")]
+    pub scan_timeout: std::time::Duration,
 }
 
 impl Default for NcclConfig {
@@ -79,6 +87,9 @@ impl Default for NcclConfig {
             max_age: limits.max_age,
             max_files: limits.max_files,
             max_bytes_per_file: limits.max_bytes_per_file,
+            max_processes: limits.max_processes,
+            scan_interval: limits.scan_interval,
+            scan_timeout: limits.scan_timeout,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Accumulates the events of every process (host, pid) found in the logs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
 
 use super::event::{classify, Event, Hca};
 use super::line::{records_with_hosts, Level};
@@ -23,6 +24,13 @@ impl std::fmt::Display for Evidence {
 const EVIDENCE_CHARS: usize = 240;
 /// Evidence lines kept per kind of signal and process, so a log full of WARNs stays small.
 const MAX_PER_SIGNAL: usize = 4;
+/// `Using network` lines kept per process (the last one is the choice): one per communicator.
+const MAX_NETWORKS: usize = 16;
+/// Distinct entries kept per process in each of its sets (ranks, communicators, HCAs,
+/// interfaces, settings, channel nets): far above what a process has, bounded for garbage.
+const MAX_PER_PROCESS: usize = 256;
+/// Dropped processes counted one by one; beyond, the count stays at this (a lower bound).
+pub const MAX_DROPPED_COUNTED: usize = 65_536;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum SignalKind {
@@ -58,16 +66,63 @@ pub struct ProcessLog {
 }
 
 /// Feeds logs file by file; `finish` hands the processes over, sorted by host and pid.
-#[derive(Debug, Default)]
+///
+/// With a cap ([`LogParser::with_max_processes`]), the first `max_processes` processes met are
+/// kept and later ones are only counted ([`LogParser::processes_dropped`]): a log with
+/// thousands of `host:pid` prefixes costs bounded memory. Feed the newest files first to keep
+/// the current jobs.
+#[derive(Debug)]
 pub struct LogParser {
     processes: BTreeMap<(String, u32), ProcessLog>,
-    /// Hosts seen so far, to split records glued together (see `records_with_hosts`).
+    /// Hosts seen so far, to split records glued together (see `records_with_hosts`); at most
+    /// `max_processes` of them.
     hosts: BTreeSet<String>,
+    max_processes: usize,
+    /// Hashes of the processes left out for the cap, at most [`MAX_DROPPED_COUNTED`].
+    dropped: HashSet<u64>,
+}
+
+impl Default for LogParser {
+    fn default() -> Self {
+        LogParser::with_max_processes(usize::MAX)
+    }
 }
 
 impl LogParser {
+    /// A parser without a cap: the `nccl` command reads what it is given.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser that keeps at most `max_processes` processes (host, pid).
+    pub fn with_max_processes(max_processes: usize) -> Self {
+        LogParser {
+            processes: BTreeMap::new(),
+            hosts: BTreeSet::new(),
+            max_processes,
+            dropped: HashSet::new(),
+        }
+    }
+
+    /// Distinct processes left out because the cap was reached (saturates at
+    /// [`MAX_DROPPED_COUNTED`]).
+    pub fn processes_dropped(&self) -> u64 {
+        self.dropped.len() as u64
+    }
+
+    /// Whether a record of `host:pid` is kept; counts it as dropped when not.
+    fn admits(&mut self, host: &str, pid: u32) -> bool {
+        if self.processes.len() < self.max_processes
+            || self.processes.contains_key(&(host.to_string(), pid))
+        {
+            return true;
+        }
+        if self.dropped.len() < MAX_DROPPED_COUNTED {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (host, pid).hash(&mut hasher);
+            self.dropped.insert(hasher.finish());
+        }
+        false
     }
 
     /// Parses one input named `source` (file name in evidence). Never fails: bytes that are not
@@ -91,12 +146,15 @@ impl LogParser {
                 continue;
             }
             for record in found {
-                if !self.hosts.contains(record.host) {
+                if self.hosts.len() < self.max_processes && !self.hosts.contains(record.host) {
                     self.hosts.insert(record.host.to_string());
                 }
                 let Some(event) = classify(record.message, record.level == Level::Warn) else {
                     continue;
                 };
+                if !self.admits(record.host, record.pid) {
+                    continue;
+                }
                 let key = (record.host.to_string(), record.pid);
                 seen_here.insert(key.clone());
                 let process = self.processes.entry(key).or_insert_with(|| ProcessLog {
@@ -126,6 +184,13 @@ impl LogParser {
     }
 }
 
+/// Inserts unless the set is full.
+fn bounded_insert<T: Ord>(set: &mut BTreeSet<T>, value: T) {
+    if set.len() < MAX_PER_PROCESS {
+        set.insert(value);
+    }
+}
+
 fn shorten(text: &str) -> String {
     match text.char_indices().nth(EVIDENCE_CHARS) {
         Some((at, _)) => format!("{}...", &text[..at]),
@@ -137,10 +202,15 @@ impl ProcessLog {
     fn apply(&mut self, event: Event, evidence: Evidence) {
         match event {
             Event::Version(v) => self.version = Some(v),
-            Event::NetworkChosen(net) => self.networks.push((net, evidence)),
+            Event::NetworkChosen(net) => {
+                if self.networks.len() == MAX_NETWORKS {
+                    self.networks.remove(0);
+                }
+                self.networks.push((net, evidence));
+            }
             Event::IbDevices(hcas) => {
                 for hca in hcas {
-                    if !self.hcas.contains(&hca) {
+                    if self.hcas.len() < MAX_PER_PROCESS && !self.hcas.contains(&hca) {
                         self.hcas.push(hca);
                     }
                 }
@@ -149,7 +219,9 @@ impl ProcessLog {
             Event::IbNoDevice => self.signal(SignalKind::IbNoDevice, evidence),
             Event::SocketInterfaces(interfaces) => {
                 for interface in interfaces {
-                    if !self.socket_interfaces.contains(&interface) {
+                    if self.socket_interfaces.len() < MAX_PER_PROCESS
+                        && !self.socket_interfaces.contains(&interface)
+                    {
                         self.socket_interfaces.push(interface);
                     }
                 }
@@ -177,7 +249,11 @@ impl ProcessLog {
                     })
                     .or_else(|| hca_index.map(|i| format!("HCA {i}")));
                 if let Some(name) = name {
-                    self.gdr_by_hca.insert(name, enabled);
+                    if self.gdr_by_hca.len() < MAX_PER_PROCESS
+                        || self.gdr_by_hca.contains_key(&name)
+                    {
+                        self.gdr_by_hca.insert(name, enabled);
+                    }
                 }
                 if self.gdr_evidence.len() < MAX_PER_SIGNAL {
                     self.gdr_evidence.push(evidence);
@@ -188,27 +264,31 @@ impl ProcessLog {
                 gdrdma,
                 local_rank,
             } => {
-                let counts = self.channels.entry(net).or_default();
-                if gdrdma {
-                    counts.0 += 1;
-                } else {
-                    counts.1 += 1;
+                if self.channels.len() < MAX_PER_PROCESS || self.channels.contains_key(&net) {
+                    let counts = self.channels.entry(net).or_default();
+                    if gdrdma {
+                        counts.0 = counts.0.saturating_add(1);
+                    } else {
+                        counts.1 = counts.1.saturating_add(1);
+                    }
                 }
                 if let Some(rank) = local_rank {
-                    self.ranks.insert(rank);
+                    bounded_insert(&mut self.ranks, rank);
                 }
                 if self.channel_evidence.len() < MAX_PER_SIGNAL {
                     self.channel_evidence.push(evidence);
                 }
             }
             Event::CommRank { rank, comm_id } => {
-                self.ranks.insert(rank);
+                bounded_insert(&mut self.ranks, rank);
                 if let Some(id) = comm_id {
-                    self.comm_ids.insert(id);
+                    bounded_insert(&mut self.comm_ids, id);
                 }
             }
             Event::Setting { name, value } => {
-                self.settings.insert(name, (value, evidence));
+                if self.settings.len() < MAX_PER_PROCESS || self.settings.contains_key(&name) {
+                    self.settings.insert(name, (value, evidence));
+                }
             }
             Event::Warning(_) => self.signal(SignalKind::Warning, evidence),
         }
@@ -237,6 +317,43 @@ mod tests {
         assert_eq!(processes[0].host, "h1");
         assert_eq!(processes[0].networks[0].1.line, 2);
         assert_eq!(processes[1].version.as_deref(), Some("2.18.5+cuda12.2"));
+    }
+
+    #[test]
+    fn the_process_cap_keeps_the_first_processes_and_counts_the_others() {
+        let mut parser = LogParser::with_max_processes(3);
+        let mut text = String::new();
+        for i in 0..10 {
+            text.push_str(&format!("h{i}:{i}:1 [0] NCCL INFO Using network IB\n"));
+        }
+        // A kept process keeps being followed, a dropped one is counted once.
+        text.push_str("h1:1:1 [0] NCCL INFO Using network Socket\n");
+        text.push_str("h9:9:1 [0] NCCL INFO Using network Socket\n");
+        parser.feed("new.log", text.as_bytes());
+        parser.feed("old.log", b"h4:4:1 [0] NCCL INFO Using network IB\n");
+        assert_eq!(parser.processes_dropped(), 7);
+        assert!(parser.hosts.len() <= 3);
+        let processes = parser.finish();
+        let keys: Vec<_> = processes.iter().map(|p| (p.host.as_str(), p.pid)).collect();
+        assert_eq!(keys, [("h0", 0), ("h1", 1), ("h2", 2)]);
+        assert_eq!(processes[1].networks.last().unwrap().0, "Socket");
+    }
+
+    #[test]
+    fn one_process_cannot_grow_without_bound() {
+        let mut parser = LogParser::new();
+        let mut text = String::new();
+        for i in 0..2_000 {
+            text.push_str(&format!(
+                "h:1:1 [0] NCCL INFO Using network IB\nh:1:1 [0] NCCL INFO comm 0x1 rank {i} nRanks 9999 commId 0x{i:x}\n"
+            ));
+        }
+        parser.feed("a.log", text.as_bytes());
+        let process = &parser.finish()[0];
+        assert_eq!(process.networks.len(), MAX_NETWORKS);
+        assert_eq!(process.networks.last().unwrap().1.line, 3_999);
+        assert_eq!(process.ranks.len(), MAX_PER_PROCESS);
+        assert_eq!(process.comm_ids.len(), MAX_PER_PROCESS);
     }
 
     #[test]
