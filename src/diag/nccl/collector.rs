@@ -3,10 +3,12 @@
 //! finished scan and never touches the filesystem, so that a slow or hung shared filesystem
 //! (NFS, Lustre) costs stale NCCL series, never a scrape.
 //!
-//! Bounded per scan: the newest `max_files` files changed within `max_age`, the last
-//! `max_bytes_per_file` of each, at most `max_processes` processes, and `scan_timeout` of time
-//! after which no further file is read (the scan is then partial). One thread scans: a scan
-//! stuck in a read delays the next one, scans never pile up.
+//! Files are tailed ([`Tailer`]): a scan reads only what was appended since the previous one.
+//! Bounded per scan: the newest `max_files` files changed within `max_age`, at most the last
+//! `max_bytes_per_file` of each, at most `max_processes` processes (the others counted), and
+//! `scan_timeout` of time after which no further file is read (the scan is then partial, the
+//! next ones carry on). One thread scans: a scan stuck in a read delays the next one, scans
+//! never pile up.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -17,7 +19,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::process::LogParser;
+use super::process::{process_hash, LogParser, ProcessLog};
 use super::verdict::{summarize, ProcessSummary, Transport};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
@@ -27,7 +29,7 @@ pub struct NcclLogLimits {
     pub max_files: usize,
     pub max_bytes_per_file: u64,
     pub max_age: Duration,
-    /// Processes (host, pid) kept per scan; later ones are counted, not exported.
+    /// Processes (host, pid) exported, newest files first; the others are counted.
     pub max_processes: usize,
     /// Time between the starts of two scans.
     pub scan_interval: Duration,
@@ -50,14 +52,50 @@ impl Default for NcclLogLimits {
     }
 }
 
+/// A file's identity: a file replaced under the same name (rotation) is another file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A log file as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFile {
+    pub path: PathBuf,
+    pub id: FileId,
+    pub len: u64,
+    pub modified: SystemTime,
+}
+
+/// Bytes read from a file: `[start, start + bytes.len())` of the file as it was opened.
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    pub id: FileId,
+    /// The file's length when opened.
+    pub len: u64,
+    pub start: u64,
+    /// True when the read carries on where `resume` said: same file, not truncated since.
+    pub continued: bool,
+    pub bytes: Vec<u8>,
+}
+
 /// Where the logs come from: the directory, or a stand-in that blocks (tests).
 pub trait LogSource: Send + Sync + std::fmt::Debug {
     /// The files to read, newest first, within `limits`. Listing stops at `deadline`: the files
     /// found by then are returned.
-    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<PathBuf>>;
+    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<LogFile>>;
 
-    /// At most the last `max_bytes` of a file. Past `deadline`, an error of kind `TimedOut`.
-    fn read_tail(&self, path: &Path, max_bytes: u64, deadline: Instant) -> io::Result<Vec<u8>>;
+    /// Reads a file to its end: from `resume`'s offset when it is still the same file and no
+    /// shorter, else from its start; in both cases at most its last `max_bytes`. Past
+    /// `deadline`, an error of kind `TimedOut`.
+    fn read(
+        &self,
+        path: &Path,
+        resume: Option<(FileId, u64)>,
+        max_bytes: u64,
+        deadline: Instant,
+    ) -> io::Result<Chunk>;
 }
 
 /// The log directory itself.
@@ -67,13 +105,26 @@ pub struct LogDir(pub PathBuf);
 /// Bytes read between two looks at the deadline.
 const READ_CHUNK: u64 = 256 << 10;
 
+fn file_id(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    }
+}
+
+/// A listed file as the heap orders it: older, then later in name order, first out.
+type Listed = (SystemTime, Reverse<PathBuf>, u64, u64, u64);
+
 impl LogSource for LogDir {
-    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<PathBuf>> {
+    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<LogFile>> {
         let now = SystemTime::now();
         // The newest `max_files`, kept in a heap whose top is the oldest kept: a directory of a
         // million files costs `max_files` entries of memory.
-        let mut newest: BinaryHeap<Reverse<(SystemTime, Reverse<PathBuf>)>> = BinaryHeap::new();
-        for entry in std::fs::read_dir(&self.0)? {
+        let mut newest: BinaryHeap<Reverse<Listed>> = BinaryHeap::new();
+        let entries = std::fs::read_dir(&self.0)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.0.display())))?;
+        for entry in entries {
             if Instant::now() >= deadline {
                 break;
             }
@@ -89,29 +140,60 @@ impl LogSource for LogDir {
             if !meta.is_file() || age > limits.max_age {
                 continue;
             }
-            newest.push(Reverse((modified, Reverse(entry.path()))));
+            let id = file_id(&meta);
+            newest.push(Reverse((
+                modified,
+                Reverse(entry.path()),
+                id.dev,
+                id.ino,
+                meta.len(),
+            )));
             if newest.len() > limits.max_files {
                 newest.pop();
             }
         }
         // Newest first (ties by name), so that the caps drop old jobs.
-        let mut files: Vec<(SystemTime, PathBuf)> = newest
+        let mut files: Vec<LogFile> = newest
             .into_iter()
-            .map(|Reverse((modified, Reverse(path)))| (modified, path))
+            .map(
+                |Reverse((modified, Reverse(path), dev, ino, len))| LogFile {
+                    path,
+                    id: FileId { dev, ino },
+                    len,
+                    modified,
+                },
+            )
             .collect();
-        files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        Ok(files.into_iter().map(|(_, path)| path).collect())
+        files.sort_by(|a, b| {
+            b.modified
+                .cmp(&a.modified)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        Ok(files)
     }
 
-    fn read_tail(&self, path: &Path, max_bytes: u64, deadline: Instant) -> io::Result<Vec<u8>> {
+    fn read(
+        &self,
+        path: &Path,
+        resume: Option<(FileId, u64)>,
+        max_bytes: u64,
+        deadline: Instant,
+    ) -> io::Result<Chunk> {
         // Opened without blocking and refused unless a regular file (a FIFO put in its place).
-        let mut file = crate::bounded_read::open_regular(path)?;
-        let len = file.metadata()?.len();
-        if len > max_bytes {
-            file.seek(SeekFrom::Start(len - max_bytes))?;
-        }
+        let file = crate::bounded_read::open_regular(path)?;
+        let meta = file.metadata()?;
+        let (id, len) = (file_id(&meta), meta.len());
+        let continued = resume.is_some_and(|(was, offset)| was == id && offset <= len);
+        let from = match resume {
+            Some((_, offset)) if continued => offset,
+            _ => 0,
+        };
+        let start = from.max(len.saturating_sub(max_bytes));
+        let mut file = file;
+        file.seek(SeekFrom::Start(start))?;
+        // Up to the length seen at the open: what is written meanwhile is for the next scan.
+        let mut file = file.take(len - start);
         let mut bytes = Vec::new();
-        let mut file = file.take(max_bytes);
         loop {
             if Instant::now() >= deadline {
                 return Err(io::Error::new(
@@ -121,9 +203,16 @@ impl LogSource for LogDir {
             }
             let read = (&mut file).take(READ_CHUNK).read_to_end(&mut bytes)?;
             if read == 0 {
-                return Ok(bytes);
+                break;
             }
         }
+        Ok(Chunk {
+            id,
+            len,
+            start,
+            continued,
+            bytes,
+        })
     }
 }
 
@@ -132,9 +221,12 @@ impl LogSource for LogDir {
 pub struct DirScan {
     /// False when the directory could not be listed.
     pub listed: bool,
-    /// True when the scan's time ran out before every file was read.
+    /// True when the scan's time ran out before every file was brought up to date.
     pub partial: bool,
+    /// Files within the limits, and those of them read (in part) by this scan.
+    pub files: usize,
     pub files_read: usize,
+    pub bytes_read: u64,
     pub processes: Vec<ProcessSummary>,
     /// Processes left out because `max_processes` were already kept.
     pub processes_dropped: u64,
@@ -148,7 +240,9 @@ impl DirScan {
         DirScan {
             listed: true,
             partial: false,
+            files: 0,
             files_read: 0,
+            bytes_read: 0,
             processes: Vec::new(),
             processes_dropped: 0,
             duration: Duration::ZERO,
@@ -157,57 +251,199 @@ impl DirScan {
     }
 }
 
-/// One scan: lists the recent files, reads their tails newest first until `scan_timeout`, and
-/// keeps at most `max_processes` processes.
-pub fn scan(source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
-    let started = Instant::now();
-    // A timeout too large to add is no timeout.
-    let deadline = started
-        .checked_add(limits.scan_timeout)
-        .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
-    let mut parser = LogParser::with_max_processes(limits.max_processes);
-    let mut files_read = 0;
-    let mut partial = false;
-    let listed = match source.recent_files(limits, deadline) {
-        Ok(files) => {
-            for path in &files {
-                if Instant::now() >= deadline {
-                    partial = true;
-                    break;
+/// Dropped processes counted one by one over all files; beyond, the count stays there.
+const DROPPED_COUNTED: usize = 1 << 17;
+
+/// What is known of one file: its processes so far, and how far it was read.
+#[derive(Debug)]
+struct Tailed {
+    id: FileId,
+    modified: SystemTime,
+    /// Bytes parsed: the next read starts here.
+    offset: u64,
+    /// The file's length at the last read; past `offset` is a line still being written.
+    len: u64,
+    parser: LogParser,
+}
+
+/// Follows the files of a log directory from scan to scan: each scan reads only what was
+/// appended since the previous one (a file that did not change costs a `stat`), starts over on
+/// a file replaced (rotation) or truncated, and forgets files that left the limits.
+#[derive(Debug, Default)]
+pub struct Tailer {
+    files: std::collections::HashMap<PathBuf, Tailed>,
+}
+
+impl Tailer {
+    pub fn new() -> Tailer {
+        Tailer::default()
+    }
+
+    /// One scan: lists the recent files and brings them up to date, newest first, until
+    /// `scan_timeout`; then merges their processes, newest files first, up to `max_processes`.
+    pub fn scan(&mut self, source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
+        let started = Instant::now();
+        // A timeout too large to add is no timeout.
+        let deadline = started
+            .checked_add(limits.scan_timeout)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        let files = match source.recent_files(limits, deadline) {
+            Ok(files) => files,
+            Err(e) => {
+                tracing::warn!("the NCCL log directory could not be listed: {e}");
+                // Nothing is served as current; what is known of the files is kept for when
+                // the directory comes back.
+                return DirScan {
+                    listed: false,
+                    duration: started.elapsed(),
+                    finished: Instant::now(),
+                    ..DirScan::empty()
+                };
+            }
+        };
+        self.files
+            .retain(|path, _| files.iter().any(|f| &f.path == path));
+        let (mut files_read, mut bytes_read) = (0, 0);
+        // Listing itself may have stopped at the deadline.
+        let mut partial = Instant::now() >= deadline;
+        for file in &files {
+            if partial {
+                break;
+            }
+            if self.files.get(&file.path).is_some_and(|t| {
+                t.id == file.id
+                    && t.modified == file.modified
+                    && t.len == file.len
+                    && t.offset == t.len
+            }) {
+                continue;
+            }
+            match self.update(source, file, limits, deadline) {
+                Ok(read) => {
+                    files_read += 1;
+                    bytes_read += read;
                 }
-                match source.read_tail(path, limits.max_bytes_per_file, deadline) {
-                    Ok(bytes) => {
-                        parser.feed(&path.display().to_string(), &bytes);
-                        files_read += 1;
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => partial = true,
+                // A file removed, replaced or unreadable since listing: known as it was.
+                Err(e) => tracing::debug!("nccl log {}: {e}", file.path.display()),
+            }
+            partial |= Instant::now() >= deadline;
+        }
+        let (processes, processes_dropped) = self.merge(&files, limits.max_processes);
+        DirScan {
+            listed: true,
+            partial,
+            files: files.len(),
+            files_read,
+            bytes_read,
+            processes,
+            processes_dropped,
+            duration: started.elapsed(),
+            finished: Instant::now(),
+        }
+    }
+
+    /// Reads what `file` gained since the last scan; returns the bytes read.
+    fn update(
+        &mut self,
+        source: &dyn LogSource,
+        file: &LogFile,
+        limits: &NcclLogLimits,
+        deadline: Instant,
+    ) -> io::Result<u64> {
+        let known = self.files.get(&file.path);
+        // Same length but another modification time: rewritten in place, read it again.
+        let rewritten = known
+            .is_some_and(|t| t.id == file.id && t.len == file.len && t.modified != file.modified);
+        let resume = known.filter(|_| !rewritten).map(|t| (t.id, t.offset));
+        // A line still unfinished at the previous scan and untouched since is taken as it is.
+        let settled = known.is_some_and(|t| t.id == file.id && t.len == file.len);
+        let chunk = source.read(&file.path, resume, limits.max_bytes_per_file, deadline)?;
+        let counted_elsewhere: usize = self
+            .files
+            .iter()
+            .filter(|(path, _)| **path != file.path)
+            .map(|(_, t)| t.parser.processes_dropped() as usize)
+            .sum();
+        let tailed = match self.files.entry(file.path.clone()) {
+            std::collections::hash_map::Entry::Occupied(entry) if chunk.continued => {
+                entry.into_mut()
+            }
+            entry => {
+                let fresh = Tailed {
+                    id: chunk.id,
+                    modified: file.modified,
+                    offset: chunk.start,
+                    len: chunk.len,
+                    parser: LogParser::with_max_processes(limits.max_processes)
+                        .without_evidence_text(),
+                };
+                match entry {
+                    std::collections::hash_map::Entry::Occupied(mut e) => {
+                        e.insert(fresh);
+                        e.into_mut()
                     }
-                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                        partial = true;
-                        break;
-                    }
-                    // A file removed, replaced or unreadable since listing is skipped.
-                    Err(e) => tracing::debug!("nccl log {}: {e}", path.display()),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(fresh),
                 }
             }
-            // Listing itself may have stopped at the deadline.
-            partial |= Instant::now() >= deadline;
-            true
-        }
-        Err(e) => {
-            tracing::debug!("nccl log dir: {e}");
-            false
-        }
-    };
-    let processes_dropped = parser.processes_dropped();
-    let processes = parser.finish().iter().map(summarize).collect();
-    DirScan {
-        listed,
-        partial,
-        files_read,
-        processes,
-        processes_dropped,
-        duration: started.elapsed(),
-        finished: Instant::now(),
+        };
+        let bytes = &chunk.bytes;
+        // Whole lines only, unless the line is all the bound allows or has stopped growing.
+        let whole = settled || bytes.len() as u64 >= limits.max_bytes_per_file;
+        let take = match bytes.iter().rposition(|b| *b == b'\n') {
+            _ if whole => bytes.len(),
+            Some(at) => at + 1,
+            None => 0,
+        };
+        // One budget of dropped processes counted over all files.
+        let dropped = tailed.parser.processes_dropped() as usize;
+        tailed.parser.set_max_dropped_counted(
+            DROPPED_COUNTED
+                .saturating_sub(counted_elsewhere)
+                .max(dropped),
+        );
+        tailed
+            .parser
+            .feed(&file.path.display().to_string(), &bytes[..take]);
+        tailed.id = chunk.id;
+        tailed.modified = file.modified;
+        tailed.offset = chunk.start + take as u64;
+        tailed.len = chunk.len;
+        Ok(bytes.len() as u64)
     }
+
+    /// Every file's processes, newest file first, at most `max_processes`; and the count of
+    /// those left out (by a file's own cap or here).
+    fn merge(&self, files: &[LogFile], max_processes: usize) -> (Vec<ProcessSummary>, u64) {
+        let mut merged: std::collections::BTreeMap<(&str, u32), ProcessLog> =
+            std::collections::BTreeMap::new();
+        let mut left_out: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut dropped_in_files = 0u64;
+        for file in files {
+            let Some(tailed) = self.files.get(&file.path) else {
+                continue;
+            };
+            dropped_in_files += tailed.parser.processes_dropped();
+            for process in tailed.parser.processes() {
+                let key = (process.host.as_str(), process.pid);
+                if let Some(known) = merged.get_mut(&key) {
+                    known.absorb(process);
+                } else if merged.len() < max_processes {
+                    merged.insert(key, process.clone());
+                } else if left_out.len() < DROPPED_COUNTED {
+                    left_out.insert(process_hash(&process.host, process.pid));
+                }
+            }
+        }
+        let summaries = merged.values().map(summarize).collect();
+        let dropped = (dropped_in_files + left_out.len() as u64).min(DROPPED_COUNTED as u64);
+        (summaries, dropped)
+    }
+}
+
+/// One scan from nothing known (tests, figures): every file read up to its bound.
+pub fn scan(source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
+    Tailer::new().scan(source, limits)
 }
 
 /// The collector: the last finished scan, and the thread that makes them.
@@ -268,16 +504,17 @@ impl NcclCollector {
 
 fn run(shared: &Shared, source: &dyn LogSource, stopped: &mpsc::Receiver<()>) {
     let interval = shared.limits.scan_interval;
+    let mut tailer = Tailer::new();
     loop {
         let started = Instant::now();
-        let scan = scan(source, &shared.limits);
-        if !scan.listed {
-            tracing::warn!("the NCCL log directory could not be listed");
-        } else if scan.partial {
+        let scan = tailer.scan(source, &shared.limits);
+        if scan.partial {
             tracing::warn!(
+                files = scan.files,
                 files_read = scan.files_read,
+                bytes_read = scan.bytes_read,
                 timeout = ?shared.limits.scan_timeout,
-                "the NCCL log scan ran out of time; the files read are served"
+                "the NCCL log scan ran out of time; what it read is served, the next scans carry on"
             );
         }
         *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scan));
@@ -410,12 +647,26 @@ mod tests {
     }
 
     impl LogSource for Scripted {
-        fn recent_files(&self, _: &NcclLogLimits, _: Instant) -> io::Result<Vec<PathBuf>> {
+        fn recent_files(&self, _: &NcclLogLimits, _: Instant) -> io::Result<Vec<LogFile>> {
             let files = self.files.lock().unwrap();
-            Ok(files.iter().map(|(p, _)| p.clone()).collect())
+            Ok(files
+                .iter()
+                .map(|(path, bytes)| LogFile {
+                    path: path.clone(),
+                    id: scripted_id(path),
+                    len: bytes.len() as u64,
+                    modified: SystemTime::UNIX_EPOCH,
+                })
+                .collect())
         }
 
-        fn read_tail(&self, path: &Path, _: u64, _: Instant) -> io::Result<Vec<u8>> {
+        fn read(
+            &self,
+            path: &Path,
+            resume: Option<(FileId, u64)>,
+            _: u64,
+            _: Instant,
+        ) -> io::Result<Chunk> {
             let mut blocked = self.blocked.lock().unwrap();
             while blocked.as_deref() == Some(path) {
                 *self.waiting.lock().unwrap() = true;
@@ -426,7 +677,27 @@ mod tests {
             *self.reads.lock().unwrap() += 1;
             let files = self.files.lock().unwrap();
             let (_, bytes) = files.iter().find(|(p, _)| p == path).unwrap();
-            Ok(bytes.clone())
+            let id = scripted_id(path);
+            let len = bytes.len() as u64;
+            let continued = resume.is_some_and(|(was, offset)| was == id && offset <= len);
+            let start = match resume {
+                Some((_, offset)) if continued => offset,
+                _ => 0,
+            };
+            Ok(Chunk {
+                id,
+                len,
+                start,
+                continued,
+                bytes: bytes[start as usize..].to_vec(),
+            })
+        }
+    }
+
+    fn scripted_id(path: &Path) -> FileId {
+        FileId {
+            dev: 1,
+            ino: process_hash(&path.display().to_string(), 0),
         }
     }
 
@@ -530,17 +801,8 @@ mod tests {
     }
 
     #[test]
-    fn the_timeout_stops_reading_and_keeps_what_was_read() {
+    fn an_unlisted_directory_fails_the_scan() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.log"), IB).unwrap();
-        let source = LogDir(dir.path().to_path_buf());
-        let full = scan(&source, &limits(1000, 10_000));
-        assert!(full.listed && !full.partial, "{full:?}");
-        assert_eq!((full.files_read, full.processes.len()), (1, 1));
-        // A timeout already passed: nothing read, the scan says it is partial.
-        let cut = scan(&source, &limits(1000, 0));
-        assert!(cut.listed && cut.partial, "{cut:?}");
-        assert_eq!(cut.files_read, 0);
         let missing = scan(&LogDir(dir.path().join("nope")), &limits(1000, 1000));
         assert!(!missing.listed);
     }
@@ -567,15 +829,154 @@ mod tests {
             ..NcclLogLimits::default()
         };
         let files = source.recent_files(&limits, far).unwrap();
-        let names: Vec<_> = files.iter().map(|p| p.file_name().unwrap()).collect();
+        let names: Vec<_> = files.iter().map(|f| f.path.file_name().unwrap()).collect();
         assert_eq!(names, ["new.log", "mid.log"]);
-        // Read through the deadline-aware reader, tail bound exact.
-        assert_eq!(source.read_tail(&files[0], 5, far).unwrap(), b"k IB\n");
+        assert_eq!(files[0].len, IB.len() as u64);
+        // The tail bound is exact; a resume carries on from its offset.
+        let tail = source.read(&files[0].path, None, 5, far).unwrap();
+        assert_eq!(
+            (tail.bytes.as_slice(), tail.continued),
+            (&b"k IB\n"[..], false)
+        );
+        let resumed = source
+            .read(&files[0].path, Some((files[0].id, 30)), 1000, far)
+            .unwrap();
+        assert_eq!(resumed.bytes, &IB.as_bytes()[30..]);
+        assert!(resumed.continued);
+        // Another file under the name, or a shorter one: read from its start.
+        let other = FileId { dev: 0, ino: 0 };
+        let replaced = source.read(&files[0].path, Some((other, 3)), 1000, far);
+        assert!(!replaced.unwrap().continued);
+        let beyond = source
+            .read(&files[0].path, Some((files[0].id, 1000)), 1000, far)
+            .unwrap();
+        assert_eq!((beyond.start, beyond.continued), (0, false));
         // A FIFO is refused without blocking.
-        assert!(source.read_tail(&dir.path().join("fifo"), 5, far).is_err());
-        let past = Instant::now();
-        let err = source.read_tail(&files[0], 5, past).unwrap_err();
+        assert!(source.read(&dir.path().join("fifo"), None, 5, far).is_err());
+        let err = source
+            .read(&files[0].path, None, 5, Instant::now())
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// Appends `text` to `path`.
+    fn append(path: &Path, text: &str) {
+        use std::io::Write;
+        let mut file = std::fs::File::options().append(true).open(path).unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// `host:pid` and network of each process served, sorted.
+    fn served(scan: &DirScan) -> Vec<(String, String)> {
+        let mut served: Vec<_> = scan
+            .processes
+            .iter()
+            .map(|p| (format!("{}:{}", p.host, p.pid), p.network.clone()))
+            .collect();
+        served.sort();
+        served
+    }
+
+    fn who(scan: &DirScan) -> Vec<String> {
+        served(scan).into_iter().map(|(who, _)| who).collect()
+    }
+
+    #[test]
+    fn files_are_tailed_from_scan_to_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.log");
+        std::fs::write(&a, IB).unwrap();
+        let source = LogDir(dir.path().to_path_buf());
+        let limits = limits(1000, 60_000);
+        let mut tailer = Tailer::new();
+        let first = tailer.scan(&source, &limits);
+        assert_eq!((first.files_read, first.bytes_read), (1, IB.len() as u64));
+        // Unchanged: not read again, still served.
+        let again = tailer.scan(&source, &limits);
+        assert_eq!((again.files_read, again.processes.len()), (0, 1));
+        // Appended: only the new bytes are read; a line still being written waits for its end.
+        let socket = "h1:10:10 [0] NCCL INFO Using network Socket\n";
+        let unfinished = "h3:30:30 [0] NCCL INFO Using net";
+        append(&a, &format!("{socket}{unfinished}"));
+        let grown = tailer.scan(&source, &limits);
+        assert_eq!(grown.bytes_read, (socket.len() + unfinished.len()) as u64);
+        assert_eq!(served(&grown), [("h1:10".into(), "Socket".into())]);
+        append(&a, "work IB\n");
+        let finished = tailer.scan(&source, &limits);
+        assert_eq!(finished.bytes_read, unfinished.len() as u64 + 8);
+        assert_eq!(who(&finished), ["h1:10", "h3:30"]);
+        // A new file is picked up; a rotated (replaced) one is read from its start.
+        let b = dir.path().join("b.log");
+        std::fs::write(&b, SOCKET).unwrap();
+        let rotated = dir.path().join("a.log.new");
+        std::fs::write(&rotated, "h9:90:90 [0] NCCL INFO Using network IB\n").unwrap();
+        std::fs::rename(&rotated, &a).unwrap();
+        let after = tailer.scan(&source, &limits);
+        assert_eq!(who(&after), ["h2:20", "h9:90"]);
+        // Truncated in place (copytruncate), then written again: read from its start.
+        std::fs::File::options()
+            .write(true)
+            .truncate(true)
+            .open(&b)
+            .unwrap();
+        append(&b, "h7:70:70 [0] NCCL INFO Using network IB\n");
+        let truncated = tailer.scan(&source, &limits);
+        assert_eq!(who(&truncated), ["h7:70", "h9:90"]);
+        // A removed file is forgotten.
+        std::fs::remove_file(&b).unwrap();
+        assert_eq!(who(&tailer.scan(&source, &limits)), ["h9:90"]);
+        // A directory that went away: nothing is served as current.
+        drop(dir);
+        let gone = tailer.scan(&source, &limits);
+        assert!(!gone.listed && gone.processes.is_empty());
+    }
+
+    #[test]
+    fn a_last_line_without_newline_is_taken_once_it_stops_growing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.log"), IB.trim_end()).unwrap();
+        let source = LogDir(dir.path().to_path_buf());
+        let mut tailer = Tailer::new();
+        assert!(tailer
+            .scan(&source, &limits(1000, 60_000))
+            .processes
+            .is_empty());
+        assert_eq!(who(&tailer.scan(&source, &limits(1000, 60_000))), ["h1:10"]);
+    }
+
+    #[test]
+    fn a_partial_scan_is_completed_by_the_next_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..3 {
+            let text = format!("h{i}:{i}:1 [0] NCCL INFO Using network IB\n");
+            std::fs::write(dir.path().join(format!("{i}.log")), text).unwrap();
+        }
+        let source = LogDir(dir.path().to_path_buf());
+        let mut tailer = Tailer::new();
+        // No time at all: nothing read, the scan says so.
+        let cut = tailer.scan(&source, &limits(1000, 0));
+        assert!(cut.partial && cut.listed);
+        assert_eq!(cut.files_read, 0);
+        let full = tailer.scan(&source, &limits(1000, 60_000));
+        assert!(!full.partial);
+        assert_eq!((full.files_read, full.processes.len()), (3, 3));
+    }
+
+    #[test]
+    fn the_same_process_in_two_files_is_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let older = dir.path().join("old.log");
+        let hcas = "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n";
+        std::fs::write(&older, hcas).unwrap();
+        let file = std::fs::File::options().write(true).open(&older).unwrap();
+        file.set_modified(SystemTime::now() - Duration::from_secs(60))
+            .unwrap();
+        let network = "h:1:1 [0] NCCL INFO Using network IB\n";
+        std::fs::write(dir.path().join("new.log"), network).unwrap();
+        let result = scan(&LogDir(dir.path().to_path_buf()), &limits(1000, 60_000));
+        assert_eq!(result.processes.len(), 1);
+        assert_eq!(result.processes[0].network, "IB");
+        assert_eq!(result.processes[0].link_layer, "RoCE");
     }
 
     #[test]

@@ -29,8 +29,8 @@ const MAX_NETWORKS: usize = 16;
 /// Distinct entries kept per process in each of its sets (ranks, communicators, HCAs,
 /// interfaces, settings, channel nets): far above what a process has, bounded for garbage.
 const MAX_PER_PROCESS: usize = 256;
-/// Dropped processes counted one by one; beyond, the count stays at this (a lower bound).
-pub const MAX_DROPPED_COUNTED: usize = 65_536;
+/// Dropped processes a parser counts one by one by default; beyond, its count stays there.
+pub const MAX_DROPPED_COUNTED: usize = 1 << 17;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum SignalKind {
@@ -78,8 +78,12 @@ pub struct LogParser {
     /// `max_processes` of them.
     hosts: BTreeSet<String>,
     max_processes: usize,
-    /// Hashes of the processes left out for the cap, at most [`MAX_DROPPED_COUNTED`].
+    /// Hashes of the processes left out for the cap, at most `max_dropped_counted`.
     dropped: HashSet<u64>,
+    max_dropped_counted: usize,
+    /// Whether evidence carries its file name and text (the `nccl` command quotes them; the
+    /// collector exports neither and saves two allocations per line).
+    evidence_text: bool,
 }
 
 impl Default for LogParser {
@@ -101,7 +105,25 @@ impl LogParser {
             hosts: BTreeSet::new(),
             max_processes,
             dropped: HashSet::new(),
+            max_dropped_counted: MAX_DROPPED_COUNTED,
+            evidence_text: true,
         }
+    }
+
+    /// Evidence keeps only line numbers, no file name or text.
+    pub fn without_evidence_text(mut self) -> Self {
+        self.evidence_text = false;
+        self
+    }
+
+    /// Counts at most `max` dropped processes one by one (memory: 8 bytes and change each).
+    pub fn set_max_dropped_counted(&mut self, max: usize) {
+        self.max_dropped_counted = max;
+    }
+
+    /// The processes so far, sorted by host and pid.
+    pub fn processes(&self) -> impl Iterator<Item = &ProcessLog> {
+        self.processes.values()
     }
 
     /// Distinct processes left out because the cap was reached (saturates at
@@ -117,10 +139,8 @@ impl LogParser {
         {
             return true;
         }
-        if self.dropped.len() < MAX_DROPPED_COUNTED {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            (host, pid).hash(&mut hasher);
-            self.dropped.insert(hasher.finish());
+        if self.dropped.len() < self.max_dropped_counted {
+            self.dropped.insert(process_hash(host, pid));
         }
         false
     }
@@ -162,10 +182,18 @@ impl LogParser {
                     pid: record.pid,
                     ..ProcessLog::default()
                 });
-                let evidence = Evidence {
-                    file: source.to_string(),
-                    line: index + 1,
-                    text: shorten(line.trim()),
+                let evidence = if self.evidence_text {
+                    Evidence {
+                        file: source.to_string(),
+                        line: index + 1,
+                        text: shorten(line.trim()),
+                    }
+                } else {
+                    Evidence {
+                        file: String::new(),
+                        line: index + 1,
+                        text: String::new(),
+                    }
                 };
                 process.apply(event, evidence);
             }
@@ -182,6 +210,13 @@ impl LogParser {
     pub fn finish(self) -> Vec<ProcessLog> {
         self.processes.into_values().collect()
     }
+}
+
+/// A process's key as the dropped counts hash it.
+pub fn process_hash(host: &str, pid: u32) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (host, pid).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Inserts unless the set is full.
@@ -287,10 +322,72 @@ impl ProcessLog {
             }
             Event::Setting { name, value } => {
                 if self.settings.len() < MAX_PER_PROCESS || self.settings.contains_key(&name) {
-                    self.settings.insert(name, (value, evidence));
+                    self.settings
+                        .insert(shorten(&name), (shorten(&value), evidence));
                 }
             }
             Event::Warning(_) => self.signal(SignalKind::Warning, evidence),
+        }
+    }
+
+    /// Takes in what `later` (the same process, read after) says, as if its lines had been fed
+    /// after this one's: the collector parses file by file and merges.
+    pub fn absorb(&mut self, later: &ProcessLog) {
+        if later.version.is_some() {
+            self.version.clone_from(&later.version);
+        }
+        for rank in &later.ranks {
+            bounded_insert(&mut self.ranks, *rank);
+        }
+        for id in &later.comm_ids {
+            bounded_insert(&mut self.comm_ids, id.clone());
+        }
+        for network in &later.networks {
+            if self.networks.len() == MAX_NETWORKS {
+                self.networks.remove(0);
+            }
+            self.networks.push(network.clone());
+        }
+        for hca in &later.hcas {
+            if self.hcas.len() < MAX_PER_PROCESS && !self.hcas.contains(hca) {
+                self.hcas.push(hca.clone());
+            }
+        }
+        if self.hca_evidence.is_none() {
+            self.hca_evidence.clone_from(&later.hca_evidence);
+        }
+        for interface in &later.socket_interfaces {
+            if self.socket_interfaces.len() < MAX_PER_PROCESS
+                && !self.socket_interfaces.contains(interface)
+            {
+                self.socket_interfaces.push(interface.clone());
+            }
+        }
+        for (hca, enabled) in &later.gdr_by_hca {
+            if self.gdr_by_hca.len() < MAX_PER_PROCESS || self.gdr_by_hca.contains_key(hca) {
+                self.gdr_by_hca.insert(hca.clone(), *enabled);
+            }
+        }
+        let room = MAX_PER_SIGNAL.saturating_sub(self.gdr_evidence.len());
+        self.gdr_evidence
+            .extend(later.gdr_evidence.iter().take(room).cloned());
+        for (net, (with, without)) in &later.channels {
+            if self.channels.len() < MAX_PER_PROCESS || self.channels.contains_key(net) {
+                let counts = self.channels.entry(net.clone()).or_default();
+                counts.0 = counts.0.saturating_add(*with);
+                counts.1 = counts.1.saturating_add(*without);
+            }
+        }
+        let room = MAX_PER_SIGNAL.saturating_sub(self.channel_evidence.len());
+        self.channel_evidence
+            .extend(later.channel_evidence.iter().take(room).cloned());
+        for (kind, evidence) in &later.signals {
+            self.signal(*kind, evidence.clone());
+        }
+        for (name, setting) in &later.settings {
+            if self.settings.len() < MAX_PER_PROCESS || self.settings.contains_key(name) {
+                self.settings.insert(name.clone(), setting.clone());
+            }
         }
     }
 
@@ -354,6 +451,53 @@ mod tests {
         assert_eq!(process.networks.last().unwrap().1.line, 3_999);
         assert_eq!(process.ranks.len(), MAX_PER_PROCESS);
         assert_eq!(process.comm_ids.len(), MAX_PER_PROCESS);
+    }
+
+    #[test]
+    fn absorbing_a_later_part_is_feeding_it() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl");
+        for name in [
+            "mixed/rank0.log",
+            "ib-gdr/gpu-node-01.4101.log",
+            "ib-no-gdr.log",
+            "socket-fallback.log",
+            "plugin-failure.log",
+            "proto-simple.log",
+            "roce.log",
+        ] {
+            let text = std::fs::read_to_string(root.join(name)).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            let (earlier, later) = lines.split_at(lines.len() / 2);
+            let (earlier, later) = (earlier.join("\n"), later.join("\n"));
+            let mut whole = LogParser::new();
+            whole.feed("f", earlier.as_bytes());
+            whole.feed("f", later.as_bytes());
+            let mut first = LogParser::new();
+            first.feed("f", earlier.as_bytes());
+            let mut second = LogParser::new();
+            second.feed("f", later.as_bytes());
+            let mut merged = first.processes;
+            for (key, process) in second.processes {
+                match merged.get_mut(&key) {
+                    Some(known) => known.absorb(&process),
+                    None => {
+                        merged.insert(key, process);
+                    }
+                }
+            }
+            let summaries = |processes: Vec<ProcessLog>| {
+                let list: Vec<_> = processes
+                    .iter()
+                    .map(super::super::verdict::summarize)
+                    .collect();
+                serde_json::to_value(list).unwrap()
+            };
+            assert_eq!(
+                summaries(merged.into_values().collect()),
+                summaries(whole.finish()),
+                "{name}"
+            );
+        }
     }
 
     #[test]
