@@ -441,7 +441,7 @@ impl Tailer {
     }
 }
 
-/// One scan from nothing known (tests, figures): every file read up to its bound.
+/// One scan from nothing known: every file read up to its bound.
 pub fn scan(source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
     Tailer::new().scan(source, limits)
 }
@@ -627,6 +627,7 @@ mod tests {
         blocked: Mutex<Option<PathBuf>>,
         released: Condvar,
         waiting: Mutex<bool>,
+        /// Calls to `read`, blocked ones included.
         reads: Mutex<usize>,
     }
 
@@ -667,6 +668,7 @@ mod tests {
             _: u64,
             _: Instant,
         ) -> io::Result<Chunk> {
+            *self.reads.lock().unwrap() += 1;
             let mut blocked = self.blocked.lock().unwrap();
             while blocked.as_deref() == Some(path) {
                 *self.waiting.lock().unwrap() = true;
@@ -674,7 +676,6 @@ mod tests {
             }
             drop(blocked);
             *self.waiting.lock().unwrap() = false;
-            *self.reads.lock().unwrap() += 1;
             let files = self.files.lock().unwrap();
             let (_, bytes) = files.iter().find(|(p, _)| p == path).unwrap();
             let id = scripted_id(path);
@@ -767,7 +768,7 @@ mod tests {
             );
         }
         assert_eq!(collector.last_scan().unwrap().finished, first);
-        // One scan thread: while it hangs, no other scan reads anything.
+        // One scan thread: while it hangs, no other scan even tries a read.
         let reads = *source.reads.lock().unwrap();
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(*source.reads.lock().unwrap(), reads, "a second scan ran");
