@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
 use crate::config::Config;
-use crate::diag::nccl::collector::NcclCollector;
+use crate::diag::nccl::collector::{LogDir, NcclCollector};
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::storm::StormDetector;
@@ -196,6 +196,21 @@ fn with_default_port(address: &str, port: u16) -> String {
     }
 }
 
+/// The NCCL log collector, when `nccl.log_dir` is set: its scan thread starts here, and each
+/// scrape serves the last finished scan.
+fn nccl_collector(config: &Config) -> Option<NcclCollector> {
+    let nccl = &config.nccl;
+    let limits = nccl.limits();
+    let source = Arc::new(LogDir(nccl.log_dir.clone()?));
+    match NcclCollector::spawn(source, limits) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the NCCL log scan thread did not start: {e}");
+            None
+        }
+    }
+}
+
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
 /// `process` is the process's own figures, for the one state that stands for the process.
 pub fn app_state(
@@ -213,7 +228,7 @@ pub fn app_state(
     if let Some(storm) = storm_detector(config, ethtool) {
         collectors.push(storm);
     }
-    if let Some(nccl) = NcclCollector::new(&config.nccl) {
+    if let Some(nccl) = nccl_collector(config) {
         collectors.push(Arc::new(nccl));
     }
     if let Some(poller) = &switches {

@@ -39,7 +39,7 @@ pub struct Config {
     pub switch_profiles_dir: Option<PathBuf>,
     /// Who decides when switches are read.
     pub switch_polling: SwitchPolling,
-    /// NCCL debug logs to report on at each scrape (off unless `log_dir` is set).
+    /// NCCL debug logs, scanned in the background (off unless `log_dir` is set).
     pub nccl: NcclConfig,
     /// The exporter's own `process_*` figures.
     pub process: ProcessConfig,

@@ -223,7 +223,10 @@ fn serve_collector_exposes_processes() {
         "--collector.nccl.log-dir",
         path_str(dir.path()),
     ]);
-    let body = exporter.metrics();
+    // Scrapes serve the last background scan: wait for the first.
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        common::value_of(samples, "rdma_nccl_socket_fallback_processes", &[]) == Some(1.0)
+    });
     let samples = common::parse_exposition(&body);
     let fallback = |host: &str, pid: &str| {
         common::value_of(
@@ -276,4 +279,197 @@ fn serve_collector_exposes_processes() {
             "docs/metrics.md lacks {family}"
         );
     }
+}
+
+// The background scan of `serve`'s NCCL collector: scrapes serve the last finished scan, and the
+// scan is bounded in files, bytes, time and processes.
+
+/// Scrapes until `done` holds for the samples (30 s at most); every scrape must answer 200.
+fn metrics_when(
+    exporter: &Exporter,
+    what: &str,
+    done: impl Fn(&[common::Sample]) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let body = exporter.metrics();
+        if done(&common::parse_exposition(&body)) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 30 s for {what}:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `serve` on the fixture node with a config file holding `nccl` (YAML flow mapping body).
+fn serve_with_nccl(dir: &std::path::Path, nccl: &str) -> (tempfile::TempDir, Exporter) {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!("nccl: {{log_dir: '{}', {nccl}}}\n", dir.display()),
+    )
+    .unwrap();
+    let sys = fixture("cx7-roce/sys");
+    let exporter = Exporter::start(&[
+        "--config.file",
+        path_str(&config),
+        "--no-collector.pfc-storm",
+        "--path.sysfs",
+        path_str(&sys),
+        "--collector.ethtool.source",
+        "none",
+    ]);
+    (config_dir, exporter)
+}
+
+fn nccl_processes(samples: &[common::Sample]) -> usize {
+    common::matching(samples, "rdma_nccl_process_info", &[]).count()
+}
+
+#[test]
+fn serve_scans_in_the_background_and_picks_up_new_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("nccl/mixed/rank0.log"),
+        dir.path().join("rank0.log"),
+    )
+    .unwrap();
+    let (_config, mut exporter) = serve_with_nccl(dir.path(), "scan_interval: 200ms");
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        nccl_processes(samples) == 1
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(
+        common::value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "nccl")]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    for family in [
+        "rdma_nccl_processes_dropped",
+        "rdma_nccl_scan_partial",
+        "rdma_exporter_collector_duration_seconds",
+    ] {
+        assert!(
+            common::matching(&samples, family, &[]).next().is_some(),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        common::value_of(&samples, "rdma_nccl_scan_partial", &[]),
+        Some(0.0)
+    );
+    // A file written later shows up at a following scan.
+    std::fs::copy(
+        fixture("nccl/mixed/rank1.log"),
+        dir.path().join("rank1.log"),
+    )
+    .unwrap();
+    let body = metrics_when(&exporter, "a scan after the new file", |samples| {
+        nccl_processes(samples) == 2
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(
+        common::value_of(
+            &samples,
+            "rdma_nccl_socket_fallback",
+            &[("host", "gpu-node-02"), ("pid", "5303")]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    common::promtool_check_metrics(&body);
+    // The scan thread never keeps the process from ending.
+    let status = exporter.terminate(std::time::Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
+#[test]
+fn serve_exports_at_most_max_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..40)
+        .map(|i| format!("node-{i}:{}:1 [0] NCCL INFO Using network IB\n", 1000 + i))
+        .collect();
+    std::fs::write(dir.path().join("many.log"), text).unwrap();
+    let (_config, exporter) =
+        serve_with_nccl(dir.path(), "scan_interval: 200ms, max_processes: 16");
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        nccl_processes(samples) > 0
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(nccl_processes(&samples), 16, "{body}");
+    assert_eq!(
+        common::matching(&samples, "rdma_nccl_socket_fallback", &[]).count(),
+        16
+    );
+    assert_eq!(
+        common::value_of(&samples, "rdma_nccl_processes_dropped", &[]),
+        Some(24.0),
+        "{body}"
+    );
+    let docs = std::fs::read_to_string(common::project_root().join("docs/metrics.md")).unwrap();
+    for family in ["rdma_nccl_processes_dropped", "rdma_nccl_scan_partial"] {
+        assert!(
+            docs.contains(&format!("`{family}`")),
+            "docs/metrics.md lacks {family}"
+        );
+    }
+}
+
+#[test]
+fn serve_answers_with_the_node_while_a_huge_log_dir_is_scanned() {
+    // 24 files of 4 MiB of init and channel lines, at the default per-file bound: a scan takes
+    // seconds, scrapes must not wait for it.
+    let dir = tempfile::tempdir().unwrap();
+    let block = std::fs::read_to_string(fixture("nccl/mixed/rank0.log")).unwrap();
+    let per_file = 4 << 20;
+    for file in 0..24 {
+        let mut text = String::with_capacity(per_file + block.len());
+        let mut round = 0;
+        while text.len() < per_file {
+            // Another pid per round: many processes, as a long job with restarts would log.
+            text.push_str(&block.replace("4111", &format!("{}", 10_000 + file * 1000 + round)));
+            round += 1;
+        }
+        std::fs::write(dir.path().join(format!("rank{file}.log")), text).unwrap();
+    }
+    let (_config, exporter) = serve_with_nccl(dir.path(), "scan_interval: 1s");
+    for _ in 0..20 {
+        let asked = std::time::Instant::now();
+        let samples = common::scrape_without_duplicates(&exporter);
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(5),
+            "a scrape took {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(
+            common::value_of(
+                &samples,
+                "rdma_exporter_collector_success",
+                &[("collector", "sysfs")]
+            ),
+            Some(1.0)
+        );
+        assert!(common::matching(&samples, "rdma_port_info", &[])
+            .next()
+            .is_some());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The scans finish and stay within the default process cap.
+    let body = metrics_when(&exporter, "a finished scan", |samples| {
+        nccl_processes(samples) > 0
+    });
+    let samples = common::parse_exposition(&body);
+    assert!(
+        nccl_processes(&samples) <= 1024,
+        "{}",
+        nccl_processes(&samples)
+    );
 }
