@@ -8,7 +8,7 @@ use rdma_fabric_exporter::cli::{Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config;
 use rdma_fabric_exporter::process_metrics::ProcessCollector;
 use rdma_fabric_exporter::web::LiveWebConfig;
-use rdma_fabric_exporter::yaml::ConfigError;
+use rdma_fabric_exporter::yaml::ConfigErrors;
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
 const EXIT_CONFIG: u8 = 2;
@@ -47,26 +47,41 @@ fn init_tracing(log: &LogArgs) {
     }
 }
 
+/// Runs the validation `serve` runs (profiles and secrets included) without starting anything.
 fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let result = if path.as_os_str() == "-" {
+    let loaded = if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
             .context("reading config from standard input")?;
-        config::parse(std::path::Path::new("<stdin>"), &text)
+        let path = std::path::Path::new("<stdin>");
+        config::parse(path, &text).map(|config| {
+            let origin = config::Origin {
+                path: path.to_path_buf(),
+                text: Some(text),
+            };
+            (config, origin)
+        })
     } else {
         config::load(path)
     };
-    match result {
+    let (config, origin) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => return Ok(config_error(&e.into())),
+    };
+    match app::check(&origin, &config) {
         Ok(_) => {
             println!("{}: OK", path.display());
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Ok(config_error(&e)),
+        Err(errors) => Ok(config_error(&errors)),
     }
 }
 
-fn config_error(e: &ConfigError) -> ExitCode {
-    eprintln!("error: {e}");
+/// Prints every error, one per line, and gives the config exit code.
+fn config_error(errors: &ConfigErrors) -> ExitCode {
+    for e in &errors.0 {
+        eprintln!("error: {e}");
+    }
     ExitCode::from(EXIT_CONFIG)
 }
 
@@ -95,17 +110,17 @@ async fn serve_http(
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match args.resolve() {
-        Ok(config) => config,
-        Err(e) => return Ok(config_error(&e)),
+    let (config, origin) = match args.resolve() {
+        Ok(loaded) => loaded,
+        Err(e) => return Ok(config_error(&e.into())),
+    };
+    let switches = match app::check(&origin, &config) {
+        Ok(switches) => switches,
+        Err(errors) => return Ok(config_error(&errors)),
     };
     let web = match web_config(args.web_config_file.as_deref()) {
         Ok(web) => web,
         Err(code) => return Ok(code),
-    };
-    let switches = match app::switch_poller(&config) {
-        Ok(switches) => switches,
-        Err(e) => return Ok(config_error(&e)),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let process = ProcessCollector {
