@@ -7,6 +7,7 @@ use rdma_fabric_exporter::app;
 use rdma_fabric_exporter::cli::{Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config;
 use rdma_fabric_exporter::process_metrics::ProcessCollector;
+use rdma_fabric_exporter::reload::Serving;
 use rdma_fabric_exporter::web::LiveWebConfig;
 use rdma_fabric_exporter::yaml::ConfigErrors;
 
@@ -103,8 +104,9 @@ async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     web: Option<Arc<LiveWebConfig>>,
+    note_hangup: bool,
 ) -> anyhow::Result<()> {
-    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal())
+    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal(note_hangup))
         .await
         .context("serving HTTP")
 }
@@ -123,45 +125,52 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let process = ProcessCollector {
-        runtime: Some(runtime.handle().clone()),
-    };
-    let mut state = app::app_state(&config, switches.clone(), Some(process));
-    state.coalesce_scrapes = !args.no_scrape_coalescing;
-    let state = Arc::new(state);
     let listen_address = config
         .web
         .listen_address
         .clone()
         .unwrap_or_else(config::default_listen_address);
+    let fixed = rdma_fabric_exporter::reload::Fixed {
+        process: ProcessCollector {
+            runtime: Some(runtime.handle().clone()),
+        },
+        coalesce_scrapes: !args.no_scrape_coalescing,
+        listen_address: listen_address.clone(),
+    };
     runtime.block_on(async move {
-        match &switches {
-            Some(switches) if config.switch_polling == config::SwitchPolling::Background => {
-                switches.spawn();
-                tracing::info!(switches = switches.targets.len(), "polling switches");
-            }
-            Some(switches) => tracing::info!(
-                switches = switches.targets.len(),
-                "switches are read on demand, through /probe"
-            ),
-            None => {}
-        }
+        let serving = Arc::new(Serving::start(&config, switches, fixed));
+        spawn_reloader(serving.clone(), args.clone())?;
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;
         tracing::info!(
             address = %listener.local_addr()?,
-            telemetry_path = %state.telemetry_path,
+            telemetry_path = %serving.state().telemetry_path,
             sysfs = %config.node.sysfs_path.display(),
             "rdma-fabric-exporter listening"
         );
         if let Some(web) = &web {
             tracing::info!(tls = web.current().tls.is_some(), "web config loaded");
         }
-        let app = rdma_fabric_exporter::server::router(state);
-        serve_http(listener, app, web).await?;
+        serve_http(listener, serving.router(), web, false).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGHUP re-reads the config file (and, in `web::serve`, the web config file).
+fn spawn_reloader(serving: Arc<Serving>, args: ServeArgs) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            if args.config_file.is_none() {
+                tracing::info!("SIGHUP: no --config.file to reload; still serving");
+                continue;
+            }
+            serving.reload(args.config_file.as_deref(), || args.resolve());
+        }
+    });
+    Ok(())
 }
 
 fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
@@ -199,19 +208,24 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
         let app = demo.router();
-        serve_http(listener, app, web).await?;
+        serve_http(listener, app, web, true).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
 
 /// Completes on SIGINT or SIGTERM. SIGHUP, whose default action would end the process (a
-/// closed terminal, a reflexive `kill -HUP`), only logs; with a web config it also reloads it
+/// closed terminal, a reflexive `kill -HUP`), never ends it: `serve` reloads its config
+/// (`spawn_reloader`), `demo` only says so (`note_hangup`); with a web config both reload it
 /// (`web::serve`). Where a handler cannot be installed the process keeps serving and says so.
-async fn shutdown_signal() {
+async fn shutdown_signal(note_hangup: bool) {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = signal(SignalKind::hangup())
-        .inspect_err(|e| tracing::warn!("SIGHUP handler not installed: {e}"))
-        .ok();
+    let mut hangup = note_hangup
+        .then(|| {
+            signal(SignalKind::hangup())
+                .inspect_err(|e| tracing::warn!("SIGHUP handler not installed: {e}"))
+                .ok()
+        })
+        .flatten();
     let mut term = signal(SignalKind::terminate())
         .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
         .ok();

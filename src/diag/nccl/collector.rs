@@ -504,8 +504,8 @@ pub fn scan(source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
 #[derive(Debug)]
 pub struct NcclCollector {
     shared: Arc<Shared>,
-    /// Dropped with the collector: the scan thread then ends at its next wake-up.
-    _stop: mpsc::Sender<()>,
+    /// A message, or the collector dropped, ends the scan thread at its next wake-up.
+    stop: mpsc::Sender<()>,
 }
 
 #[derive(Debug)]
@@ -530,10 +530,7 @@ impl NcclCollector {
         std::thread::Builder::new()
             .name("nccl-log-scan".into())
             .spawn(move || run(&thread_shared, source.as_ref(), &stopped))?;
-        Ok(NcclCollector {
-            shared,
-            _stop: stop,
-        })
+        Ok(NcclCollector { shared, stop })
     }
 
     /// The last finished scan, if any.
@@ -640,6 +637,11 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
 impl Collector for NcclCollector {
     fn name(&self) -> &'static str {
         "nccl"
+    }
+
+    fn retire(&self) {
+        // The scan thread ends at once if it waits, or after the scan it is in.
+        let _ = self.stop.send(());
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
