@@ -177,8 +177,7 @@ pub fn problems(config: &Config) -> Vec<Problem> {
     problems
 }
 
-/// Limits of zero would turn the collector off silently; a scan longer than its interval would
-/// never rest.
+/// Limits of zero would turn the collector off silently.
 fn nccl_problems(nccl: &NcclConfig) -> Vec<Problem> {
     use Step::Key;
     let mut problems = Vec::new();
@@ -191,15 +190,6 @@ fn nccl_problems(nccl: &NcclConfig) -> Vec<Problem> {
         if value == 0 {
             problems.push(at(key, format!("nccl.{key} must be at least 1")));
         }
-    }
-    if nccl.scan_timeout > nccl.scan_interval {
-        problems.push(at(
-            "scan_timeout",
-            format!(
-                "nccl.scan_timeout {:?} must not be longer than nccl.scan_interval {:?}",
-                nccl.scan_timeout, nccl.scan_interval
-            ),
-        ));
     }
     problems
 }
@@ -252,7 +242,7 @@ mod tests {
 
     #[test]
     fn every_problem_at_once_at_its_line() {
-        let text = "web:\n  telemetry_path: /healthz\nnccl:\n  max_files: 0\n  scan_interval: 5s\n  scan_timeout: 10s\n";
+        let text = "web:\n  telemetry_path: /healthz\nnccl:\n  max_files: 0\n  scan_interval: 5s\n  max_processes: 0\n";
         let errors = problems_of(text);
         let lines: Vec<&str> = errors.lines().collect();
         assert_eq!(lines.len(), 3, "{errors}");
@@ -265,7 +255,7 @@ mod tests {
             "{errors}"
         );
         assert!(
-            lines[2].starts_with("c.yml:6:17: nccl.scan_timeout"),
+            lines[2].starts_with("c.yml:6:18: nccl.max_processes must be at least 1"),
             "{errors}"
         );
         assert_eq!(problems_of("nccl:\n  max_files: 2\n"), "");

@@ -200,7 +200,8 @@ fn garbage_never_panics() {
     let path = dir.path().join("garbage.log");
     std::fs::write(&path, &bytes).unwrap();
     let (code, _, stderr) = nccl(&[path_str(&path)]);
-    assert_eq!(code, 0, "{stderr}");
+    // No whole NCCL line in it: the distinct "no NCCL lines" code, not a pass.
+    assert_eq!(code, 3, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
@@ -472,4 +473,140 @@ fn serve_answers_with_the_node_while_a_huge_log_dir_is_scanned() {
         "{}",
         nccl_processes(&samples)
     );
+}
+
+/// Writes `text` as one log file and runs `nccl --output json` on it.
+fn judge_text(text: &str) -> (i32, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.log");
+    std::fs::write(&path, text).unwrap();
+    json_job(&[path_str(&path)])
+}
+
+/// Formats of versions before 2.18, as logs in the wild show them: no `Using network`, bus ids
+/// in hex in channel lines, a bare version banner, CRLF line ends.
+#[test]
+fn older_versions_hex_bus_ids_and_no_using_network() {
+    let (code, job) = judge_text(
+        "NCCL version 2.7.8+cuda11.0\r\n\
+         node1:1234:1234 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.0.0.1<0>\r\n\
+         node1:1234:1300 [0] NCCL INFO Channel 00 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA\r\n\
+         node1:1234:1300 [0] NCCL INFO Channel 01 : 0[87000] -> 2[c7000] [send] via NET/IB/5/GDRDMA\r\n",
+    );
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
+    let process = &job["processes"][0];
+    assert_eq!(process["network"], "IB");
+    assert_eq!(process["nccl_version"], "2.7.8+cuda11.0");
+    assert_eq!(process["channels_gdrdma"], 2);
+}
+
+/// Net names with a space (EFA's plugin), PXN proxies and 6-digit bus ids.
+#[test]
+fn plugin_net_names_and_pxn_channels() {
+    let (code, job) = judge_text(
+        "h1:7:7 [0] NCCL INFO Channel 00/0 : 5[c00000] -> 12[b00000] [send] via NET/IBext/4(13)/GDRDMA\n\
+         h2:8:8 [0] NCCL INFO Channel 00 : 0[101d0] -> 1[101d0] [send] via NET/AWS Libfabric/1/GDRDMA\n",
+    );
+    assert_eq!(code, 0, "{job}");
+    let networks: Vec<&str> = job["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["network"].as_str().unwrap())
+        .collect();
+    assert_eq!(networks, ["IBext", "AWS Libfabric"]);
+    assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
+}
+
+/// Every rank says `NET/IB : No device found.` and then uses sockets, in a version that
+/// prints no `Using network`: a fallback, exit 1.
+#[test]
+fn no_ib_device_then_sockets_is_a_fallback() {
+    let (code, job) = judge_text(
+        "node1:20:20 [0] NCCL INFO NET/IB : No device found.\n\
+         node1:20:20 [0] NCCL INFO NET/Socket : Using [0]ens3:10.0.0.5<0>\n\
+         node2:21:21 [0] NCCL INFO NET/IB : No device found.\n\
+         node2:21:21 [0] NCCL INFO NET/Socket : Using [0]ens3:10.0.0.6<0>\n",
+    );
+    assert_eq!(code, 1, "{job}");
+    assert_eq!(job["verdict"], "socket_fallback", "{job}");
+    assert_eq!(
+        job["processes"][1]["socket_interfaces"][0],
+        "ens3:10.0.0.6<0>"
+    );
+}
+
+/// The spacing around the colon varies across versions (`NET/IB : `, `NET/IB: `), and the
+/// reasons IB is unusable have several wordings.
+#[test]
+fn colon_spacing_and_unusable_ib_wordings() {
+    for (ib_line, socket_line) in [
+        (
+            "NET/IB : No IP address found for device mlx5_0",
+            "NET/Socket: Using [0]ens5f0:10.1.1.1<0>",
+        ),
+        (
+            "NET/IB: Could not find a usable IB device",
+            "NET/Socket : Using [0]ens5f0:10.1.1.1<0>",
+        ),
+    ] {
+        let (code, job) = judge_text(&format!(
+            "h:1:1 [0] NCCL INFO {ib_line}\nh:1:1 [0] NCCL INFO {socket_line}\n"
+        ));
+        assert_eq!(code, 1, "{ib_line}: {job}");
+        assert_eq!(job["verdict"], "socket_fallback", "{ib_line}: {job}");
+        let evidence = job["processes"][0]["evidence"].to_string();
+        assert!(evidence.contains(ib_line), "{evidence}");
+    }
+    let (code, job) =
+        judge_text("h:1:1 [0] NCCL INFO NET/IB: Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n");
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["verdict"], "rdma_gdr_unknown", "{job}");
+    assert_eq!(job["processes"][0]["link_layer"], "RoCE");
+}
+
+/// A failed verbs call is a failure (exit 1) with where to look.
+#[test]
+fn qp_creation_failure_points_at_limits() {
+    let text = "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n\
+                h:1:9 [0] misc/ibvwrap.cc:252 NCCL WARN Call to ibv_create_qp failed with error Cannot allocate memory\n";
+    let (code, job) = judge_text(text);
+    assert_eq!(code, 1, "{job}");
+    assert_eq!(job["failures"][0]["call"], "ibv_create_qp");
+    assert_eq!(job["failures"][0]["evidence"]["line"], 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.log");
+    std::fs::write(&path, text).unwrap();
+    let (_, stdout, _) = nccl(&[path_str(&path)]);
+    assert!(
+        stdout.contains("failed: ibv_create_qp") && stdout.contains("max_qp"),
+        "{stdout}"
+    );
+}
+
+/// No NCCL line at all (an empty or wrong file) has its own exit code, so a CI gate fails.
+#[test]
+fn no_nccl_lines_exit_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    let wrong = dir.path().join("wrong.log");
+    std::fs::write(&wrong, "Epoch 1/10 loss=0.3\n").unwrap();
+    for path in [&empty, &wrong] {
+        let (code, stdout, _) = nccl(&[path_str(path)]);
+        assert_eq!(code, 3, "{stdout}");
+        assert!(stdout.contains("no NCCL log lines found"), "{stdout}");
+    }
+}
+
+/// RCCL prints its own version banner.
+#[test]
+fn rccl_version_banner() {
+    let (_, job) = judge_text(
+        "h:1:1 [0] NCCL INFO RCCL version : 2.22.3-HEAD:271856d\n\
+         h:1:1 [0] NCCL INFO Channel 00/0 : 0[2] -> 1[3] [send] via NET/IB/0/GDRDMA comm 0x5a nRanks 16\n",
+    );
+    assert_eq!(job["processes"][0]["nccl_version"], "2.22.3-HEAD:271856d");
+    assert_eq!(job["processes"][0]["network"], "IB");
 }

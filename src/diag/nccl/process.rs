@@ -35,6 +35,8 @@ pub const MAX_DROPPED_COUNTED: usize = 1 << 17;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum SignalKind {
     IbNoDevice,
+    /// A verbs call failed: QP creation or modification, memory registration.
+    VerbsFailure,
     PluginInitFailed,
     PluginNotFound,
     SocketInUse,
@@ -53,6 +55,8 @@ pub struct ProcessLog {
     pub networks: Vec<(String, Evidence)>,
     pub hcas: Vec<Hca>,
     pub hca_evidence: Option<Evidence>,
+    /// Network transports that said `NET/<name> : Using ...` (initialised).
+    pub initialized_nets: BTreeSet<String>,
     pub socket_interfaces: Vec<String>,
     /// GDR per HCA: by name where the line names it, else by index (older per-GPU lines).
     pub gdr_by_hca: BTreeMap<String, bool>,
@@ -243,7 +247,8 @@ impl ProcessLog {
                 }
                 self.networks.push((net, evidence));
             }
-            Event::IbDevices(hcas) => {
+            Event::NetDevices { net, hcas } => {
+                bounded_insert(&mut self.initialized_nets, net);
                 for hca in hcas {
                     if self.hcas.len() < MAX_PER_PROCESS && !self.hcas.contains(&hca) {
                         self.hcas.push(hca);
@@ -252,6 +257,7 @@ impl ProcessLog {
                 self.hca_evidence.get_or_insert(evidence);
             }
             Event::IbNoDevice => self.signal(SignalKind::IbNoDevice, evidence),
+            Event::VerbsFailure(_) => self.signal(SignalKind::VerbsFailure, evidence),
             Event::SocketInterfaces(interfaces) => {
                 for interface in interfaces {
                     if self.socket_interfaces.len() < MAX_PER_PROCESS
