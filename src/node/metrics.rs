@@ -304,6 +304,16 @@ fn add_port_counters<'a>(
             value,
         );
         debug_assert!(added.is_ok(), "{added:?}");
+        if super::saturation::is_saturated(name, raw) {
+            let mut labels = port_labels(device, port);
+            labels.push(("counter", Cow::Borrowed(name)));
+            families.gauge(
+                "rdma_port_counter_saturated",
+                "1 while a port counter sits at the maximum of its narrow PMA field (8-bit link_downed at 255, 16-bit symbol_error at 65535, ...): it no longer counts, and rules on its increase are blind. Present only while saturated.",
+                labels,
+                Value::U64(1),
+            );
+        }
     }
 }
 
@@ -682,6 +692,27 @@ mod tests {
             3,
             "rdma_devices, rdma_port_info, one rx_bytes"
         );
+    }
+
+    #[test]
+    fn a_saturated_narrow_counter_is_flagged() {
+        let families_of = |link_downed: u64| {
+            let port = Port {
+                number: 1,
+                number_text: "1".into(),
+                counters: vec![
+                    ("link_downed".into(), link_downed),
+                    ("symbol_error".into(), 12),
+                ],
+                ..Port::default()
+            };
+            let snapshot = one_port_node(port);
+            let mut families = Families::default();
+            add_node_metrics(&mut families, &snapshot, None);
+            families.contains("rdma_port_counter_saturated")
+        };
+        assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
+        assert!(!families_of(254));
     }
 
     #[test]
