@@ -21,6 +21,9 @@ def columns(name):
         cols += columns(parent.group(1))
     for match in COLUMN.finditer(text):
         col_name, oid, metric, index, rest = match.groups()
+        # Fallback columns are walked only when the vendor table is absent: not recorded here.
+        if "fallback_for" in rest:
+            continue
         base = re.search(r"queue_base: (\d+)", rest)
         cols.append((col_name, oid, metric, [p.strip() for p in index.split(",")], int(base.group(1)) if base else 0))
     return cols

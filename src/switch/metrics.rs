@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::poller::Poller;
-use super::profile::{Metric, SampleKey, SampleValue};
+use super::profile::{Metric, Sample, SampleKey, SampleValue};
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, Labels, Value};
+use crate::exposition::{Families, Kind, Labels, Value};
 
 /// Where a profile metric is exported. The match in [`export`] is exhaustive: a new `Metric`
 /// does not compile until it has a family, so no column a profile walks is dropped unseen.
@@ -275,10 +275,36 @@ impl Collector for SwitchCollector {
                     Value::U64(*count),
                 );
             }
+            if let Some(snapshot) = &fresh {
+                let mut labels = switch();
+                labels.push(("source", Cow::Borrowed(pfc_source(&snapshot.samples))));
+                let added = families.add(
+                    "rdma_switch_pfc_source_info",
+                    Kind::Info,
+                    "Where the switch's PFC counters come from: per_priority (a vendor table or gNMI), all_priorities (the standard IEEE8021-PFC-MIB, summed over priorities; the vendor table is absent on this device) or none (no PFC data: PFC storms on it cannot be seen).",
+                    labels,
+                    Value::U64(1),
+                );
+                debug_assert!(added.is_ok(), "{added:?}");
+            }
             snapshots.push((target.name.clone(), fresh));
         }
         self.add_all(&mut families, &snapshots);
         out.encode(&families)?;
         Ok(Outcome::ok(true))
+    }
+}
+
+/// The finest PFC data in a poll: per priority, summed over priorities, or none.
+fn pfc_source(samples: &[Sample]) -> &'static str {
+    if samples.iter().any(|s| s.metric == Metric::PfcFrames) {
+        "per_priority"
+    } else if samples
+        .iter()
+        .any(|s| s.metric == Metric::PfcFramesAllPriorities)
+    {
+        "all_priorities"
+    } else {
+        "none"
     }
 }

@@ -194,6 +194,10 @@ pub struct Column {
     pub queue_base: u32,
     /// Required for `pfc_pause_seconds`.
     pub unit: Option<TimeUnit>,
+    /// Walked only when the poll's other columns gave no sample of this metric: the standard
+    /// per-interface PFC table for a device whose OS lacks the vendor's per-priority one.
+    #[serde(default)]
+    pub fallback_for: Option<Metric>,
 }
 
 fn deserialize_oid<'de, D: serde::Deserializer<'de>>(
@@ -244,10 +248,17 @@ impl Profile {
     /// Distinct column OIDs to walk (several columns may share one table column, told apart
     /// by `Equals` index parts).
     pub fn walk_roots(&self) -> Vec<Vec<u32>> {
-        let mut roots: Vec<Vec<u32>> = self.columns.iter().map(|c| c.oid.clone()).collect();
-        roots.sort();
-        roots.dedup();
-        roots
+        roots(self.columns.iter().filter(|c| c.fallback_for.is_none()))
+    }
+
+    /// Fallback column OIDs to walk once [`Profile::walk_roots`] gave no sample of the metric
+    /// they stand in for (`found` tells which metrics came back).
+    pub fn fallback_roots(&self, found: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
+        roots(
+            self.columns
+                .iter()
+                .filter(|c| c.fallback_for.is_some_and(|metric| !found(metric))),
+        )
     }
 
     /// Decodes one varbind into a sample, if a column of this profile claims it.
@@ -258,6 +269,14 @@ impl Profile {
             Some(column.sample(key, value))
         })
     }
+}
+
+/// Distinct OIDs of `columns`, sorted.
+fn roots<'a>(columns: impl Iterator<Item = &'a Column>) -> Vec<Vec<u32>> {
+    let mut roots: Vec<Vec<u32>> = columns.map(|c| c.oid.clone()).collect();
+    roots.sort();
+    roots.dedup();
+    roots
 }
 
 /// Where a sample belongs, read from the index and the column's fixed labels.
@@ -363,6 +382,11 @@ impl Column {
     }
 
     fn validate(&self) -> Result<(), String> {
+        if self.fallback_for == Some(self.metric) {
+            return Err(
+                "`fallback_for` names another metric, the one this column stands in for".into(),
+            );
+        }
         let has = |part: IndexPart| self.index.contains(&part);
         let port_parts = self
             .index

@@ -182,32 +182,49 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
         .map_err(|e| poll_error(&e))?;
     let mut result = WalkResult::default();
     for root in profile.walk_roots() {
-        let oid = Oid::from_slice(&root);
-        let mut stream = match target.credentials.version() {
-            SnmpVersion::V1 => client.walk_getnext(oid),
-            SnmpVersion::V2c | SnmpVersion::V3 => client.bulk_walk(oid, target.max_repetitions),
-        }
-        .map_err(|e| poll_error(&e))?;
-        // Datagrams counted when the last answer was taken: any that arrive for a request that
-        // then times out were answers the client could not use.
-        let mut taken = client.stats();
-        while let Some(varbind) = stream.next().await {
-            let varbind = varbind.map_err(|e| match poll_error(&e) {
-                timeout if timeout.reason == PollErrorReason::Timeout => {
-                    unusable_answers(&taken, &client.stats(), target.credentials.version())
-                        .unwrap_or(timeout)
-                }
-                other => other,
-            })?;
-            taken = client.stats();
-            match profile.decode(varbind.oid.arcs(), &snmp_value(&varbind.value)) {
-                Some(Ok(sample)) => result.samples.push(sample),
-                Some(Err(e)) => result.decode_errors.push(e.to_string()),
-                None => {}
-            }
-        }
+        walk_root(&client, target, profile, &root, &mut result).await?;
+    }
+    // The standard tables stand in for vendor ones the device does not serve (an older OS).
+    let found: std::collections::HashSet<_> = result.samples.iter().map(|s| s.metric).collect();
+    for root in profile.fallback_roots(|metric| found.contains(&metric)) {
+        walk_root(&client, target, profile, &root, &mut result).await?;
     }
     Ok(result)
+}
+
+/// Walks one column, adding what the profile decodes to `result`.
+async fn walk_root(
+    client: &Client,
+    target: &SnmpTarget,
+    profile: &Profile,
+    root: &[u32],
+    result: &mut WalkResult,
+) -> Result<(), PollError> {
+    let oid = Oid::from_slice(root);
+    let mut stream = match target.credentials.version() {
+        SnmpVersion::V1 => client.walk_getnext(oid),
+        SnmpVersion::V2c | SnmpVersion::V3 => client.bulk_walk(oid, target.max_repetitions),
+    }
+    .map_err(|e| poll_error(&e))?;
+    // Datagrams counted when the last answer was taken: any that arrive for a request that
+    // then times out were answers the client could not use.
+    let mut taken = client.stats();
+    while let Some(varbind) = stream.next().await {
+        let varbind = varbind.map_err(|e| match poll_error(&e) {
+            timeout if timeout.reason == PollErrorReason::Timeout => {
+                unusable_answers(&taken, &client.stats(), target.credentials.version())
+                    .unwrap_or(timeout)
+            }
+            other => other,
+        })?;
+        taken = client.stats();
+        match profile.decode(varbind.oid.arcs(), &snmp_value(&varbind.value)) {
+            Some(Ok(sample)) => result.samples.push(sample),
+            Some(Err(e)) => result.decode_errors.push(e.to_string()),
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// A request timed out although the agent answered: with datagrams that are not SNMP (or

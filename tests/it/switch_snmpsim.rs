@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rdma_fabric_exporter::switch::profile::{parse_oid, Profile, Profiles, SnmpValue};
+use rdma_fabric_exporter::switch::profile::{parse_oid, Metric, Profile, Profiles, SnmpValue};
 use rdma_fabric_exporter::switch::secret::Secret;
 use rdma_fabric_exporter::switch::snmp::{walk, Credentials, SnmpTarget};
 
@@ -82,6 +82,36 @@ fn every_profile_decodes_its_recorded_walk() {
         let file = format!("{name}.snmprec");
         std::fs::copy(fixture("snmprec").join(&file), data.path().join(&file)).unwrap();
     }
+    // An EOS that serves the standard IEEE8021-PFC-MIB but not ARISTA-PFC-MIB, as older
+    // releases (a 7150S on EOS 4.20) do: the Arista walk without its PFC rows, plus the
+    // standard table's rows of the generic recording.
+    let without_vendor_pfc: String = [("arista_eos", false), ("generic", true)]
+        .iter()
+        .flat_map(|(name, ieee)| {
+            std::fs::read_to_string(fixture("snmprec").join(format!("{name}.snmprec")))
+                .unwrap()
+                .lines()
+                .filter(|line| {
+                    let is_ieee = line.starts_with("1.3.111.2.802.1.1.21.");
+                    let is_arista_pfc = line.starts_with("1.3.6.1.4.1.30065.3.11.");
+                    if *ieee {
+                        is_ieee
+                    } else {
+                        !is_arista_pfc
+                    }
+                })
+                .map(|line| format!("{line}\n"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // snmpsim wants the rows in OID order.
+    let mut rows: Vec<&str> = without_vendor_pfc.lines().collect();
+    rows.sort_by_key(|line| parse_oid(line.split('|').next().unwrap()).unwrap());
+    std::fs::write(
+        data.path().join("eos_without_vendor_pfc.snmprec"),
+        rows.join("\n") + "\n",
+    )
+    .unwrap();
     // snmpsim drops root privileges to nobody, who must read the recordings and write the cache.
     let open = |path: &Path, mode| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
@@ -142,8 +172,16 @@ fn every_profile_decodes_its_recorded_walk() {
             got, expected,
             "{name}: walked samples differ from the recording"
         );
-        // The recording covers every column of the profile.
-        for column in &profile.columns {
+        // The vendor's PFC table is there: the standard one is not walked.
+        assert!(
+            result
+                .samples
+                .iter()
+                .all(|s| s.metric != Metric::PfcFramesAllPriorities || *name == "generic"),
+            "{name}: the fallback columns were walked although the vendor table answered"
+        );
+        // The recording covers every column of the profile but its fallbacks.
+        for column in profile.columns.iter().filter(|c| c.fallback_for.is_none()) {
             assert!(
                 rows.iter().any(
                     |(oid, v)| oid.starts_with(&column.oid) && profile.decode(oid, v).is_some()
@@ -153,4 +191,28 @@ fn every_profile_decodes_its_recorded_walk() {
             );
         }
     }
+
+    // Without the vendor table, the standard one is walked: PFC data summed over priorities.
+    let target = SnmpTarget {
+        address: format!("127.0.0.1:{port}"),
+        credentials: Credentials::V2c(Secret::new("eos_without_vendor_pfc")),
+        timeout: Duration::from_millis(500),
+        retries: 0,
+        max_repetitions: 10,
+    };
+    let result = runtime
+        .block_on(walk(&target, profiles.get("arista_eos").unwrap()))
+        .unwrap();
+    let pfc: Vec<_> = result
+        .samples
+        .iter()
+        .filter(|s| matches!(s.metric, Metric::PfcFrames | Metric::PfcFramesAllPriorities))
+        .collect();
+    assert!(
+        !pfc.is_empty()
+            && pfc
+                .iter()
+                .all(|s| s.metric == Metric::PfcFramesAllPriorities),
+        "{pfc:?}"
+    );
 }
