@@ -166,6 +166,21 @@ mod tests {
     }
 
     #[test]
+    fn bnxt_ring_lines_and_tabs() {
+        // bnxt_en indents with tabs and prints per-ring statistics as `[ring]: name: value`.
+        let text = b"NIC statistics:\n\t[0]: rx_discards: 0\n\t[1]: rx_discards: 2\n\trx_pfc_ena_frames_pri3: 9\n";
+        let stats = parse_ethtool_text(Path::new("x"), text).unwrap();
+        assert_eq!(
+            stats,
+            vec![
+                ("[0]: rx_discards".to_string(), 0),
+                ("[1]: rx_discards".to_string(), 2),
+                ("rx_pfc_ena_frames_pri3".to_string(), 9)
+            ]
+        );
+    }
+
+    #[test]
     fn rejects_garbage_with_line_number() {
         let err = parse_ethtool_text(Path::new("f"), b"NIC statistics:\n rx: 1\n tx: lots\n")
             .unwrap_err();

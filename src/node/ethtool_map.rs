@@ -1,6 +1,15 @@
-//! Maps mlx5 driver statistic names (`ethtool -S`) to the typed RoCE metrics of the design:
-//! per-priority PFC, ECN marks, discards and PHY errors. Names follow the kernel's
-//! `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c` and `counters.rst`.
+//! Driver statistic names (`ethtool -S`) with a typed meaning: per-priority PFC, ECN marks,
+//! discards and PHY errors. Each NIC family's names are data, one table per driver
+//! ([`DRIVERS`]): adding a driver is a table, not code. Names of drivers without a table pass
+//! through untyped.
+//!
+//! Sources: mlx5 `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c` and `counters.rst`;
+//! bnxt_en/bng_en `bnxt_ethtool.c` (`BNXT_RX_STATS_EXT_PFC_ENTRY`, `tx_pfc_ena_frames_pri*`);
+//! ice and i40e `*_ethtool.c` (`rx_priority_%u_xoff`, `.nic` and `port.` prefixes); ionic as
+//! AMD's device-metrics-exporter shows it (`rx_pripause_<p>_1us_count`).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
 pub use crate::direction::Direction;
 
@@ -74,66 +83,217 @@ impl StormSeverity {
     }
 }
 
-/// Returns the typed meaning of a driver statistic name, if it has one.
-pub fn classify(name: &str) -> Option<TypedStat> {
-    use Direction::{Rx, Tx};
-    let fixed = match name {
-        "tx_pause_storm_warning_events" => Some(TypedStat::PauseStormEvents {
-            severity: StormSeverity::Warning,
-        }),
-        "tx_pause_storm_error_events" => Some(TypedStat::PauseStormEvents {
-            severity: StormSeverity::Error,
-        }),
-        "rx_global_pause" => Some(TypedStat::GlobalPauseFrames { direction: Rx }),
-        "tx_global_pause" => Some(TypedStat::GlobalPauseFrames { direction: Tx }),
-        "rx_global_pause_duration" => Some(TypedStat::GlobalPauseDurationMicros { direction: Rx }),
-        "tx_global_pause_duration" => Some(TypedStat::GlobalPauseDurationMicros { direction: Tx }),
-        "rx_discards_phy" => Some(TypedStat::PhyDiscards { direction: Rx }),
-        "tx_discards_phy" => Some(TypedStat::PhyDiscards { direction: Tx }),
-        "rx_out_of_buffer" => Some(TypedStat::RxOutOfBuffer),
-        "link_down_events_phy" => Some(TypedStat::LinkDownEvents),
-        "rx_symbol_err_phy" => Some(TypedStat::PhySymbolErrors),
-        "rx_pcs_symbol_err_phy" => Some(TypedStat::PcsSymbolErrors),
-        "rx_corrected_bits_phy" => Some(TypedStat::FecCorrectedBits),
-        "rx_bits_phy" => Some(TypedStat::PhyReceivedBits),
-        "rx_crc_errors_phy" => Some(TypedStat::PhyCrcErrors),
-        _ => None,
-    };
-    fixed.or_else(|| per_priority(name))
+/// What a name means before its priority is known: a [`TypedStat`] without the priority.
+#[derive(Debug, Clone, Copy)]
+enum Meaning {
+    PfcPauseFrames(Direction),
+    PfcPauseDurationMicros(Direction),
+    PfcPauseTransitions(Direction),
+    GlobalPauseFrames(Direction),
+    GlobalPauseDurationMicros(Direction),
+    PauseStormEvents(StormSeverity),
+    PriorityDiscards,
+    PriorityBufferDiscards,
+    PriorityCongestionDiscards,
+    PriorityEcnMarked,
+    PhyDiscards(Direction),
+    RxOutOfBuffer,
+    LinkDownEvents,
+    PhySymbolErrors,
+    PcsSymbolErrors,
+    FecCorrectedBits,
+    PhyReceivedBits,
+    PhyCrcErrors,
 }
 
-/// `{rx,tx}_prio<p>_<what>` names.
-fn per_priority(name: &str) -> Option<TypedStat> {
-    let (direction, rest) = if let Some(rest) = name.strip_prefix("rx_prio") {
-        (Direction::Rx, rest)
-    } else if let Some(rest) = name.strip_prefix("tx_prio") {
-        (Direction::Tx, rest)
-    } else {
-        return None;
-    };
-    let (digit, what) = rest.split_at_checked(1)?;
-    let priority: u8 = digit.parse().ok().filter(|p| *p < 8)?;
-    let what = what.strip_prefix('_')?;
-    let stat = match (direction, what) {
-        (_, "pause") => TypedStat::PfcPauseFrames {
-            priority,
-            direction,
-        },
-        (_, "pause_duration") => TypedStat::PfcPauseDurationMicros {
-            priority,
-            direction,
-        },
-        (_, "pause_transition") => TypedStat::PfcPauseTransitions {
-            priority,
-            direction,
-        },
-        (Direction::Rx, "discards") => TypedStat::PriorityDiscards { priority },
-        (Direction::Rx, "buf_discard") => TypedStat::PriorityBufferDiscards { priority },
-        (Direction::Rx, "cong_discard") => TypedStat::PriorityCongestionDiscards { priority },
-        (Direction::Rx, "marked") => TypedStat::PriorityEcnMarked { priority },
-        _ => return None,
-    };
-    Some(stat)
+impl Meaning {
+    /// The typed statistic; `None` when the meaning needs a priority and has none.
+    fn with_priority(self, priority: Option<u8>) -> Option<TypedStat> {
+        use Meaning as M;
+        let p = || priority;
+        Some(match self {
+            M::PfcPauseFrames(direction) => TypedStat::PfcPauseFrames {
+                priority: p()?,
+                direction,
+            },
+            M::PfcPauseDurationMicros(direction) => TypedStat::PfcPauseDurationMicros {
+                priority: p()?,
+                direction,
+            },
+            M::PfcPauseTransitions(direction) => TypedStat::PfcPauseTransitions {
+                priority: p()?,
+                direction,
+            },
+            M::GlobalPauseFrames(direction) => TypedStat::GlobalPauseFrames { direction },
+            M::GlobalPauseDurationMicros(direction) => {
+                TypedStat::GlobalPauseDurationMicros { direction }
+            }
+            M::PauseStormEvents(severity) => TypedStat::PauseStormEvents { severity },
+            M::PriorityDiscards => TypedStat::PriorityDiscards { priority: p()? },
+            M::PriorityBufferDiscards => TypedStat::PriorityBufferDiscards { priority: p()? },
+            M::PriorityCongestionDiscards => {
+                TypedStat::PriorityCongestionDiscards { priority: p()? }
+            }
+            M::PriorityEcnMarked => TypedStat::PriorityEcnMarked { priority: p()? },
+            M::PhyDiscards(direction) => TypedStat::PhyDiscards { direction },
+            M::RxOutOfBuffer => TypedStat::RxOutOfBuffer,
+            M::LinkDownEvents => TypedStat::LinkDownEvents,
+            M::PhySymbolErrors => TypedStat::PhySymbolErrors,
+            M::PcsSymbolErrors => TypedStat::PcsSymbolErrors,
+            M::FecCorrectedBits => TypedStat::FecCorrectedBits,
+            M::PhyReceivedBits => TypedStat::PhyReceivedBits,
+            M::PhyCrcErrors => TypedStat::PhyCrcErrors,
+        })
+    }
+}
+
+/// One NIC family: the kernel driver names it goes by, and its statistic names. `{p}` in a name
+/// stands for the 802.1p priority 0-7.
+pub struct DriverStats {
+    pub drivers: &'static [&'static str],
+    names: &'static [(&'static str, Meaning)],
+}
+
+use Direction::{Rx, Tx};
+use Meaning as M;
+
+const MLX5: DriverStats = DriverStats {
+    drivers: &["mlx5_core"],
+    names: &[
+        ("rx_prio{p}_pause", M::PfcPauseFrames(Rx)),
+        ("tx_prio{p}_pause", M::PfcPauseFrames(Tx)),
+        ("rx_prio{p}_pause_duration", M::PfcPauseDurationMicros(Rx)),
+        ("tx_prio{p}_pause_duration", M::PfcPauseDurationMicros(Tx)),
+        ("rx_prio{p}_pause_transition", M::PfcPauseTransitions(Rx)),
+        ("tx_prio{p}_pause_transition", M::PfcPauseTransitions(Tx)),
+        ("rx_prio{p}_discards", M::PriorityDiscards),
+        ("rx_prio{p}_buf_discard", M::PriorityBufferDiscards),
+        ("rx_prio{p}_cong_discard", M::PriorityCongestionDiscards),
+        ("rx_prio{p}_marked", M::PriorityEcnMarked),
+        (
+            "tx_pause_storm_warning_events",
+            M::PauseStormEvents(StormSeverity::Warning),
+        ),
+        (
+            "tx_pause_storm_error_events",
+            M::PauseStormEvents(StormSeverity::Error),
+        ),
+        ("rx_global_pause", M::GlobalPauseFrames(Rx)),
+        ("tx_global_pause", M::GlobalPauseFrames(Tx)),
+        ("rx_global_pause_duration", M::GlobalPauseDurationMicros(Rx)),
+        ("tx_global_pause_duration", M::GlobalPauseDurationMicros(Tx)),
+        ("rx_discards_phy", M::PhyDiscards(Rx)),
+        ("tx_discards_phy", M::PhyDiscards(Tx)),
+        ("rx_out_of_buffer", M::RxOutOfBuffer),
+        ("link_down_events_phy", M::LinkDownEvents),
+        ("rx_symbol_err_phy", M::PhySymbolErrors),
+        ("rx_pcs_symbol_err_phy", M::PcsSymbolErrors),
+        ("rx_corrected_bits_phy", M::FecCorrectedBits),
+        ("rx_bits_phy", M::PhyReceivedBits),
+        ("rx_crc_errors_phy", M::PhyCrcErrors),
+    ],
+};
+
+/// Broadcom NetXtreme-C/E and its successor (Thor, Thor2).
+const BNXT: DriverStats = DriverStats {
+    drivers: &["bnxt_en", "bng_en"],
+    names: &[
+        ("rx_pfc_ena_frames_pri{p}", M::PfcPauseFrames(Rx)),
+        ("tx_pfc_ena_frames_pri{p}", M::PfcPauseFrames(Tx)),
+        ("pfc_pri{p}_rx_duration_us", M::PfcPauseDurationMicros(Rx)),
+        ("pfc_pri{p}_tx_duration_us", M::PfcPauseDurationMicros(Tx)),
+        ("pfc_pri{p}_rx_transitions", M::PfcPauseTransitions(Rx)),
+        ("pfc_pri{p}_tx_transitions", M::PfcPauseTransitions(Tx)),
+        ("rx_pause_frames", M::GlobalPauseFrames(Rx)),
+        ("tx_pause_frames", M::GlobalPauseFrames(Tx)),
+    ],
+};
+
+/// Intel E810 (ice, RDMA through irdma). XOFF frames are the pauses; XON frames end them.
+const ICE: DriverStats = DriverStats {
+    drivers: &["ice"],
+    names: &[
+        ("rx_priority_{p}_xoff.nic", M::PfcPauseFrames(Rx)),
+        ("tx_priority_{p}_xoff.nic", M::PfcPauseFrames(Tx)),
+        ("link_xoff_rx.nic", M::GlobalPauseFrames(Rx)),
+        ("link_xoff_tx.nic", M::GlobalPauseFrames(Tx)),
+        ("rx_crc_errors.nic", M::PhyCrcErrors),
+    ],
+};
+
+/// Intel X710/XL710 (i40e).
+const I40E: DriverStats = DriverStats {
+    drivers: &["i40e"],
+    names: &[
+        ("port.rx_priority_{p}_xoff", M::PfcPauseFrames(Rx)),
+        ("port.tx_priority_{p}_xoff", M::PfcPauseFrames(Tx)),
+        ("port.link_xoff_rx", M::GlobalPauseFrames(Rx)),
+        ("port.link_xoff_tx", M::GlobalPauseFrames(Tx)),
+        ("port.rx_crc_errors", M::PhyCrcErrors),
+    ],
+};
+
+/// AMD Pensando (ionic): pause time per priority in microseconds.
+const IONIC: DriverStats = DriverStats {
+    drivers: &["ionic"],
+    names: &[
+        ("rx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Rx)),
+        ("tx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Tx)),
+        ("rx_pause_1us_count", M::GlobalPauseDurationMicros(Rx)),
+        ("tx_pause_1us_count", M::GlobalPauseDurationMicros(Tx)),
+    ],
+};
+
+/// Every driver with typed statistics.
+pub const DRIVERS: &[DriverStats] = &[MLX5, BNXT, ICE, I40E, IONIC];
+
+/// Each table's names with `{p}` expanded; `None` stands for "driver unknown": every table.
+static BY_DRIVER: LazyLock<HashMap<Option<&'static str>, HashMap<String, TypedStat>>> =
+    LazyLock::new(|| {
+        let mut all = HashMap::new();
+        let mut by_driver = HashMap::new();
+        for table in DRIVERS {
+            let names = expand(table);
+            for (name, stat) in &names {
+                all.entry(name.clone()).or_insert(*stat);
+            }
+            for driver in table.drivers {
+                by_driver.insert(Some(*driver), names.clone());
+            }
+        }
+        by_driver.insert(None, all);
+        by_driver
+    });
+
+fn expand(table: &DriverStats) -> HashMap<String, TypedStat> {
+    let mut names = HashMap::new();
+    for (pattern, meaning) in table.names {
+        if pattern.contains("{p}") {
+            for priority in 0..8u8 {
+                if let Some(stat) = meaning.with_priority(Some(priority)) {
+                    names.insert(pattern.replace("{p}", &priority.to_string()), stat);
+                }
+            }
+        } else if let Some(stat) = meaning.with_priority(None) {
+            names.insert((*pattern).to_string(), stat);
+        }
+    }
+    names
+}
+
+/// The typed meaning of a statistic name, whatever the driver (names of different families do
+/// not overlap).
+pub fn classify(name: &str) -> Option<TypedStat> {
+    classify_for(None, name)
+}
+
+/// The typed meaning of a statistic of the netdev's `driver`; a driver without a table (or
+/// unknown: `None`) is looked up in every table.
+pub fn classify_for(driver: Option<&str>, name: &str) -> Option<TypedStat> {
+    let table = driver
+        .and_then(|d| BY_DRIVER.get(&Some(d)))
+        .or_else(|| BY_DRIVER.get(&None))?;
+    table.get(name).copied()
 }
 
 #[cfg(test)]
@@ -201,5 +361,54 @@ mod tests {
             classify("link_down_events_phy"),
             Some(TypedStat::LinkDownEvents)
         );
+    }
+
+    #[test]
+    fn other_drivers_by_their_names() {
+        let pfc = |priority, direction| {
+            Some(TypedStat::PfcPauseFrames {
+                priority,
+                direction,
+            })
+        };
+        assert_eq!(
+            classify_for(Some("bnxt_en"), "rx_pfc_ena_frames_pri3"),
+            pfc(3, Direction::Rx)
+        );
+        assert_eq!(
+            classify_for(Some("bnxt_en"), "tx_pfc_ena_frames_pri7"),
+            pfc(7, Direction::Tx)
+        );
+        assert_eq!(
+            classify_for(Some("bnxt_en"), "pfc_pri3_rx_duration_us"),
+            Some(TypedStat::PfcPauseDurationMicros {
+                priority: 3,
+                direction: Direction::Rx
+            })
+        );
+        assert_eq!(
+            classify_for(Some("ice"), "rx_priority_3_xoff.nic"),
+            pfc(3, Direction::Rx)
+        );
+        assert_eq!(classify_for(Some("ice"), "rx_priority_3_xon.nic"), None);
+        assert_eq!(
+            classify_for(Some("i40e"), "port.tx_priority_0_xoff"),
+            pfc(0, Direction::Tx)
+        );
+        assert_eq!(
+            classify_for(Some("ionic"), "tx_pripause_5_1us_count"),
+            Some(TypedStat::PfcPauseDurationMicros {
+                priority: 5,
+                direction: Direction::Tx
+            })
+        );
+        // A known driver reads only its own table; an unknown one every table.
+        assert_eq!(classify_for(Some("bnxt_en"), "rx_prio3_pause"), None);
+        assert_eq!(
+            classify_for(Some("acme"), "rx_pfc_ena_frames_pri3"),
+            pfc(3, Direction::Rx)
+        );
+        assert_eq!(classify_for(None, "rx_prio3_pause"), pfc(3, Direction::Rx));
+        assert_eq!(classify("rx_pfc_ena_frames_pri8"), None);
     }
 }
