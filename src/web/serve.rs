@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,14 +19,16 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
-use super::auth::Authenticator;
-use super::LiveWebConfig;
+use super::auth::{Authenticator, Verdict};
+use super::{panic_guard, LiveWebConfig};
 
 /// A client that opens a connection and says nothing holds no task longer than this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Open connections get this long to finish their requests at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// A request's headers must arrive within this; a silent connection is then closed.
+/// A request's headers must arrive within this; a silent connection is then closed. hyper starts
+/// this clock as soon as it waits for a request, so it is also the idle timeout of a kept-alive
+/// connection between requests (a scraper with a longer interval reconnects at each scrape).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once. More are accepted and closed at once, so that the kernel's
 /// backlog never fills and file descriptors stay for sysfs (the load bench runs 200 clients).
@@ -63,6 +65,8 @@ pub async fn serve(
         }
         None => router,
     };
+    // Outermost: a panic in auth or header middleware is caught too.
+    let app = app.layer(panic_guard::layer());
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -88,7 +92,14 @@ pub async fn serve(
             live.reload_if_changed();
             live.current().tls.clone()
         });
-        let service = TowerToHyperService::new(app.clone());
+        // The peer's address, for auth's per-client share of bcrypt.
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        ));
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _permit = permit;
@@ -112,9 +123,12 @@ pub async fn serve(
     Ok(())
 }
 
-async fn serve_connection<IO>(io: IO, service: TowerToHyperService<Router>, watcher: Watcher)
+async fn serve_connection<IO, S>(io: IO, service: TowerToHyperService<S>, watcher: Watcher)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<Request<hyper::body::Incoming>, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
 {
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -130,20 +144,34 @@ async fn protect(State(guard): State<Guard>, request: Request, next: Next) -> Re
     // Also here: kept-alive connections (Prometheus keeps its own) would never see a change.
     guard.live.reload_if_changed();
     let config = guard.live.current();
-    let allowed = config.users.is_empty()
-        || guard
-            .auth
-            .check(&config.users, request.headers().get(header::AUTHORIZATION))
-            .await;
-    let mut response = if allowed {
-        next.run(request).await
-    } else {
-        (
+    let verdict = match &config.unknown_user {
+        None => Verdict::Allowed,
+        Some(unknown_user) => {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<std::net::SocketAddr>>()
+                .map(|ConnectInfo(peer)| peer.ip());
+            let header = request.headers().get(header::AUTHORIZATION);
+            guard
+                .auth
+                .check(&config.users, unknown_user, header, peer)
+                .await
+        }
+    };
+    let mut response = match verdict {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Denied => (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Basic")],
             "Unauthorized\n",
         )
-            .into_response()
+            .into_response(),
+        Verdict::Busy => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            "Too many authentication attempts at once\n",
+        )
+            .into_response(),
     };
     for (name, value) in &config.headers {
         response.headers_mut().insert(name.clone(), value.clone());
