@@ -178,3 +178,40 @@ async fn protect(State(guard): State<Guard>, request: Request, next: Next) -> Re
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Every listener has the panic guard: the client gets a 500, not a dropped connection.
+    #[tokio::test]
+    async fn a_handler_panic_answers_500_through_the_listener() {
+        let router = Router::new().route(
+            "/boom",
+            get(|| async {
+                if true {
+                    panic!("test panic");
+                }
+                "unreachable"
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, None, async {
+            let _ = stopped.await;
+        }));
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 500"), "{answer:?}");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
+}
