@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use regex::Regex;
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, Origin};
 use crate::node::config::EthtoolSourceKind;
 use crate::yaml::ConfigError;
 
@@ -176,11 +176,12 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// Loads the config file (if any) and applies flag overrides.
-    pub fn resolve(&self) -> Result<Config, ConfigError> {
-        let mut config = match &self.config_file {
+    /// Loads the config file (if any) and applies flag overrides; `app::check` validates the
+    /// result.
+    pub fn resolve(&self) -> Result<(Config, Origin), ConfigError> {
+        let (mut config, origin) = match &self.config_file {
             Some(path) => config::load(path)?,
-            None => Config::default(),
+            None => (Config::default(), Origin::command_line()),
         };
         if let Some(v) = &self.listen_address {
             config.web.listen_address = Some(v.clone());
@@ -223,12 +224,7 @@ impl ServeArgs {
                 path: PathBuf::from("<command line>"),
                 message,
             })?;
-        let origin = self
-            .config_file
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("<command line>"));
-        config::validate(&origin, &config)?;
-        Ok(config)
+        Ok((config, origin))
     }
 }
 

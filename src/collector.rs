@@ -31,6 +31,10 @@ pub trait Collector: Send + Sync + fmt::Debug {
 
     /// Reads the source and encodes its families with [`Output::encode`].
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, fmt::Error>;
+
+    /// Ends the collector's background work (a thread, tasks): a config reload replaced it.
+    /// Scrapes still running on it finish with what it has.
+    fn retire(&self) {}
 }
 
 /// How a collector's run went.
@@ -94,6 +98,13 @@ pub struct Collectors {
 }
 
 impl Collectors {
+    /// Retires every collector (see [`Collector::retire`]).
+    pub fn retire(&self) {
+        for collector in &self.list {
+            collector.retire();
+        }
+    }
+
     /// Orders `list` as [`KNOWN`] lists them.
     ///
     /// # Panics

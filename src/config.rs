@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::diag::nccl::collector::NcclConfig;
 use crate::node::config::NodeConfig;
-use crate::yaml::ConfigError;
+use crate::yaml::{locate, ConfigError, ConfigErrors, Problem, Step};
 
 /// The default port as a literal, so that help texts can `concat!` it: the single source of the
 /// number. It avoids node_exporter 9100, snmp_exporter 9116, DOCA telemetry 9189,
@@ -39,7 +39,7 @@ pub struct Config {
     pub switch_profiles_dir: Option<PathBuf>,
     /// Who decides when switches are read.
     pub switch_polling: SwitchPolling,
-    /// NCCL debug logs to report on at each scrape (off unless `log_dir` is set).
+    /// NCCL debug logs, scanned in the background (off unless `log_dir` is set).
     pub nccl: NcclConfig,
     /// The exporter's own `process_*` figures.
     pub process: ProcessConfig,
@@ -77,50 +77,121 @@ pub struct WebConfig {
     pub telemetry_path: Option<String>,
 }
 
-/// Reads and validates a config file.
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
+/// Where a config came from: its file and text, so that problems found after parsing are
+/// reported at their line and column. `text` is `None` for a config of flags alone.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub path: PathBuf,
+    pub text: Option<String>,
+}
+
+impl Origin {
+    pub fn command_line() -> Origin {
+        Origin {
+            path: PathBuf::from("<command line>"),
+            text: None,
+        }
+    }
+
+    /// The error for `problem`, placed in the text when the text holds its node.
+    pub fn error(&self, problem: Problem) -> ConfigError {
+        let located = self
+            .text
+            .as_deref()
+            .and_then(|text| problem.at.iter().find_map(|at| locate(text, at)));
+        match located {
+            Some((line, column)) => ConfigError::At {
+                path: self.path.clone(),
+                line,
+                column,
+                message: problem.message,
+            },
+            None => ConfigError::Invalid {
+                path: self.path.clone(),
+                message: problem.message,
+            },
+        }
+    }
+
+    pub fn errors(&self, problems: Vec<Problem>) -> ConfigErrors {
+        ConfigErrors(problems.into_iter().map(|p| self.error(p)).collect())
+    }
+}
+
+/// Reads a config file and parses it (syntax and types); [`problems`] and
+/// `app::check` find the rest.
+pub fn load(path: &Path) -> Result<(Config, Origin), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(path, &text)
+    let config = parse(path, &text)?;
+    Ok((
+        config,
+        Origin {
+            path: path.to_path_buf(),
+            text: Some(text),
+        },
+    ))
 }
 
-/// Parses config text; `path` is only used in error messages.
+/// Parses config text (syntax and types); `path` is only used in error messages.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     // An empty file is a valid, all-defaults config.
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
-    let config: Config = crate::yaml::from_str(path, text)?;
-    validate(path, &config)?;
-    Ok(config)
+    crate::yaml::from_str(path, text)
 }
 
-pub fn validate(path: &Path, config: &Config) -> Result<(), ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid {
-        path: path.to_path_buf(),
-        message,
-    };
-    config
-        .node
-        .ethtool
-        .check()
-        .map_err(|e| invalid(format!("node.{e}")))?;
+/// Every problem of the config's own sections that parsing alone cannot see (combinations,
+/// names used twice, ranges). Switch targets (profiles, secrets) are checked by `app::check`,
+/// which builds them.
+pub fn problems(config: &Config) -> Vec<Problem> {
+    use Step::{Index, Key};
+    let mut problems = Vec::new();
+    if let Err(e) = config.node.ethtool.check() {
+        problems.push(Problem::at(
+            vec![Key("node"), Key("ethtool")],
+            format!("node.{e}"),
+        ));
+    }
     let mut names = std::collections::HashSet::new();
-    for switch in &config.switches {
+    for (i, switch) in config.switches.iter().enumerate() {
         if !names.insert(switch.name.as_str()) {
-            return Err(invalid(format!(
-                "switches: name {:?} is used twice",
-                switch.name
-            )));
+            problems.push(Problem::at(
+                vec![Key("switches"), Index(i), Key("name")],
+                format!("switches: name {:?} is used twice", switch.name),
+            ));
         }
     }
     if let Some(telemetry_path) = &config.web.telemetry_path {
-        check_telemetry_path(telemetry_path, SERVE_PATHS)
-            .map_err(|e| invalid(format!("web.telemetry_path: {e}")))?;
+        if let Err(e) = check_telemetry_path(telemetry_path, SERVE_PATHS) {
+            problems.push(Problem::at(
+                vec![Key("web"), Key("telemetry_path")],
+                format!("web.telemetry_path: {e}"),
+            ));
+        }
     }
-    Ok(())
+    problems.extend(nccl_problems(&config.nccl));
+    problems
+}
+
+/// Limits of zero would turn the collector off silently.
+fn nccl_problems(nccl: &NcclConfig) -> Vec<Problem> {
+    use Step::Key;
+    let mut problems = Vec::new();
+    let at = |key: &'static str, message: String| Problem::at(vec![Key("nccl"), Key(key)], message);
+    for (key, value) in [
+        ("max_files", nccl.max_files as u64),
+        ("max_processes", nccl.max_processes as u64),
+        ("max_bytes_per_file", nccl.max_bytes_per_file),
+    ] {
+        if value == 0 {
+            problems.push(at(key, format!("nccl.{key} must be at least 1")));
+        }
+    }
+    problems
 }
 
 /// Paths `serve` routes itself (`server::router`); `demo` adds [`DEMO_PATHS`].
@@ -157,6 +228,37 @@ mod tests {
 
     fn parse_err(text: &str) -> String {
         parse(Path::new("c.yml"), text).unwrap_err().to_string()
+    }
+
+    /// The problems of a config that parses, placed in its text.
+    fn problems_of(text: &str) -> String {
+        let config = parse(Path::new("c.yml"), text).unwrap();
+        let origin = Origin {
+            path: PathBuf::from("c.yml"),
+            text: Some(text.to_string()),
+        };
+        origin.errors(problems(&config)).to_string()
+    }
+
+    #[test]
+    fn every_problem_at_once_at_its_line() {
+        let text = "web:\n  telemetry_path: /healthz\nnccl:\n  max_files: 0\n  scan_interval: 5s\n  max_processes: 0\n";
+        let errors = problems_of(text);
+        let lines: Vec<&str> = errors.lines().collect();
+        assert_eq!(lines.len(), 3, "{errors}");
+        assert!(
+            lines[0].starts_with("c.yml:2:19: web.telemetry_path"),
+            "{errors}"
+        );
+        assert!(
+            lines[1].starts_with("c.yml:4:14: nccl.max_files must be at least 1"),
+            "{errors}"
+        );
+        assert!(
+            lines[2].starts_with("c.yml:6:18: nccl.max_processes must be at least 1"),
+            "{errors}"
+        );
+        assert_eq!(problems_of("nccl:\n  max_files: 2\n"), "");
     }
 
     #[test]
@@ -199,16 +301,12 @@ mod tests {
     #[test]
     fn telemetry_path_cannot_take_another_route() {
         for bad in ["/healthz", "/probe", "/", "metrics", "/{x}", "/a//b", "/m*"] {
-            let err = parse_err(&format!("web:\n  telemetry_path: '{bad}'\n"));
+            let err = problems_of(&format!("web:\n  telemetry_path: '{bad}'\n"));
             assert!(err.contains("web.telemetry_path"), "{bad}: {err}");
         }
         assert!(check_telemetry_path("/hosts/x", DEMO_PATHS).is_err());
         assert!(check_telemetry_path("/sd", SERVE_PATHS).is_ok());
-        parse(
-            Path::new("c.yml"),
-            "web:\n  telemetry_path: /rdma/metrics\n",
-        )
-        .unwrap();
+        assert_eq!(problems_of("web:\n  telemetry_path: /rdma/metrics\n"), "");
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub fn sysfs_value(data: &[u8]) {
     }
 }
 
-/// A config file: parsed (which validates), and every duration spelling in it.
+/// A config file: parsed, its problems placed in the text, and every duration spelling in it.
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -91,12 +91,18 @@ pub fn config(data: &[u8]) {
     let path = Path::new("fuzz.yml");
     match crate::config::parse(path, text) {
         Ok(config) => {
-            crate::config::validate(path, &config).expect("parse returned a valid config");
+            let origin = crate::config::Origin {
+                path: path.to_path_buf(),
+                text: Some(text.to_string()),
+            };
+            for e in origin.errors(crate::config::problems(&config)).0 {
+                assert!(e.to_string().starts_with("fuzz.yml:"), "{e}");
+            }
         }
         Err(e) => {
             let message = e.to_string();
             assert!(message.starts_with("fuzz.yml:"), "{message}");
-            if let ConfigError::Syntax { line, column, .. } = e {
+            if let ConfigError::At { line, column, .. } = e {
                 // libyaml breaks lines at \n, \r, NEL, LS and PS, and reports an error at the
                 // end of a text without a final break on the line after the last.
                 let breaks = text

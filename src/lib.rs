@@ -19,6 +19,7 @@ mod layering;
 mod metric_docs;
 pub mod node;
 pub mod process_metrics;
+pub mod reload;
 pub mod server;
 pub mod sim;
 pub mod switch;

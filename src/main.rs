@@ -7,8 +7,9 @@ use rdma_fabric_exporter::app;
 use rdma_fabric_exporter::cli::{Cli, Command, DemoArgs, LogArgs, ServeArgs};
 use rdma_fabric_exporter::config;
 use rdma_fabric_exporter::process_metrics::ProcessCollector;
+use rdma_fabric_exporter::reload::Serving;
 use rdma_fabric_exporter::web::LiveWebConfig;
-use rdma_fabric_exporter::yaml::ConfigError;
+use rdma_fabric_exporter::yaml::ConfigErrors;
 
 /// Exit code for bad configuration or usage, as promtool and the Prometheus binaries use.
 const EXIT_CONFIG: u8 = 2;
@@ -47,26 +48,41 @@ fn init_tracing(log: &LogArgs) {
     }
 }
 
+/// Runs the validation `serve` runs (profiles and secrets included) without starting anything.
 fn check_config(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let result = if path.as_os_str() == "-" {
+    let loaded = if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
             .context("reading config from standard input")?;
-        config::parse(std::path::Path::new("<stdin>"), &text)
+        let path = std::path::Path::new("<stdin>");
+        config::parse(path, &text).map(|config| {
+            let origin = config::Origin {
+                path: path.to_path_buf(),
+                text: Some(text),
+            };
+            (config, origin)
+        })
     } else {
         config::load(path)
     };
-    match result {
+    let (config, origin) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => return Ok(config_error(&e.into())),
+    };
+    match app::check(&origin, &config) {
         Ok(_) => {
             println!("{}: OK", path.display());
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Ok(config_error(&e)),
+        Err(errors) => Ok(config_error(&errors)),
     }
 }
 
-fn config_error(e: &ConfigError) -> ExitCode {
-    eprintln!("error: {e}");
+/// Prints every error, one per line, and gives the config exit code.
+fn config_error(errors: &ConfigErrors) -> ExitCode {
+    for e in &errors.0 {
+        eprintln!("error: {e}");
+    }
     ExitCode::from(EXIT_CONFIG)
 }
 
@@ -88,65 +104,73 @@ async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     web: Option<Arc<LiveWebConfig>>,
+    note_hangup: bool,
 ) -> anyhow::Result<()> {
-    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal())
+    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal(note_hangup))
         .await
         .context("serving HTTP")
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match args.resolve() {
-        Ok(config) => config,
-        Err(e) => return Ok(config_error(&e)),
+    let (config, origin) = match args.resolve() {
+        Ok(loaded) => loaded,
+        Err(e) => return Ok(config_error(&e.into())),
+    };
+    let switches = match app::check(&origin, &config) {
+        Ok(switches) => switches,
+        Err(errors) => return Ok(config_error(&errors)),
     };
     let web = match web_config(args.web_config_file.as_deref()) {
         Ok(web) => web,
         Err(code) => return Ok(code),
     };
-    let switches = match app::switch_poller(&config) {
-        Ok(switches) => switches,
-        Err(e) => return Ok(config_error(&e)),
-    };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let process = ProcessCollector {
-        runtime: Some(runtime.handle().clone()),
-    };
-    let mut state = app::app_state(&config, switches.clone(), Some(process));
-    state.coalesce_scrapes = !args.no_scrape_coalescing;
-    let state = Arc::new(state);
     let listen_address = config
         .web
         .listen_address
         .clone()
         .unwrap_or_else(config::default_listen_address);
+    let fixed = rdma_fabric_exporter::reload::Fixed {
+        process: ProcessCollector {
+            runtime: Some(runtime.handle().clone()),
+        },
+        coalesce_scrapes: !args.no_scrape_coalescing,
+        listen_address: listen_address.clone(),
+    };
     runtime.block_on(async move {
-        match &switches {
-            Some(switches) if config.switch_polling == config::SwitchPolling::Background => {
-                switches.spawn();
-                tracing::info!(switches = switches.targets.len(), "polling switches");
-            }
-            Some(switches) => tracing::info!(
-                switches = switches.targets.len(),
-                "switches are read on demand, through /probe"
-            ),
-            None => {}
-        }
+        let serving = Arc::new(Serving::start(&config, switches, fixed));
+        spawn_reloader(serving.clone(), args.clone())?;
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;
         tracing::info!(
             address = %listener.local_addr()?,
-            telemetry_path = %state.telemetry_path,
+            telemetry_path = %serving.state().telemetry_path,
             sysfs = %config.node.sysfs_path.display(),
             "rdma-fabric-exporter listening"
         );
         if let Some(web) = &web {
             tracing::info!(tls = web.current().tls.is_some(), "web config loaded");
         }
-        let app = rdma_fabric_exporter::server::router(state);
-        serve_http(listener, app, web).await?;
+        serve_http(listener, serving.router(), web, false).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// SIGHUP re-reads the config file (and, in `web::serve`, the web config file).
+fn spawn_reloader(serving: Arc<Serving>, args: ServeArgs) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            if args.config_file.is_none() {
+                tracing::info!("SIGHUP: no --config.file to reload; still serving");
+                continue;
+            }
+            serving.reload(args.config_file.as_deref(), || args.resolve());
+        }
+    });
+    Ok(())
 }
 
 fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
@@ -184,19 +208,24 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
         let app = demo.router();
-        serve_http(listener, app, web).await?;
+        serve_http(listener, app, web, true).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
 
 /// Completes on SIGINT or SIGTERM. SIGHUP, whose default action would end the process (a
-/// closed terminal, a reflexive `kill -HUP`), only logs; with a web config it also reloads it
+/// closed terminal, a reflexive `kill -HUP`), never ends it: `serve` reloads its config
+/// (`spawn_reloader`), `demo` only says so (`note_hangup`); with a web config both reload it
 /// (`web::serve`). Where a handler cannot be installed the process keeps serving and says so.
-async fn shutdown_signal() {
+async fn shutdown_signal(note_hangup: bool) {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = signal(SignalKind::hangup())
-        .inspect_err(|e| tracing::warn!("SIGHUP handler not installed: {e}"))
-        .ok();
+    let mut hangup = note_hangup
+        .then(|| {
+            signal(SignalKind::hangup())
+                .inspect_err(|e| tracing::warn!("SIGHUP handler not installed: {e}"))
+                .ok()
+        })
+        .flatten();
     let mut term = signal(SignalKind::terminate())
         .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
         .ok();

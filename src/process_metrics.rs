@@ -14,7 +14,7 @@ const PROC_FILE_MAX: u64 = 1 << 20;
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ProcessCollector {
     /// The runtime whose live tasks are counted; `None` outside a runtime.
     pub runtime: Option<tokio::runtime::Handle>,

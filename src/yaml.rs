@@ -23,8 +23,10 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// A problem at a place in the file: a syntax or type error, or one found after parsing
+    /// and placed by [`locate`].
     #[error("{path}:{line}:{column}: {message}")]
-    Syntax {
+    At {
         path: PathBuf,
         line: usize,
         column: usize,
@@ -34,18 +36,30 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// Parses a document; a failure is a [`ConfigError::Syntax`] at its line and column of `path`
+/// Parses a document; a failure is a [`ConfigError::At`] at its line and column of `path`
 /// (used in the message only).
 pub fn from_str<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
     serde_yaml::from_str(text).map_err(|e| {
         let (line, column, message) = yaml_error_parts(&e);
-        ConfigError::Syntax {
+        ConfigError::At {
             path: path.to_path_buf(),
             line,
             column,
             message,
         }
     })
+}
+
+/// Several problems of one file, reported together (one per line) so that a config is fixed
+/// in one round.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
 }
 
 /// Line, column and message of a YAML error. yaml_serde appends " at line L column C" to its
@@ -113,6 +127,138 @@ pub fn regex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Regex>
         .map_err(|e| serde::de::Error::custom(format!("invalid regular expression: {e}")))
 }
 
+/// One step of a path into a YAML document: a mapping key or a sequence index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Key(&'static str),
+    Index(usize),
+}
+
+/// A problem of a parsed config: what is wrong, and the places in the file that may hold it
+/// (the first found is reported; a key can come from the file or a flag).
+#[derive(Debug)]
+pub struct Problem {
+    pub at: Vec<Vec<Step>>,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn at(path: Vec<Step>, message: impl Into<String>) -> Problem {
+        Problem {
+            at: vec![path],
+            message: message.into(),
+        }
+    }
+}
+
+/// Line and column (1-based) of the node at `path` in `text`, for errors found after parsing
+/// (a switch's unknown profile, a missing secret file). The parser keeps no positions in the
+/// typed config, so the text is walked again and stopped at the node: the parser's error then
+/// carries the position. `None` when the path is not in the text (a default, a flag).
+pub fn locate(text: &str, path: &[Step]) -> Option<(usize, usize)> {
+    let Err(e) = serde::de::DeserializeSeed::deserialize(
+        Seek { path },
+        serde_yaml::Deserializer::from_str(text),
+    ) else {
+        return None;
+    };
+    let location = e.location()?;
+    e.to_string()
+        .contains(FOUND)
+        .then(|| (location.line(), location.column()))
+}
+
+/// The error a [`Seek`] raises on reaching its node.
+const FOUND: &str = "rfe-locate-found";
+
+struct Seek<'p> {
+    path: &'p [Step],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seek<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        if self.path.is_empty() {
+            // Raised from the node's own visitor, the error carries the node's position (raised
+            // here, it would carry the enclosing mapping's).
+            return deserializer.deserialize_any(Found);
+        }
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// Fails on whatever node it visits.
+struct Found;
+
+impl<'de> serde::de::Visitor<'de> for Found {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(FOUND)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Seek<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a mapping or a sequence on the path")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((Step::Key(wanted), rest)) = self.path.split_first() else {
+            return Ok(());
+        };
+        while let Some(key) = map.next_key::<serde_yaml::Value>()? {
+            if key.as_str() == Some(wanted) {
+                return map.next_value_seed(Seek { path: rest });
+            }
+            map.next_value::<serde::de::IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Step::Index(wanted), rest)) = self.path.split_first() else {
+            return Ok(());
+        };
+        let mut index = 0;
+        loop {
+            if index == *wanted {
+                return seq.next_element_seed(Seek { path: rest }).map(|_| ());
+            }
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+            index += 1;
+        }
+    }
+
+    // Scalars are not on any path: the node is not in the text.
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +314,26 @@ mod tests {
             err.starts_with("d.yml:1:") && err.contains("must be positive"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn locate_finds_keys_and_items() {
+        let text = "web:\n  listen_address: ':1'\nswitches:\n  - name: a\n    profile: x\n  - name: b\n    profile: y\n";
+        // A mapping is found at its first key.
+        assert_eq!(locate(text, &[Step::Key("web")]), Some((2, 3)));
+        assert_eq!(
+            locate(
+                text,
+                &[Step::Key("switches"), Step::Index(1), Step::Key("profile")]
+            ),
+            Some((7, 14))
+        );
+        assert_eq!(
+            locate(text, &[Step::Key("switches"), Step::Index(0)]).map(|p| p.0),
+            Some(4)
+        );
+        assert_eq!(locate(text, &[Step::Key("switches"), Step::Index(2)]), None);
+        assert_eq!(locate(text, &[Step::Key("nccl")]), None);
+        assert_eq!(locate("[1, 2", &[Step::Key("a")]), None);
     }
 }

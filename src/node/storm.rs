@@ -253,6 +253,10 @@ impl crate::collector::Collector for StormDetector {
         "pfc_storm"
     }
 
+    fn retire(&self) {
+        self.stop();
+    }
+
     fn collect(
         &self,
         out: &mut crate::collector::Output<'_, '_>,

@@ -107,8 +107,9 @@ impl Demo {
         } else {
             std::env::temp_dir()
         };
+        remove_orphaned_fabrics(&parent);
         let dir = tempfile::Builder::new()
-            .prefix("rfe-demo-")
+            .prefix(&format!("{FABRIC_PREFIX}{}-", std::process::id()))
             .tempdir_in(&parent)
             .map_err(|source| DemoError::Write {
                 path: std::env::temp_dir(),
@@ -331,4 +332,55 @@ pub fn service_discovery(address: &str, telemetry_path: &str, hosts: &[String]) 
         "labels": {"__metrics_path__": telemetry_path, "instance": "switch-poller", "job": "rdma-switches"}
     }));
     serde_json::Value::Array(groups).to_string()
+}
+
+/// A demo's fabric is `<parent>/rfe-demo-<pid>-<random>`: the process id tells whether its
+/// owner still runs.
+const FABRIC_PREFIX: &str = "rfe-demo-";
+
+/// Removes the fabrics of demo processes that are gone without removing theirs (SIGKILL, the
+/// OOM killer, a crash): every other exit path removes its own. Only this user's trees, only
+/// of processes that no longer exist; a tree whose process id was reused is left for later.
+fn remove_orphaned_fabrics(parent: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FABRIC_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid || process_exists(pid) {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => tracing::info!(
+                orphan = %entry.path().display(),
+                "removed the fabric of a demo that is gone"
+            ),
+            Err(e) => tracing::warn!(
+                orphan = %entry.path().display(),
+                "the fabric of a demo that is gone could not be removed: {e}"
+            ),
+        }
+    }
+}
+
+/// Signal 0 probes a process without signalling it: ESRCH means there is none.
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks the process id.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

@@ -10,3 +10,4 @@ pub mod poller;
 pub mod profile;
 pub mod secret;
 pub mod snmp;
+pub mod targets;

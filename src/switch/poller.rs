@@ -70,6 +70,8 @@ pub struct Poller {
     concurrency: usize,
     /// Set once background tasks run; until then gNMI subscriptions are read with ONCE.
     background: std::sync::atomic::AtomicBool,
+    /// The background tasks, aborted by [`Poller::stop`].
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Poller {
@@ -81,6 +83,20 @@ impl Poller {
                 .collect(),
             concurrency: concurrency.max(1),
             background: std::sync::atomic::AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Ends the background tasks (a reload replaced this poller): polls in flight are dropped,
+    /// their sockets closed.
+    pub fn stop(&self) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
         }
     }
 
@@ -89,10 +105,12 @@ impl Poller {
         self.background
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let permits = Arc::new(Semaphore::new(self.concurrency));
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
         for index in 0..self.targets.len() {
             let poller = self.clone();
             let permits = permits.clone();
-            tokio::spawn(async move { poller.run(index, permits).await });
+            let task = tokio::spawn(async move { poller.run(index, permits).await });
+            tasks.push(task.abort_handle());
         }
     }
 

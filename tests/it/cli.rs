@@ -55,6 +55,66 @@ fn bad_regex_in_config_and_flag() {
     assert!(stderr.contains("device-include"), "{stderr}");
 }
 
+/// check-config runs serve's validation: every problem at once (profiles, secret files and
+/// variables, SNMPv3 password lengths, path conflicts), each at its line and column, never a
+/// secret's value; serve refuses the same file with the same errors.
+#[test]
+fn check_config_reports_every_problem_serve_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "tiny12\n").unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let text = format!(
+        "web:\n  telemetry_path: /probe\nswitches:\n\
+         \x20 - name: a\n    address: 127.0.0.1\n    profile: acme\n    snmp: {{version: 2c, community_file: {missing}}}\n\
+         \x20 - name: b\n    address: 127.0.0.1\n    profile: sonic\n    snmp: {{version: 2c, community_env: RFE_TEST_UNSET_VARIABLE}}\n\
+         \x20 - name: c\n    address: 127.0.0.1\n    profile: sonic\n    snmp:\n      version: 3\n      username: mon\n      auth_protocol: sha\n      auth_password_file: {short}\n      priv_protocol: aes\n      priv_password_file: {fifo}\n",
+        missing = dir.path().join("missing").display(),
+        short = short.display(),
+        fifo = fifo.display(),
+    );
+    let config = write_config(&text);
+    let path = path_str(config.path()).to_string();
+    let (code, stdout, stderr) = run(&["check-config", "--config.file", &path]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    for expected in [
+        format!("{path}:2:19: web.telemetry_path"),
+        format!("{path}:6:14: switch \"a\": unknown profile \"acme\""),
+        format!("{path}:7:41: switch \"a\": community: "),
+        format!("{path}:11:40: switch \"b\": community: environment variable RFE_TEST_UNSET_VARIABLE is not set"),
+        format!("{path}:19:27: switch \"c\": auth password is shorter than the 8 characters"),
+        format!("{path}:21:27: switch \"c\": priv password: "),
+    ] {
+        assert!(stderr.contains(&expected), "{expected}\nin\n{stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 6, "{stderr}");
+    assert!(
+        !stderr.contains("tiny12"),
+        "a secret's value was printed: {stderr}"
+    );
+
+    let (code, _, serve_stderr) = run(&[
+        "serve",
+        "--config.file",
+        &path,
+        "--web.listen-address",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2, "{serve_stderr}");
+    let errors = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("error: "))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(errors(&serve_stderr), errors(&stderr));
+}
+
 #[test]
 fn check_config_reads_stdin() {
     use std::io::Write;

@@ -309,3 +309,40 @@ fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
         "the simulated fabric is removed on exit"
     );
 }
+
+/// A demo killed with SIGKILL cannot remove its fabric; the next demo removes the fabrics of
+/// demos that are gone, and leaves those of running ones.
+#[test]
+fn a_killed_demos_fabric_is_removed_by_the_next_demo() {
+    let _exclusive = common::exclusive(module_path!());
+    let mut killed = start("healthy");
+    let orphan = killed.fabric_dir().expect("the demo logs its fabric");
+    let pid = killed.pid();
+    assert!(orphan
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with(&format!("rfe-demo-{pid}-")));
+    // SIGKILL: no handler runs, the tree stays.
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    killed.terminate(Duration::from_secs(10));
+    assert!(orphan.exists(), "SIGKILL left the tree behind");
+    // A tree of a live process (this test's) that looks like a demo's is kept.
+    let live = orphan
+        .parent()
+        .unwrap()
+        .join(format!("rfe-demo-{}-keep", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    let next = start("healthy");
+    let next_fabric = next.fabric_dir().expect("the demo logs its fabric");
+    let orphan_gone = !orphan.exists();
+    let live_kept = live.exists();
+    std::fs::remove_dir_all(&live).ok();
+    assert!(orphan_gone, "the killed demo's fabric was not removed");
+    assert!(live_kept, "a running process's tree was removed");
+    assert!(next_fabric.exists());
+}

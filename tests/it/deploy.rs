@@ -359,6 +359,11 @@ fn the_example_configs_are_valid() {
     for object in read_yaml_documents(&kube_dir().join("switch-poller-secret.yaml")) {
         let config = object["stringData"]["config.yml"].as_str().unwrap();
         let dir = tempfile::tempdir().unwrap();
+        // check-config reads the secrets as serve would: the Secret's mount, here a directory.
+        let mount = "/etc/rdma-fabric-exporter/";
+        assert!(config.contains(mount), "{config}");
+        std::fs::write(dir.path().join("community"), "public\n").unwrap();
+        let config = config.replace(mount, &format!("{}/", dir.path().display()));
         let path = dir.path().join("config.yml");
         std::fs::write(&path, config).unwrap();
         let (code, _, stderr) =

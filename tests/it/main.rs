@@ -28,6 +28,7 @@ mod nccl;
 mod node_exporter_crosscheck;
 mod prometheus_scrape;
 mod quirks;
+mod reload;
 mod secrets;
 mod switch_gnmi;
 mod switch_poll;

@@ -200,7 +200,8 @@ fn garbage_never_panics() {
     let path = dir.path().join("garbage.log");
     std::fs::write(&path, &bytes).unwrap();
     let (code, _, stderr) = nccl(&[path_str(&path)]);
-    assert_eq!(code, 0, "{stderr}");
+    // No whole NCCL line in it: the distinct "no NCCL lines" code, not a pass.
+    assert_eq!(code, 3, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
@@ -223,7 +224,10 @@ fn serve_collector_exposes_processes() {
         "--collector.nccl.log-dir",
         path_str(dir.path()),
     ]);
-    let body = exporter.metrics();
+    // Scrapes serve the last background scan: wait for the first.
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        common::value_of(samples, "rdma_nccl_socket_fallback_processes", &[]) == Some(1.0)
+    });
     let samples = common::parse_exposition(&body);
     let fallback = |host: &str, pid: &str| {
         common::value_of(
@@ -276,4 +280,333 @@ fn serve_collector_exposes_processes() {
             "docs/metrics.md lacks {family}"
         );
     }
+}
+
+// The background scan of `serve`'s NCCL collector: scrapes serve the last finished scan, and the
+// scan is bounded in files, bytes, time and processes.
+
+/// Scrapes until `done` holds for the samples (30 s at most); every scrape must answer 200.
+fn metrics_when(
+    exporter: &Exporter,
+    what: &str,
+    done: impl Fn(&[common::Sample]) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let body = exporter.metrics();
+        if done(&common::parse_exposition(&body)) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 30 s for {what}:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `serve` on the fixture node with a config file holding `nccl` (YAML flow mapping body).
+fn serve_with_nccl(dir: &std::path::Path, nccl: &str) -> (tempfile::TempDir, Exporter) {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!("nccl: {{log_dir: '{}', {nccl}}}\n", dir.display()),
+    )
+    .unwrap();
+    let sys = fixture("cx7-roce/sys");
+    let exporter = Exporter::start(&[
+        "--config.file",
+        path_str(&config),
+        "--no-collector.pfc-storm",
+        "--path.sysfs",
+        path_str(&sys),
+        "--collector.ethtool.source",
+        "none",
+    ]);
+    (config_dir, exporter)
+}
+
+fn nccl_processes(samples: &[common::Sample]) -> usize {
+    common::matching(samples, "rdma_nccl_process_info", &[]).count()
+}
+
+#[test]
+fn serve_scans_in_the_background_and_picks_up_new_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("nccl/mixed/rank0.log"),
+        dir.path().join("rank0.log"),
+    )
+    .unwrap();
+    let (_config, mut exporter) = serve_with_nccl(dir.path(), "scan_interval: 200ms");
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        nccl_processes(samples) == 1
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(
+        common::value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "nccl")]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    for family in [
+        "rdma_nccl_processes_dropped",
+        "rdma_nccl_scan_partial",
+        "rdma_exporter_collector_duration_seconds",
+    ] {
+        assert!(
+            common::matching(&samples, family, &[]).next().is_some(),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        common::value_of(&samples, "rdma_nccl_scan_partial", &[]),
+        Some(0.0)
+    );
+    // A file written later shows up at a following scan.
+    std::fs::copy(
+        fixture("nccl/mixed/rank1.log"),
+        dir.path().join("rank1.log"),
+    )
+    .unwrap();
+    let body = metrics_when(&exporter, "a scan after the new file", |samples| {
+        nccl_processes(samples) == 2
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(
+        common::value_of(
+            &samples,
+            "rdma_nccl_socket_fallback",
+            &[("host", "gpu-node-02"), ("pid", "5303")]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    common::promtool_check_metrics(&body);
+    // The scan thread never keeps the process from ending.
+    let status = exporter.terminate(std::time::Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
+#[test]
+fn serve_exports_at_most_max_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..40)
+        .map(|i| format!("node-{i}:{}:1 [0] NCCL INFO Using network IB\n", 1000 + i))
+        .collect();
+    std::fs::write(dir.path().join("many.log"), text).unwrap();
+    let (_config, exporter) =
+        serve_with_nccl(dir.path(), "scan_interval: 200ms, max_processes: 16");
+    let body = metrics_when(&exporter, "the first scan", |samples| {
+        nccl_processes(samples) > 0
+    });
+    let samples = common::parse_exposition(&body);
+    assert_eq!(nccl_processes(&samples), 16, "{body}");
+    assert_eq!(
+        common::matching(&samples, "rdma_nccl_socket_fallback", &[]).count(),
+        16
+    );
+    assert_eq!(
+        common::value_of(&samples, "rdma_nccl_processes_dropped", &[]),
+        Some(24.0),
+        "{body}"
+    );
+    let docs = std::fs::read_to_string(common::project_root().join("docs/metrics.md")).unwrap();
+    for family in ["rdma_nccl_processes_dropped", "rdma_nccl_scan_partial"] {
+        assert!(
+            docs.contains(&format!("`{family}`")),
+            "docs/metrics.md lacks {family}"
+        );
+    }
+}
+
+#[test]
+fn serve_answers_with_the_node_while_a_huge_log_dir_is_scanned() {
+    // 24 files of 4 MiB of init and channel lines, at the default per-file bound: a scan takes
+    // seconds, scrapes must not wait for it.
+    let dir = tempfile::tempdir().unwrap();
+    let block = std::fs::read_to_string(fixture("nccl/mixed/rank0.log")).unwrap();
+    let per_file = 4 << 20;
+    for file in 0..24 {
+        let mut text = String::with_capacity(per_file + block.len());
+        let mut round = 0;
+        while text.len() < per_file {
+            // Another pid per round: many processes, as a long job with restarts would log.
+            text.push_str(&block.replace("4111", &format!("{}", 10_000 + file * 1000 + round)));
+            round += 1;
+        }
+        std::fs::write(dir.path().join(format!("rank{file}.log")), text).unwrap();
+    }
+    let (_config, exporter) = serve_with_nccl(dir.path(), "scan_interval: 1s");
+    for _ in 0..20 {
+        let asked = std::time::Instant::now();
+        let samples = common::scrape_without_duplicates(&exporter);
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(5),
+            "a scrape took {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(
+            common::value_of(
+                &samples,
+                "rdma_exporter_collector_success",
+                &[("collector", "sysfs")]
+            ),
+            Some(1.0)
+        );
+        assert!(common::matching(&samples, "rdma_port_info", &[])
+            .next()
+            .is_some());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The scans finish and stay within the default process cap.
+    let body = metrics_when(&exporter, "a finished scan", |samples| {
+        nccl_processes(samples) > 0
+    });
+    let samples = common::parse_exposition(&body);
+    assert!(
+        nccl_processes(&samples) <= 1024,
+        "{}",
+        nccl_processes(&samples)
+    );
+}
+
+/// Writes `text` as one log file and runs `nccl --output json` on it.
+fn judge_text(text: &str) -> (i32, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.log");
+    std::fs::write(&path, text).unwrap();
+    json_job(&[path_str(&path)])
+}
+
+/// Formats of versions before 2.18, as logs in the wild show them: no `Using network`, bus ids
+/// in hex in channel lines, a bare version banner, CRLF line ends.
+#[test]
+fn older_versions_hex_bus_ids_and_no_using_network() {
+    let (code, job) = judge_text(
+        "NCCL version 2.7.8+cuda11.0\r\n\
+         node1:1234:1234 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.0.0.1<0>\r\n\
+         node1:1234:1300 [0] NCCL INFO Channel 00 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA\r\n\
+         node1:1234:1300 [0] NCCL INFO Channel 01 : 0[87000] -> 2[c7000] [send] via NET/IB/5/GDRDMA\r\n",
+    );
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
+    let process = &job["processes"][0];
+    assert_eq!(process["network"], "IB");
+    assert_eq!(process["nccl_version"], "2.7.8+cuda11.0");
+    assert_eq!(process["channels_gdrdma"], 2);
+}
+
+/// Net names with a space (EFA's plugin), PXN proxies and 6-digit bus ids.
+#[test]
+fn plugin_net_names_and_pxn_channels() {
+    let (code, job) = judge_text(
+        "h1:7:7 [0] NCCL INFO Channel 00/0 : 5[c00000] -> 12[b00000] [send] via NET/IBext/4(13)/GDRDMA\n\
+         h2:8:8 [0] NCCL INFO Channel 00 : 0[101d0] -> 1[101d0] [send] via NET/AWS Libfabric/1/GDRDMA\n",
+    );
+    assert_eq!(code, 0, "{job}");
+    let networks: Vec<&str> = job["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["network"].as_str().unwrap())
+        .collect();
+    assert_eq!(networks, ["IBext", "AWS Libfabric"]);
+    assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
+}
+
+/// Every rank says `NET/IB : No device found.` and then uses sockets, in a version that
+/// prints no `Using network`: a fallback, exit 1.
+#[test]
+fn no_ib_device_then_sockets_is_a_fallback() {
+    let (code, job) = judge_text(
+        "node1:20:20 [0] NCCL INFO NET/IB : No device found.\n\
+         node1:20:20 [0] NCCL INFO NET/Socket : Using [0]ens3:10.0.0.5<0>\n\
+         node2:21:21 [0] NCCL INFO NET/IB : No device found.\n\
+         node2:21:21 [0] NCCL INFO NET/Socket : Using [0]ens3:10.0.0.6<0>\n",
+    );
+    assert_eq!(code, 1, "{job}");
+    assert_eq!(job["verdict"], "socket_fallback", "{job}");
+    assert_eq!(
+        job["processes"][1]["socket_interfaces"][0],
+        "ens3:10.0.0.6<0>"
+    );
+}
+
+/// The spacing around the colon varies across versions (`NET/IB : `, `NET/IB: `), and the
+/// reasons IB is unusable have several wordings.
+#[test]
+fn colon_spacing_and_unusable_ib_wordings() {
+    for (ib_line, socket_line) in [
+        (
+            "NET/IB : No IP address found for device mlx5_0",
+            "NET/Socket: Using [0]ens5f0:10.1.1.1<0>",
+        ),
+        (
+            "NET/IB: Could not find a usable IB device",
+            "NET/Socket : Using [0]ens5f0:10.1.1.1<0>",
+        ),
+    ] {
+        let (code, job) = judge_text(&format!(
+            "h:1:1 [0] NCCL INFO {ib_line}\nh:1:1 [0] NCCL INFO {socket_line}\n"
+        ));
+        assert_eq!(code, 1, "{ib_line}: {job}");
+        assert_eq!(job["verdict"], "socket_fallback", "{ib_line}: {job}");
+        let evidence = job["processes"][0]["evidence"].to_string();
+        assert!(evidence.contains(ib_line), "{evidence}");
+    }
+    let (code, job) =
+        judge_text("h:1:1 [0] NCCL INFO NET/IB: Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n");
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["verdict"], "rdma_gdr_unknown", "{job}");
+    assert_eq!(job["processes"][0]["link_layer"], "RoCE");
+}
+
+/// A failed verbs call is a failure (exit 1) with where to look.
+#[test]
+fn qp_creation_failure_points_at_limits() {
+    let text = "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n\
+                h:1:9 [0] misc/ibvwrap.cc:252 NCCL WARN Call to ibv_create_qp failed with error Cannot allocate memory\n";
+    let (code, job) = judge_text(text);
+    assert_eq!(code, 1, "{job}");
+    assert_eq!(job["failures"][0]["call"], "ibv_create_qp");
+    assert_eq!(job["failures"][0]["evidence"]["line"], 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.log");
+    std::fs::write(&path, text).unwrap();
+    let (_, stdout, _) = nccl(&[path_str(&path)]);
+    assert!(
+        stdout.contains("failed: ibv_create_qp") && stdout.contains("max_qp"),
+        "{stdout}"
+    );
+}
+
+/// No NCCL line at all (an empty or wrong file) has its own exit code, so a CI gate fails.
+#[test]
+fn no_nccl_lines_exit_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    let wrong = dir.path().join("wrong.log");
+    std::fs::write(&wrong, "Epoch 1/10 loss=0.3\n").unwrap();
+    for path in [&empty, &wrong] {
+        let (code, stdout, _) = nccl(&[path_str(path)]);
+        assert_eq!(code, 3, "{stdout}");
+        assert!(stdout.contains("no NCCL log lines found"), "{stdout}");
+    }
+}
+
+/// RCCL prints its own version banner.
+#[test]
+fn rccl_version_banner() {
+    let (_, job) = judge_text(
+        "h:1:1 [0] NCCL INFO RCCL version : 2.22.3-HEAD:271856d\n\
+         h:1:1 [0] NCCL INFO Channel 00/0 : 0[2] -> 1[3] [send] via NET/IB/0/GDRDMA comm 0x5a nRanks 16\n",
+    );
+    assert_eq!(job["processes"][0]["nccl_version"], "2.22.3-HEAD:271856d");
+    assert_eq!(job["processes"][0]["network"], "IB");
 }

@@ -24,10 +24,14 @@ pub enum Event {
     Version(String),
     /// `Using network IB|Socket|<plugin>` (init.cc, v2.18+).
     NetworkChosen(String),
-    /// `NET/IB : Using [0]mlx5_0:1/RoCE ...; OOB ...`.
-    IbDevices(Vec<Hca>),
-    /// `NET/IB : No device found.`
+    /// `NET/IB : Using [0]mlx5_0:1/RoCE ...; OOB ...`: a network transport initialised, with the
+    /// HCA ports it found (none parsed from older wordings such as `Using device mlx5_0`).
+    NetDevices { net: String, hcas: Vec<Hca> },
+    /// `NET/IB : No device found.`, `... No IP address found for device ...`, `Could not find a
+    /// usable IB device`: the IB transport is not usable.
     IbNoDevice,
+    /// A verbs call failed (`ibv_create_qp`, `ibv_modify_qp`, `ibv_reg_mr`, ...): its name.
+    VerbsFailure(String),
     /// `NET/Socket : Using [0]eth0:10.0.0.1<0>`: the interfaces.
     SocketInterfaces(Vec<String>),
     /// `Failed to initialize NET plugin X` / `Failed to initialize any NET plugin`.
@@ -64,11 +68,13 @@ static IB_HCA: LazyLock<Regex> = LazyLock::new(|| {
 static SOCKET_IF: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\[(\d+)\]([^\s:\[\]]+):(\S+)").expect("static"));
 static GDR: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(?:NET/(\S+) : )?GPU Direct RDMA (Enabled|Disabled) for (?:HCA (\d+) '([^']*)'|GPU \S+ / HCA (\d+))")
+    Regex::new(r"^(?:NET/([^:]+?)\s*:\s*)?GPU Direct RDMA (Enabled|Disabled) for (?:HCA (\d+) '([^']*)'|GPU \S+ / HCA (\d+))")
         .expect("static")
 });
 static CHANNEL: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^Channel \d+(?:/\d+)? : (\d+)\[\d+\] -> (\d+)\[\d+\](?: \[(send|receive)\])? via NET/([^/\s]+)/\d+(\S*)")
+    // Bus ids in brackets are hex before v2.18 (`2[c7000]`), device indexes after (`6[2]`); the
+    // net name may hold a space (`NET/AWS Libfabric/1`); PXN adds the proxy rank (`/3(1)/`).
+    Regex::new(r"^Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fA-F]+\] -> (\d+)\[[0-9a-fA-F]+\](?: \[(send|receive)\])? via NET/([^/\[\]]+?)/\d+(?:\(\d+\))?(\S*)")
         .expect("static")
 });
 static COMM_RANK: LazyLock<Regex> = LazyLock::new(|| {
@@ -79,31 +85,62 @@ static SETTING: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*)$").expect("static")
 });
 
+/// Verbs calls whose failure NCCL reports; QP and memory registration failures point at
+/// memlock, the RDMA cgroup or the NIC's QP limits.
+pub(crate) const VERBS_CALLS: &[&str] = &[
+    "ibv_create_qp",
+    "ibv_modify_qp",
+    "ibv_reg_mr",
+    "ibv_reg_dmabuf_mr",
+    "ibv_create_cq",
+    "ibv_alloc_pd",
+    "ibv_open_device",
+];
+
+/// `NET/<name> : <rest>` with the spacing of any version (`NET/IB : `, `NET/IB: `,
+/// `NET/IB :SHARP`); the name may hold a space (`NET/AWS Libfabric`).
+fn net_message(message: &str) -> Option<(&str, &str)> {
+    let rest = message.strip_prefix("NET/")?;
+    let (net, tail) = rest.split_once(':')?;
+    let net = net.trim_end();
+    // At most two words (`AWS Libfabric`): `NET/OFI Using CUDA runtime: ...` names no net.
+    if net.is_empty() || net.contains('/') || net.split(' ').count() > 2 {
+        return None;
+    }
+    Some((net, tail.trim_start()))
+}
+
 /// Classifies one message; `None` for the many lines that say nothing we use.
 pub fn classify(message: &str, warn: bool) -> Option<Event> {
     let message = message.trim();
-    if let Some(rest) = message.strip_prefix("NCCL version ") {
-        let version = rest.split_whitespace().next()?;
+    // `NCCL version 2.18.5+cuda12.2`; RCCL: `RCCL version : 2.22.3-HEAD:271856d`.
+    if let Some(rest) = message
+        .strip_prefix("NCCL version ")
+        .or_else(|| message.strip_prefix("RCCL version"))
+    {
+        let version = rest
+            .trim_start_matches([' ', ':'])
+            .split_whitespace()
+            .next()?;
         return Some(Event::Version(version.to_string()));
     }
     if let Some(net) = message.strip_prefix("Using network ") {
         let net = net.split_whitespace().next()?;
         return Some(Event::NetworkChosen(net.to_string()));
     }
-    if message.contains("No device found") && message.starts_with("NET/IB") {
+    if let Some(event) = net_event(message) {
+        return Some(event);
+    }
+    if message.contains("Could not find a usable IB device") {
         return Some(Event::IbNoDevice);
     }
-    if let Some(rest) = message.strip_prefix("NET/Socket : Using") {
-        let interfaces = SOCKET_IF
-            .captures_iter(rest)
-            .filter_map(|c| Some(format!("{}:{}", c.get(2)?.as_str(), c.get(3)?.as_str())))
-            .collect();
-        return Some(Event::SocketInterfaces(interfaces));
-    }
-    if message.starts_with("NET/") && message.contains(" : Using") {
-        let hcas: Vec<Hca> = IB_HCA.captures_iter(message).filter_map(hca).collect();
-        if !hcas.is_empty() {
-            return Some(Event::IbDevices(hcas));
+    if let Some(call) = VERBS_CALLS.iter().find(|call| {
+        message.find(**call).is_some_and(|at| {
+            !message[at + call.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        })
+    }) {
+        if warn || message.contains("failed") {
+            return Some(Event::VerbsFailure((*call).to_string()));
         }
     }
     if message.contains("GPU Direct RDMA ") {
@@ -133,9 +170,7 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
             .unwrap_or("any");
         return Some(Event::PluginInitFailed(name.trim().to_string()));
     }
-    if message.starts_with("NET/Plugin")
-        && (message.contains("Could not find") || message.contains("No plugin found"))
-    {
+    if message.contains("No plugin found") {
         return Some(Event::PluginNotFound);
     }
     if message.contains(" set by environment to ") {
@@ -158,6 +193,39 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
     }
     if warn {
         return Some(Event::Warning(message.to_string()));
+    }
+    None
+}
+
+/// What a `NET/<name> : ...` message says about that transport.
+fn net_event(message: &str) -> Option<Event> {
+    let (net, rest) = net_message(message)?;
+    if net == "Plugin" {
+        if rest.contains("Could not find") || rest.contains("No plugin found") {
+            return Some(Event::PluginNotFound);
+        }
+        return None;
+    }
+    if net != "Socket"
+        && (rest.starts_with("No device found")
+            || rest.starts_with("No IP address found")
+            || rest.contains("Could not find a usable"))
+    {
+        return Some(Event::IbNoDevice);
+    }
+    if let Some(interfaces) = rest.strip_prefix("Using").filter(|_| net == "Socket") {
+        let interfaces = SOCKET_IF
+            .captures_iter(interfaces)
+            .filter_map(|c| Some(format!("{}:{}", c.get(2)?.as_str(), c.get(3)?.as_str())))
+            .collect();
+        return Some(Event::SocketInterfaces(interfaces));
+    }
+    if rest.starts_with("Using") {
+        let hcas = IB_HCA.captures_iter(rest).filter_map(hca).collect();
+        return Some(Event::NetDevices {
+            net: net.to_string(),
+            hcas,
+        });
     }
     None
 }
@@ -195,7 +263,7 @@ mod tests {
             "NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>",
             false,
         );
-        let Some(Event::IbDevices(hcas)) = event else {
+        let Some(Event::NetDevices { hcas, .. }) = event else {
             panic!("{event:?}")
         };
         assert_eq!(hcas.len(), 2);
@@ -206,7 +274,7 @@ mod tests {
 
     #[test]
     fn rail_and_plane_suffixes() {
-        let Some(Event::IbDevices(hcas)) = classify(
+        let Some(Event::NetDevices { hcas, .. }) = classify(
             "NET/IB : Using [0]mlx5_0:1:0:1/IB ; OOB ib0:10.1.0.1<0>",
             false,
         ) else {

@@ -20,9 +20,12 @@ use std::process::ExitCode;
 pub use process::{Evidence, LogParser, ProcessLog};
 pub use verdict::{jobs, Job, VerdictKind};
 
-/// Exit codes: 0 no fallback, 1 a socket fallback (or a rank without network), 2 bad input.
+/// Exit codes: 0 no fallback, 1 a socket fallback (or a rank without network, or a failed
+/// verbs call), 2 unreadable input, 3 no NCCL line in the input (a CI gate on an empty or
+/// wrong file must not pass).
 const EXIT_FALLBACK: u8 = 1;
 const EXIT_INPUT: u8 = 2;
+const EXIT_NO_NCCL_LINES: u8 = 3;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -60,11 +63,14 @@ pub fn main(args: &NcclArgs) -> ExitCode {
         }
     };
     let jobs = analyze(&inputs);
-    let failed = jobs.iter().any(|j| j.verdict.is_failure());
-    let report = report::Report {
-        jobs,
-        exit_code: if failed { EXIT_FALLBACK } else { 0 },
+    let exit_code = if jobs.is_empty() {
+        EXIT_NO_NCCL_LINES
+    } else if jobs.iter().any(Job::failed) {
+        EXIT_FALLBACK
+    } else {
+        0
     };
+    let report = report::Report { jobs, exit_code };
     match args.output {
         OutputFormat::Text => print!("{}", report::text(&report)),
         OutputFormat::Json => match serde_json::to_string_pretty(&report) {

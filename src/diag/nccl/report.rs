@@ -49,6 +49,13 @@ pub fn text(report: &Report) -> String {
                 let _ = writeln!(out, "    {evidence}");
             }
         }
+        for f in &job.failures {
+            let _ = writeln!(
+                out,
+                "  failed: {} ({}:{}); check {}",
+                f.call, f.evidence.file, f.evidence.line, f.hint
+            );
+        }
         for w in &job.warnings {
             let _ = writeln!(
                 out,

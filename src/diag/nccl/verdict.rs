@@ -70,6 +70,9 @@ pub enum VerdictKind {
     RdmaWithoutGdr,
     /// All on IB/RoCE, GPUDirect RDMA on some ranks only.
     RdmaMixedGdr,
+    /// All on IB/RoCE; no line tells whether GPUDirect RDMA is used (no inter-node connection
+    /// in the logs).
+    RdmaGdrUnknown,
     SocketFallback,
     /// Some ranks chose no network while others chose IB.
     MissingNetwork,
@@ -95,6 +98,14 @@ pub struct Warning {
     pub evidence: Evidence,
 }
 
+/// A verbs call that failed, with where to look.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub call: String,
+    pub hint: &'static str,
+    pub evidence: Evidence,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Job {
     /// NCCL `commId` shared by its ranks; `None` when the logs carry none (all input, one job).
@@ -103,11 +114,26 @@ pub struct Job {
     pub summary: String,
     pub processes: Vec<ProcessSummary>,
     pub warnings: Vec<Warning>,
+    /// Failed verbs calls (QP creation, memory registration): the job cannot have run as meant.
+    pub failures: Vec<Failure>,
+}
+
+impl Job {
+    /// Whether the command should exit 1 for it.
+    pub fn failed(&self) -> bool {
+        self.verdict.is_failure() || !self.failures.is_empty()
+    }
 }
 
 pub fn summarize(process: &ProcessLog) -> ProcessSummary {
     let chosen = process.networks.last().map(|(net, _)| net.clone());
-    // Before v2.18 there is no `Using network`: the channels' net name says it.
+    // Before v2.18 there is no `Using network`: the channels' net name says it, and without
+    // channels (a log cut short, an excerpt) the transport that initialised: IB's, else the
+    // sockets NCCL falls back to when IB is not usable.
+    let socket_in_use = process
+        .signals
+        .iter()
+        .any(|(kind, _)| *kind == SignalKind::SocketInUse);
     let network = chosen
         .or_else(|| {
             process
@@ -117,6 +143,14 @@ pub fn summarize(process: &ProcessLog) -> ProcessSummary {
                 .or_else(|| process.channels.keys().next())
                 .cloned()
         })
+        .or_else(|| {
+            process
+                .initialized_nets
+                .iter()
+                .find(|n| n.as_str() != "Socket")
+                .cloned()
+        })
+        .or_else(|| socket_in_use.then(|| "Socket".to_string()))
         .unwrap_or_default();
     let transport = match network.as_str() {
         "" => Transport::None,
@@ -257,12 +291,23 @@ fn judge(comm_id: Option<String>, members: &[usize], processes: &[ProcessLog]) -
             all
         });
     let (verdict, summary) = verdict(&summaries);
+    let failures = members
+        .iter()
+        .filter_map(|&i| processes.get(i))
+        .flat_map(verbs_failures)
+        .fold(Vec::<Failure>::new(), |mut all, f| {
+            if !all.iter().any(|x| x.call == f.call) {
+                all.push(f);
+            }
+            all
+        });
     Job {
         comm_id,
         verdict,
         summary,
         processes: summaries,
         warnings,
+        failures,
     }
 }
 
@@ -351,6 +396,14 @@ fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
                 processes_word(rdma.len())
             ),
         )
+    } else if rdma.iter().all(|p| p.gdr == Gdr::Unknown) {
+        (
+            VerdictKind::RdmaGdrUnknown,
+            format!(
+                "all {} on {over}; GPUDirect RDMA not seen (no inter-node connection in these logs)",
+                processes_word(rdma.len())
+            ),
+        )
     } else {
         let others: Vec<_> = rdma
             .iter()
@@ -365,6 +418,36 @@ fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
             ),
         )
     }
+}
+
+/// The failed verbs calls of a process, each with the causes worth checking first.
+fn verbs_failures(process: &ProcessLog) -> Vec<Failure> {
+    process
+        .signals
+        .iter()
+        .filter(|(kind, _)| *kind == SignalKind::VerbsFailure)
+        .map(|(_, evidence)| {
+            let call = super::event::VERBS_CALLS
+                .iter()
+                .find(|call| evidence.text.contains(**call))
+                .copied()
+                .unwrap_or("verbs call");
+            let hint = match call {
+                "ibv_create_qp" | "ibv_modify_qp" | "ibv_create_cq" => {
+                    "queue pair resources: RC QPs grow with peers x channels (NCCL_IB_QPS_PER_CONNECTION, NCCL_MAX_NCHANNELS); check the NIC's QP limit (ibv_devinfo -v max_qp), the RDMA cgroup (rdma.max hca_object) and locked memory (ulimit -l; containers: memlock unlimited)"
+                }
+                "ibv_reg_mr" | "ibv_reg_dmabuf_mr" => {
+                    "memory registration: locked memory (ulimit -l; containers: memlock unlimited), the RDMA cgroup, and for GPU memory the peer-memory module (nvidia_peermem) or DMA-BUF support"
+                }
+                _ => "the RDMA device: permissions on /dev/infiniband, the device plugin's devices in the container, the driver state (dmesg)",
+            };
+            Failure {
+                call: call.to_string(),
+                hint,
+                evidence: evidence.clone(),
+            }
+        })
+        .collect()
 }
 
 /// Settings meant for isolating faults that cost performance when left on.
