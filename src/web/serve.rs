@@ -69,6 +69,9 @@ pub async fn serve(
     let app = app.layer(panic_guard::layer());
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
+    // Set at shutdown: TLS handshakes still in progress give up (and their watchers with them)
+    // instead of holding the graceful shutdown for the handshake timeout.
+    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -101,19 +104,27 @@ pub async fn serve(
             },
         ));
         let watcher = graceful.watcher();
+        let mut stopping_seen = stopping_seen.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let Some(tls) = tls else {
                 return serve_connection(stream, service, watcher).await;
             };
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_connection(stream, service, watcher).await,
-                Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            tokio::select! {
+                handshake = handshake => match handshake {
+                    Ok(Ok(stream)) => serve_connection(stream, service, watcher).await,
+                    Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                },
+                _ = stopping_seen.changed() => {
+                    tracing::debug!(%peer, "shutting down: TLS handshake dropped");
+                }
             }
         });
     }
+    let _ = stopping.send(true);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
         .await
         .is_err()

@@ -508,3 +508,39 @@ fn hostile_authorization_values_are_a_401() {
         );
     }
 }
+
+/// TLS mode has the same bounds as plain HTTP: connections that never finish their handshake
+/// and kept-alive TLS connections do not keep the process from exiting on SIGTERM: handshakes
+/// in progress are dropped at once, answered connections get the shutdown grace.
+#[test]
+fn tls_connections_left_open_do_not_hold_shutdown() {
+    let setup = Setup::new(tls_auth_yaml);
+    let mut exporter = setup.start();
+    // Silent TCP connections (the handshake never starts) and one whose handshake stops after
+    // half a ClientHello.
+    let mut silent: Vec<std::net::TcpStream> = (0..50)
+        .filter_map(|_| std::net::TcpStream::connect(&exporter.address).ok())
+        .collect();
+    let mut half = std::net::TcpStream::connect(&exporter.address).unwrap();
+    std::io::Write::write_all(&mut half, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    silent.push(half);
+    // A kept-alive TLS connection that has been answered.
+    let client = setup.client(false, &exporter);
+    let response = client
+        .get(https(&exporter, "/healthz"))
+        .basic_auth("alice", Some(PASSWORD))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let started = std::time::Instant::now();
+    let exit = exporter.terminate(Duration::from_secs(25));
+    let took = started.elapsed();
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "open TLS connections held the process after SIGTERM: {exit:?}"
+    );
+    eprintln!("TLS mode exited {took:?} after SIGTERM");
+    // Before, a connection in its handshake held the shutdown for the 10 s handshake timeout.
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    drop(silent);
+}
