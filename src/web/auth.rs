@@ -3,7 +3,7 @@
 //! of bad attempts is refused fast once the slots are taken, never queued.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::http::HeaderValue;
@@ -173,7 +173,7 @@ impl Authenticator {
     }
 
     fn take_peer_slot(&self, peer: Option<IpAddr>) -> Option<PeerSlot> {
-        let Some(peer) = peer else {
+        let Some(peer) = peer.map(client_key) else {
             return Some(PeerSlot(None));
         };
         let mut per_peer = self.per_peer.lock().unwrap_or_else(|e| e.into_inner());
@@ -187,6 +187,15 @@ impl Authenticator {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
         self.verified.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a client's share is counted by: its IPv4 address (also when it arrives IPv4-mapped on
+/// a dual-stack socket), or its IPv6 /64, since one host commonly holds a whole /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !(u128::MAX >> 64))),
+        v4 => v4,
     }
 }
 
@@ -276,6 +285,16 @@ mod tests {
         let parts: bcrypt::HashParts = unknown_user_hash(&mixed).unwrap().0.parse().unwrap();
         assert_eq!(parts.get_cost(), 6);
         assert!(unknown_user_hash(&BTreeMap::new()).is_none());
+    }
+
+    #[test]
+    fn clients_are_counted_by_ipv4_address_or_ipv6_64() {
+        let key = |text: &str| client_key(text.parse().unwrap()).to_string();
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
