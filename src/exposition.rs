@@ -1,5 +1,5 @@
-//! Metric families built fresh at each scrape and encoded with prometheus-client, plus content
-//! negotiation between OpenMetrics and the Prometheus text format 0.0.4.
+//! Metric families built fresh at each scrape and encoded with prometheus-client, in OpenMetrics
+//! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -213,7 +213,7 @@ pub fn sanitize_name_part(raw: &str) -> String {
         .collect()
 }
 
-/// Exposition formats a scraper can ask for.
+/// Exposition formats a scraper can ask for (chosen by `web::negotiate::format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     OpenMetrics,
@@ -221,15 +221,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// Picks OpenMetrics when the `Accept` header asks for it, as Prometheus does by default;
-    /// everything else (curl, browsers, old scrapers) gets text 0.0.4.
-    pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(accept) if accept.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::PrometheusText,
-        }
-    }
-
     pub fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
@@ -304,20 +295,5 @@ mod tests {
         assert_eq!(base_name("a_total", Kind::Counter), Ok("a"));
         assert_eq!(base_name("a_info", Kind::Info), Ok("a"));
         assert_eq!(base_name("a_total", Kind::Gauge), Ok("a_total"));
-    }
-
-    #[test]
-    fn negotiation() {
-        assert_eq!(Format::negotiate(None), Format::PrometheusText);
-        assert_eq!(
-            Format::negotiate(Some(
-                "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
-            )),
-            Format::OpenMetrics
-        );
-        assert_eq!(
-            Format::negotiate(Some("text/plain")),
-            Format::PrometheusText
-        );
     }
 }

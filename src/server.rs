@@ -20,6 +20,8 @@ use crate::exposition::Format;
 use crate::node::NodeCollector;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::Poller;
+use crate::web::probe_gate::{ProbeGate, MAX_PROBE_POLLS};
+use crate::web::{gzip, negotiate, panic_guard};
 
 /// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +47,8 @@ pub struct AppState {
     pub coalesced_scrapes: Counter,
     /// Configured switches, for `/probe`.
     pub switches: Option<Arc<Poller>>,
+    /// `/probe` polls: one per target at a time, a bounded number at once.
+    pub probe_gate: Arc<ProbeGate>,
 }
 
 impl AppState {
@@ -63,6 +67,7 @@ impl AppState {
             last_scrape: Arc::default(),
             coalesced_scrapes: Counter::default(),
             switches,
+            probe_gate: ProbeGate::new(MAX_PROBE_POLLS),
         }
     }
 
@@ -74,6 +79,11 @@ impl AppState {
             base_name("rdma_exporter_coalesced_scrapes_total", Kind::Counter).expect("suffixed"),
             "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
             self.coalesced_scrapes.clone(),
+        );
+        registry.register(
+            base_name("rdma_exporter_http_panics_total", Kind::Counter).expect("suffixed"),
+            "Panics while handling an HTTP request, answered with a 500 instead of the request's answer",
+            panic_guard::HTTP_PANICS.clone(),
         );
         registry.register(
             base_name("rdma_exporter_build_info", Kind::Info).expect("suffixed"),
@@ -179,7 +189,7 @@ pub async fn serve_metrics(
         Ok(selection) => selection,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let format = negotiated_format(headers);
     let timeout = scrape_timeout(headers);
     let arrived = Instant::now();
     let walks = state.collectors.selects(&selection, "sysfs");
@@ -223,7 +233,7 @@ pub async fn serve_metrics(
         .await
     };
     match tokio::time::timeout(timeout, scrape).await {
-        Ok(Ok(Ok(body))) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(Ok(Ok(body))) => exposition(format, body, headers).await,
         Ok(Ok(Err(e))) => {
             tracing::error!("encoding metrics failed: {e}");
             (
@@ -233,6 +243,9 @@ pub async fn serve_metrics(
                 .into_response()
         }
         Ok(Err(e)) => {
+            if e.is_panic() {
+                panic_guard::record();
+            }
             tracing::error!("metrics task failed: {e}");
             (StatusCode::INTERNAL_SERVER_ERROR, "metrics task failed\n").into_response()
         }
@@ -267,11 +280,21 @@ async fn probe(
     };
     let poller = state.switches.clone().expect("index found in the poller");
     let timeout = scrape_timeout(&headers);
-    if tokio::time::timeout(timeout, poller.poll_once(index))
-        .await
-        .is_err()
-    {
-        poller.record_timeout(index, timeout);
+    let polled = state.probe_gate.poll(index, || {
+        let poller = poller.clone();
+        async move { poller.poll_once(index).await }
+    });
+    match tokio::time::timeout(timeout, polled).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(saturated)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                format!("{saturated}; try again\n"),
+            )
+                .into_response()
+        }
+        Err(_) => poller.record_timeout(index, timeout),
     }
     let switch: Arc<dyn Collector> = Arc::new(SwitchCollector {
         poller,
@@ -283,9 +306,9 @@ async fn probe(
         selection: Selection::All,
         self_metrics: false,
     }));
-    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let format = negotiated_format(&headers);
     match format.encode(&registry) {
-        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Ok(body) => exposition(format, body.into(), &headers).await,
         Err(e) => {
             tracing::error!("encoding probe metrics failed: {e}");
             (
@@ -293,6 +316,34 @@ async fn probe(
                 "encoding metrics failed\n",
             )
                 .into_response()
+        }
+    }
+}
+
+fn negotiated_format(headers: &HeaderMap) -> Format {
+    negotiate::format(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+/// An encoded exposition as the client asked for it: gzipped when it accepts gzip, and marked
+/// as varying by both headers so that no cache hands one client's answer to another.
+async fn exposition(format: Format, body: axum::body::Bytes, request: &HeaderMap) -> Response {
+    let accept_encoding = request
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok());
+    let vary = (header::VARY, "Accept, Accept-Encoding");
+    let content_type = (header::CONTENT_TYPE, format.content_type());
+    if !negotiate::gzip(accept_encoding) {
+        return ([content_type, vary], body).into_response();
+    }
+    // A few milliseconds for a large node: off the async workers.
+    match tokio::task::spawn_blocking(move || gzip::compress(&body)).await {
+        Ok(gz) => ([content_type, vary, (header::CONTENT_ENCODING, "gzip")], gz).into_response(),
+        Err(e) => {
+            if e.is_panic() {
+                panic_guard::record();
+            }
+            tracing::error!("gzip failed: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "gzip failed\n").into_response()
         }
     }
 }

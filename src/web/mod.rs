@@ -4,7 +4,16 @@
 //! The file is re-read when it (or a certificate it names) changes, checked at most once a
 //! second as connections arrive, and on SIGHUP. A broken new file keeps the old config.
 
+//!
+//! Beside it, what every listener does whatever the config: `serve` (the accept loop),
+//! `negotiate` (`Accept`, `Accept-Encoding`), `gzip`, `panic_guard`, and `probe_gate` (the
+//! bound on `/probe` polls).
+
 pub mod auth;
+pub mod gzip;
+pub mod negotiate;
+pub mod panic_guard;
+pub mod probe_gate;
 pub mod serve;
 pub mod tls;
 
@@ -65,6 +74,8 @@ pub struct WebConfig {
     /// `None`: plain HTTP (a file with only basic auth or headers).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub users: BTreeMap<String, auth::BcryptHash>,
+    /// What an unknown user's password is checked against (`None`: no users).
+    pub unknown_user: Option<auth::BcryptHash>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The files whose change triggers a reload, with their modification times at load.
     watched: Vec<(PathBuf, Option<SystemTime>)>,
@@ -114,6 +125,7 @@ pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
     let headers = headers(&file.http_server_config.headers).map_err(invalid)?;
     Ok(WebConfig {
         tls,
+        unknown_user: auth::unknown_user_hash(&file.basic_auth_users),
         users: file.basic_auth_users,
         headers,
         watched,

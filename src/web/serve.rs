@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,14 +19,16 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
-use super::auth::Authenticator;
-use super::LiveWebConfig;
+use super::auth::{Authenticator, Verdict};
+use super::{panic_guard, LiveWebConfig};
 
 /// A client that opens a connection and says nothing holds no task longer than this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Open connections get this long to finish their requests at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// A request's headers must arrive within this; a silent connection is then closed.
+/// A request's headers must arrive within this; a silent connection is then closed. hyper starts
+/// this clock as soon as it waits for a request, so it is also the idle timeout of a kept-alive
+/// connection between requests (a scraper with a longer interval reconnects at each scrape).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once. More are accepted and closed at once, so that the kernel's
 /// backlog never fills and file descriptors stay for sysfs (the load bench runs 200 clients).
@@ -63,8 +65,13 @@ pub async fn serve(
         }
         None => router,
     };
+    // Outermost: a panic in auth or header middleware is caught too.
+    let app = app.layer(panic_guard::layer());
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
+    // Set at shutdown: TLS handshakes still in progress give up (and their watchers with them)
+    // instead of holding the graceful shutdown for the handshake timeout.
+    let (stopping, stopping_seen) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -88,21 +95,36 @@ pub async fn serve(
             live.reload_if_changed();
             live.current().tls.clone()
         });
-        let service = TowerToHyperService::new(app.clone());
+        // The peer's address, for auth's per-client share of bcrypt.
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        ));
         let watcher = graceful.watcher();
+        let mut stopping_seen = stopping_seen.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let Some(tls) = tls else {
                 return serve_connection(stream, service, watcher).await;
             };
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_connection(stream, service, watcher).await,
-                Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            tokio::select! {
+                handshake = handshake => match handshake {
+                    Ok(Ok(stream)) => serve_connection(stream, service, watcher).await,
+                    Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                },
+                _ = stopping_seen.changed() => {
+                    tracing::debug!(%peer, "shutting down: TLS handshake dropped");
+                }
             }
         });
     }
+    let _ = stopping.send(true);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
         .await
         .is_err()
@@ -112,9 +134,12 @@ pub async fn serve(
     Ok(())
 }
 
-async fn serve_connection<IO>(io: IO, service: TowerToHyperService<Router>, watcher: Watcher)
+async fn serve_connection<IO, S>(io: IO, service: TowerToHyperService<S>, watcher: Watcher)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<Request<hyper::body::Incoming>, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::error::Error + Send + Sync + 'static,
 {
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -130,23 +155,74 @@ async fn protect(State(guard): State<Guard>, request: Request, next: Next) -> Re
     // Also here: kept-alive connections (Prometheus keeps its own) would never see a change.
     guard.live.reload_if_changed();
     let config = guard.live.current();
-    let allowed = config.users.is_empty()
-        || guard
-            .auth
-            .check(&config.users, request.headers().get(header::AUTHORIZATION))
-            .await;
-    let mut response = if allowed {
-        next.run(request).await
-    } else {
-        (
+    let verdict = match &config.unknown_user {
+        None => Verdict::Allowed,
+        Some(unknown_user) => {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<std::net::SocketAddr>>()
+                .map(|ConnectInfo(peer)| peer.ip());
+            let header = request.headers().get(header::AUTHORIZATION);
+            guard
+                .auth
+                .check(&config.users, unknown_user, header, peer)
+                .await
+        }
+    };
+    let mut response = match verdict {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Denied => (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Basic")],
             "Unauthorized\n",
         )
-            .into_response()
+            .into_response(),
+        Verdict::Busy => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            "Too many authentication attempts at once\n",
+        )
+            .into_response(),
     };
     for (name, value) in &config.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Every listener has the panic guard: the client gets a 500, not a dropped connection.
+    #[tokio::test]
+    async fn a_handler_panic_answers_500_through_the_listener() {
+        let router = Router::new().route(
+            "/boom",
+            get(|| async {
+                if true {
+                    panic!("test panic");
+                }
+                "unreachable"
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, None, async {
+            let _ = stopped.await;
+        }));
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 500"), "{answer:?}");
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
 }

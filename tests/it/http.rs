@@ -344,3 +344,268 @@ fn half_open_connections_neither_lock_out_scrapes_nor_hold_shutdown() {
         "half-open connections held the process after SIGTERM: {exit:?}"
     );
 }
+
+/// GET `path` with `headers` over a fresh connection; returns status, headers and raw body
+/// (not decompressed: reqwest is built without gzip here).
+fn get_raw(
+    exporter: &Exporter,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let mut request = reqwest::blocking::Client::new().get(exporter.url(path));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().expect("HTTP request");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.bytes().unwrap().to_vec())
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text)
+        .expect("a gzip member of UTF-8 text");
+    text
+}
+
+/// Prometheus always sends `Accept-Encoding: gzip`; the answer is gzipped unless the client's
+/// q-values refuse it, and says that it varies by both negotiated headers.
+#[test]
+fn metrics_are_gzipped_when_the_client_accepts_gzip() {
+    let exporter = quirks_exporter(&[]);
+    for (accept_encoding, gzipped) in [
+        (Some("gzip"), true),
+        (Some("br;q=1.0, gzip;q=0.8, *;q=0.1"), true),
+        (Some("gzip;q=0"), false),
+        (Some("gzip;q=0.5, identity"), false),
+        (Some("*;q=0"), false),
+        (Some("deflate"), false),
+        (None, false),
+    ] {
+        let headers: Vec<(&str, &str)> = accept_encoding
+            .map(|v| ("Accept-Encoding", v))
+            .into_iter()
+            .collect();
+        let (status, response, body) = get_raw(&exporter, "/metrics", &headers);
+        assert_eq!(status, 200, "{accept_encoding:?}");
+        assert_eq!(
+            response["vary"], "Accept, Accept-Encoding",
+            "{accept_encoding:?}"
+        );
+        let encoding = response
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap());
+        let text = if gzipped {
+            assert_eq!(encoding, Some("gzip"), "{accept_encoding:?}");
+            gunzip(&body)
+        } else {
+            assert_eq!(encoding, None, "{accept_encoding:?}");
+            String::from_utf8(body).unwrap()
+        };
+        assert!(
+            text.contains("rdma_devices 3"),
+            "{accept_encoding:?}: {text}"
+        );
+    }
+}
+
+/// `Accept` is read by its q-values, as Prometheus writes it, not searched for a substring.
+#[test]
+fn the_format_is_negotiated_by_q_values() {
+    let exporter = quirks_exporter(&[]);
+    for (accept, openmetrics) in [
+        // Prometheus 3.
+        ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2", true),
+        // A scrape config preferring the text format (scrape_protocols: [PrometheusText0.0.4, OpenMetricsText1.0.0]).
+        ("text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0;q=0.4,*/*;q=0.3", false),
+        ("application/openmetrics-text;q=0, */*", false),
+        ("application/openmetrics-text;version=9.9.9, text/plain;q=0.1", false),
+        ("text/plain;q=0.1, application/openmetrics-text;q=0.2", true),
+    ] {
+        let (status, content_type, body) = get_with(&exporter.url("/metrics"), &[("Accept", accept)]);
+        assert_eq!(status, 200, "{accept}");
+        assert_eq!(
+            content_type.starts_with("application/openmetrics-text"),
+            openmetrics,
+            "{accept}: {content_type}"
+        );
+        assert_eq!(body.ends_with("# EOF\n"), openmetrics, "{accept}");
+    }
+}
+
+/// Sends raw request bytes on a new connection; returns the status line.
+fn raw_status(exporter: &Exporter, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(&exporter.address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or("").to_string()
+}
+
+/// Header and query values no client should send get an answer (a 200 where the value can be
+/// ignored, a 400 where it names something), never a dropped connection or a 5xx.
+#[test]
+fn hostile_header_and_query_values_get_an_answer() {
+    let exporter = quirks_exporter(&[]);
+    let long_accept = format!(
+        "Accept: {}\r\n",
+        "application/openmetrics-text;q=0.5;x=".repeat(1500)
+    );
+    let headers: Vec<Vec<u8>> = vec![
+        b"Accept: \xff\xfe;q=\xff, */*;q=NaN\r\n".to_vec(),
+        b"Accept: application/openmetrics-text;q=1e400;version=\"\r\n".to_vec(),
+        b"Accept: ;;;,,,/,*/,/*\r\n".to_vec(),
+        long_accept.into_bytes(),
+        b"Accept-Encoding: gzip;q=NaN, *;q=-1, \xff\r\n".to_vec(),
+        b"Accept-Encoding: gzip;q=0.0000001\r\n".to_vec(),
+        b"Authorization: Basic !!!!\xff\r\n".to_vec(),
+        b"X-Prometheus-Scrape-Timeout-Seconds: \xff\xff\r\n".to_vec(),
+    ];
+    for header in &headers {
+        let mut request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".to_vec();
+        request.extend_from_slice(header);
+        request.extend_from_slice(b"\r\n");
+        let status = raw_status(&exporter, &request);
+        assert!(
+            status.starts_with("HTTP/1.1 200"),
+            "{:?}: {status:?}",
+            String::from_utf8_lossy(&header[..header.len().min(80)])
+        );
+    }
+    for (target, want) in [
+        ("/metrics?collect[]=%FF%FE", "400"),
+        ("/metrics?collect[]=&collect[]=", "400"),
+        ("/metrics?collect%5B%5D=sysfs", "200"),
+        ("/metrics?%%%=%%%&&&==", "200"),
+        (
+            "/metrics?collect[]=sysfs&collect[]=sysfs&collect[]=sysfs",
+            "200",
+        ),
+        ("/probe?target=%00", "400"),
+        ("/probe?target=a&target=b&module=%FF", "400"),
+        ("/probe?module=x", "400"),
+    ] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let status = raw_status(&exporter, request.as_bytes());
+        assert!(
+            status.starts_with(&format!("HTTP/1.1 {want}")),
+            "{target}: {status:?}"
+        );
+    }
+    let samples = parse_exposition(&exporter.metrics());
+    assert_eq!(
+        value_of(&samples, "rdma_exporter_http_panics_total", &[]),
+        Some(0.0)
+    );
+}
+
+/// A kept-alive connection that sends nothing more is closed once it has been idle for the
+/// header-read timeout (10 s): idle clients cannot hold connection slots for ever.
+#[test]
+fn idle_keep_alive_connections_are_closed() {
+    use std::io::{Read, Write};
+    let exporter = quirks_exporter(&[]);
+    let mut stream = std::net::TcpStream::connect(&exporter.address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.ends_with(b"OK\n") {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    let idle = std::time::Instant::now();
+    let n = stream.read(&mut buffer).expect("closed, not timed out");
+    assert_eq!(n, 0, "nothing more is sent, the connection is closed");
+    let after = idle.elapsed();
+    assert!(
+        after >= std::time::Duration::from_secs(5) && after < std::time::Duration::from_secs(20),
+        "closed after {after:?} idle"
+    );
+}
+
+/// Many probes of one switch at once cost the switch one poll: those that arrive while its
+/// poll runs wait for that poll's result. The target here never answers (each poll lasts its
+/// 1 s timeout), so every probe of a round arrives while the first one's poll runs.
+#[test]
+fn concurrent_probes_of_one_target_share_one_poll() {
+    use common::gnmi_target::{serve, Behaviour, FakeSwitch, Transport};
+    let _exclusive = exclusive(module_path!());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let switch = FakeSwitch::new(None);
+    let address = runtime.block_on(serve(switch.clone(), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
+             \x20 - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}}}\n"
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    let url = exporter.url("/probe?target=sonic1");
+    let probes = 200;
+    let round = |check: &(dyn Fn(&str) + Sync)| {
+        let barrier = std::sync::Barrier::new(probes);
+        std::thread::scope(|scope| {
+            for _ in 0..probes {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let (status, _, body) = get_with(&url, &[]);
+                    assert_eq!(status, 200, "{body}");
+                    check(&body);
+                });
+            }
+        });
+    };
+    switch.set(Behaviour::Silent);
+    let started = std::time::Instant::now();
+    round(&|body| {
+        assert!(
+            body.contains("rdma_switch_up{switch=\"sonic1\"} 0"),
+            "{body}"
+        )
+    });
+    let silent_polls = switch.subscribed_at.lock().unwrap().len();
+    eprintln!(
+        "{probes} concurrent probes of a silent target: {silent_polls} polls, {:?}",
+        started.elapsed()
+    );
+    assert!(
+        (1..=probes / 20).contains(&silent_polls),
+        "{silent_polls} polls for {probes} probes"
+    );
+
+    // A shared poll's result is a whole answer for every probe, gzipped when asked.
+    switch.set(Behaviour::Normal);
+    round(&|body| {
+        assert!(
+            body.contains("rdma_switch_up{switch=\"sonic1\"} 1"),
+            "{body}"
+        )
+    });
+    let polls = switch.subscribed_at.lock().unwrap().len() - silent_polls;
+    eprintln!("{probes} concurrent probes of a healthy target: {polls} polls");
+    assert!(polls < probes / 2, "{polls} polls for {probes} probes");
+    let (status, headers, body) = get_raw(
+        &exporter,
+        "/probe?target=sonic1",
+        &[("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-encoding"], "gzip");
+    assert!(gunzip(&body).contains("rdma_switch_port_pfc_frames_total{"));
+}

@@ -318,3 +318,229 @@ fn wait_until(done: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The exporter on plain HTTP with `basic_auth_users` of one user whose hash has `cost`.
+fn plain_auth_exporter(cost: u32) -> (tempfile::TempDir, Exporter) {
+    let dir = tempfile::tempdir().unwrap();
+    let web_config = dir.path().join("web.yml");
+    let hash = bcrypt::hash(PASSWORD, cost).unwrap();
+    std::fs::write(&web_config, format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
+    let exporter = Exporter::on_sysfs(
+        &fixture("quirks/sys"),
+        &["--web.config.file", path_str(&web_config)],
+    );
+    (dir, exporter)
+}
+
+/// How long one request with these credentials takes, and its status.
+fn timed(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    user: &str,
+    password: &str,
+) -> (Duration, u16) {
+    let started = std::time::Instant::now();
+    let status = client
+        .get(url)
+        .basic_auth(user, Some(password))
+        .send()
+        .unwrap_or_else(|e| panic!("no answer after {:?}: {e}", started.elapsed()))
+        .status()
+        .as_u16();
+    (started.elapsed(), status)
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// An unknown user answers in the time of a wrong password, whatever the configured cost (the
+/// check against a dummy hash used a fixed cost of 10 before: with cost 8, an unknown user
+/// answered about 4 times slower).
+#[test]
+fn an_unknown_user_takes_as_long_as_a_wrong_password() {
+    let _exclusive = common::exclusive(module_path!());
+    for cost in [8, 11] {
+        let (_dir, exporter) = plain_auth_exporter(cost);
+        let client = reqwest::blocking::Client::new();
+        let url = exporter.url("/healthz");
+        let (mut unknown, mut wrong) = (Vec::new(), Vec::new());
+        // Interleaved, so that a slow moment of the machine hits both alike.
+        for i in 0..9 {
+            let (time, status) = timed(&client, &url, "mallory", &format!("guess{i}"));
+            assert_eq!(status, 401);
+            unknown.push(time);
+            let (time, status) = timed(&client, &url, "alice", &format!("guess{i}"));
+            assert_eq!(status, 401);
+            wrong.push(time);
+        }
+        let (unknown, wrong) = (median(unknown), median(wrong));
+        let ratio = unknown.as_secs_f64() / wrong.as_secs_f64();
+        eprintln!(
+            "cost {cost}: unknown user {unknown:?}, wrong password {wrong:?}, ratio {ratio:.2}"
+        );
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "cost {cost}: unknown user {unknown:?}, wrong password {wrong:?}"
+        );
+    }
+}
+
+/// A flood of wrong passwords from one host neither starves a legitimate scraper's first
+/// verification (no host takes more than half the bcrypt slots; attempts that find none are
+/// refused at once with a 429) nor its later scrapes (a verified scraper needs no bcrypt).
+/// Before, every attempt queued behind one verification at a time: the scraper's first
+/// verification waited behind the whole flood.
+#[test]
+fn a_correct_scrape_gets_through_an_auth_flood() {
+    let _exclusive = common::exclusive(module_path!());
+    let (_dir, exporter) = plain_auth_exporter(10);
+    let url = exporter.url("/metrics");
+    let flooders = 64;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let refused = std::sync::atomic::AtomicU64::new(0);
+    let denied = std::sync::atomic::AtomicU64::new(0);
+    let flood_from: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    std::thread::scope(|scope| {
+        for flooder in 0..flooders {
+            let (url, stop, refused, denied) = (&url, &stop, &refused, &denied);
+            scope.spawn(move || {
+                let client = reqwest::blocking::Client::builder()
+                    .local_address(flood_from)
+                    .timeout(Duration::from_secs(15))
+                    .build()
+                    .unwrap();
+                let mut attempt = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    attempt += 1;
+                    let Ok(response) = client
+                        .get(url)
+                        .basic_auth("alice", Some(format!("guess-{flooder}-{attempt}")))
+                        .send()
+                    else {
+                        continue;
+                    };
+                    match response.status().as_u16() {
+                        429 => refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        401 => denied.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        other => panic!("a wrong password got {other}"),
+                    };
+                }
+            });
+        }
+        // A failing scraper stops the flood too, or the scope would wait for it for ever.
+        let _stop_on_exit = StopOnDrop(&stop);
+        // The flood is on before the scraper's first request.
+        std::thread::sleep(Duration::from_secs(2));
+        let scraper = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let mut latencies = Vec::new();
+        for _ in 0..10 {
+            let (time, status) = timed(&scraper, &url, "alice", PASSWORD);
+            latencies.push(time);
+            assert_eq!(
+                status, 200,
+                "a correct scrape after {time:?} during the flood"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let first = latencies[0];
+        let later = latencies[1..].iter().max().unwrap();
+        eprintln!(
+            "auth flood of {flooders} clients: first (verified) scrape {first:?}, later (cached) scrapes at most {later:?}; flood answers: {} x 401, {} x 429",
+            denied.load(std::sync::atomic::Ordering::Relaxed),
+            refused.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    });
+    assert!(
+        refused.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the flood was never refused unverified"
+    );
+}
+
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Authorization values no client should send are a 401, never a dropped connection.
+#[test]
+fn hostile_authorization_values_are_a_401() {
+    use std::io::{Read, Write};
+    let (_dir, exporter) = plain_auth_exporter(4);
+    let long = format!("Basic {}", "QUFB".repeat(10_000));
+    let values: Vec<&[u8]> = vec![
+        b"Basic",
+        b"Basic ",
+        b"Basic !!!!",
+        b"Basic \xff\xfe",
+        b"Basic /w==",     // one byte, 0xff: not UTF-8
+        b"Basic YWxpY2U=", // "alice": no colon
+        b"Bearer abc",
+        b"basic\tYWxpY2U6eA==",
+        long.as_bytes(),
+    ];
+    for value in values {
+        let mut stream = std::net::TcpStream::connect(&exporter.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut request =
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: ".to_vec();
+        request.extend_from_slice(value);
+        request.extend_from_slice(b"\r\n\r\n");
+        stream.write_all(&request).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 401"),
+            "{:?}: {:?}",
+            String::from_utf8_lossy(&value[..value.len().min(40)]),
+            answer.lines().next()
+        );
+    }
+}
+
+/// TLS mode has the same bounds as plain HTTP: connections that never finish their handshake
+/// and kept-alive TLS connections do not keep the process from exiting on SIGTERM: handshakes
+/// in progress are dropped at once, answered connections get the shutdown grace.
+#[test]
+fn tls_connections_left_open_do_not_hold_shutdown() {
+    let setup = Setup::new(tls_auth_yaml);
+    let mut exporter = setup.start();
+    // Silent TCP connections (the handshake never starts) and one whose handshake stops after
+    // half a ClientHello.
+    let mut silent: Vec<std::net::TcpStream> = (0..50)
+        .filter_map(|_| std::net::TcpStream::connect(&exporter.address).ok())
+        .collect();
+    let mut half = std::net::TcpStream::connect(&exporter.address).unwrap();
+    std::io::Write::write_all(&mut half, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    silent.push(half);
+    // A kept-alive TLS connection that has been answered.
+    let client = setup.client(false, &exporter);
+    let response = client
+        .get(https(&exporter, "/healthz"))
+        .basic_auth("alice", Some(PASSWORD))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let started = std::time::Instant::now();
+    let exit = exporter.terminate(Duration::from_secs(25));
+    let took = started.elapsed();
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "open TLS connections held the process after SIGTERM: {exit:?}"
+    );
+    eprintln!("TLS mode exited {took:?} after SIGTERM");
+    // Before, a connection in its handshake held the shutdown for the 10 s handshake timeout.
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    drop(silent);
+}
