@@ -29,6 +29,7 @@ fn node_collector(
     Some(NodeCollector::new(NodeCollectorConfig {
         sysfs_root: node.sysfs_path.clone(),
         devices: node.devices.clone(),
+        device_read_timeout: node.device_read_timeout,
         ethtool,
         ethtool_include: node.ethtool.include.clone(),
     }))

@@ -126,9 +126,23 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub fn routes(state: Arc<AppState>) -> Router {
     Router::new()
         .route(&state.telemetry_path, get(metrics))
-        .route("/healthz", get(|| async { "OK\n" }))
+        .route("/healthz", get(healthz))
         .route("/probe", get(probe))
         .with_state(state)
+}
+
+/// `/healthz`: OK, unless a node walk is wedged past every deadline (then scrapes cannot be
+/// served, and a restart is the remedy). A hung device is not unhealthy: it is cut off and
+/// reported in `rdma_exporter_read_errors_total{reason="timeout"}`.
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state.node.as_deref().and_then(NodeCollector::walk_overdue) {
+        Some(running) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the node walk has been running for {running:.0?}\n"),
+        )
+            .into_response(),
+        None => "OK\n".into_response(),
+    }
 }
 
 /// Binds `host:port`, `:port` (all interfaces) or `[v6]:port`.

@@ -2,12 +2,17 @@
 //! file is parsed, so mistakes are reported with their line and column.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use regex::Regex;
 use serde::Deserialize;
 
 use super::storm::StormConfig;
 use super::sysfs::DeviceFilter;
+
+/// Healthy devices read in milliseconds; this leaves a scrape with Prometheus' default 10 s
+/// timeout time to serve the other devices when one hangs.
+pub const DEFAULT_DEVICE_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -16,6 +21,10 @@ pub struct NodeConfig {
     /// Root of sysfs; `/sys` unless testing on a fixture tree.
     pub sysfs_path: PathBuf,
     pub devices: DeviceFilter,
+    /// How long a scrape waits for one device's read (its sysfs files and its netdevs' driver
+    /// statistics) before leaving the device out with `reason="timeout"`.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub device_read_timeout: Duration,
     pub ethtool: EthtoolConfig,
     /// The fast PFC storm sampler.
     pub pfc_storm: StormConfig,
@@ -27,6 +36,7 @@ impl Default for NodeConfig {
             enabled: true,
             sysfs_path: PathBuf::from("/sys"),
             devices: DeviceFilter::default(),
+            device_read_timeout: DEFAULT_DEVICE_READ_TIMEOUT,
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),
         }

@@ -1,6 +1,7 @@
 //! The per-node agent: RDMA devices from sysfs plus driver statistics of their netdevs.
 
 pub mod config;
+pub mod device_reads;
 pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;
@@ -15,26 +16,33 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use regex::Regex;
 
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
+use device_reads::DeviceReads;
 use ethtool::EthtoolSource;
 use sysfs::{DeviceFilter, NodeSnapshot};
 
 /// How many recent errors the landing page keeps.
 const RECENT_ERRORS: usize = 50;
 
+/// A walk still running this long after its device read timeout is wedged somewhere no
+/// deadline covers (`/healthz` then says so): the walk itself only lists a directory and waits.
+const WALK_OVERDUE_AFTER_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Debug)]
 pub struct NodeCollectorConfig {
     /// Root of sysfs, normally `/sys`.
     pub sysfs_root: PathBuf,
     pub devices: DeviceFilter,
+    /// How long a scrape waits for a device's read (sysfs and driver statistics).
+    pub device_read_timeout: Duration,
     /// `None` disables the ethtool collector.
-    pub ethtool: Option<std::sync::Arc<dyn EthtoolSource>>,
+    pub ethtool: Option<Arc<dyn EthtoolSource>>,
     /// Untyped driver statistics to export as `rdma_ethtool_stat`.
     pub ethtool_include: Option<Regex>,
 }
@@ -77,6 +85,10 @@ pub struct NodeCollector {
     state: Mutex<State>,
     /// Held for the whole walk.
     walking: Mutex<()>,
+    /// When the running walk started, if one runs.
+    walk_started: Mutex<Option<Instant>>,
+    /// The device reads, with those still out from earlier walks.
+    reads: DeviceReads,
 }
 
 /// Timing and outcome of one collection.
@@ -94,6 +106,8 @@ impl NodeCollector {
             config,
             state: Mutex::new(State::default()),
             walking: Mutex::new(()),
+            walk_started: Mutex::new(None),
+            reads: DeviceReads::default(),
         }
     }
 
@@ -101,42 +115,37 @@ impl NodeCollector {
         &self.config
     }
 
-    /// Reads sysfs and, for RoCE ports with a netdev, the driver statistics (on the same worker
-    /// threads as the walk).
+    /// Reads sysfs and, for RoCE ports with a netdev, the driver statistics (on the reader
+    /// thread of their device), each device within the device read timeout.
     pub fn collect(&self) -> Collection {
         let _walking = self.walking.lock().unwrap_or_else(|p| p.into_inner());
-        let ethtool_errors = Mutex::new(Vec::new());
-        let ethtool_nanos = AtomicU64::new(0);
-        let read_stats = |device: &str, port: &mut sysfs::Port| {
-            let Some(source) = &self.config.ethtool else {
-                return;
-            };
-            // Only RoCE ports have the mlx5 Ethernet PFC/ECN statistics.
-            let Some(netdev) = port.netdev.as_ref().filter(|_| port.is_ethernet()) else {
-                return;
-            };
-            let started = Instant::now();
-            match source.stats(netdev) {
-                Ok(stats) => port.ethtool = stats,
-                Err(e) => ethtool_errors
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((device.to_string(), e)),
-            }
-            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            ethtool_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let _running = RunningWalk::start(&self.walk_started);
+        // Shared with the readers: one that returns after the deadline writes into a tally
+        // nobody reads any more.
+        let tally = Arc::new(EthtoolTally::default());
+        let read_stats: Arc<device_reads::PortHook> = {
+            let source = self.config.ethtool.clone();
+            let tally = tally.clone();
+            Arc::new(move |device: &str, port: &mut sysfs::Port| {
+                if let Some(source) = &source {
+                    tally.read(source.as_ref(), device, port);
+                }
+            })
         };
-        let snapshot =
-            sysfs::read_node_with(&self.config.sysfs_root, &self.config.devices, &read_stats);
+        let snapshot = self.reads.read_node(
+            &self.config.sysfs_root,
+            &self.config.devices,
+            self.config.device_read_timeout,
+            read_stats,
+        );
         let sysfs_ok = !snapshot
             .errors
             .iter()
             .any(|e| e.device.is_empty() && e.reason != reason::ReadErrorReason::MissingDir);
-        let ethtool_errors = ethtool_errors
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner());
-        // The ethtool time is summed over the workers: it is the cost, not the wall time.
-        let ethtool_duration = Duration::from_nanos(ethtool_nanos.load(Ordering::Relaxed));
+        let ethtool_errors =
+            std::mem::take(&mut *tally.errors.lock().unwrap_or_else(|p| p.into_inner()));
+        // The ethtool time is summed over the readers: it is the cost, not the wall time.
+        let ethtool_duration = Duration::from_nanos(tally.nanos.load(Ordering::Relaxed));
         // The walk's own wall time is measured by the collector framework.
         Collection {
             ethtool: self
@@ -148,6 +157,14 @@ impl NodeCollector {
             sysfs_ok,
             ethtool_errors,
         }
+    }
+
+    /// How long the running walk has run, when that is well past its device read timeout: the
+    /// walk is wedged where no deadline reaches, and the exporter cannot serve the node.
+    pub fn walk_overdue(&self) -> Option<Duration> {
+        let started = (*self.walk_started.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let running = started.elapsed();
+        (running > self.config.device_read_timeout + WALK_OVERDUE_AFTER_TIMEOUT).then_some(running)
     }
 
     /// Collects, then hands every family of this collector to `use_families` (encoding, or
@@ -176,6 +193,50 @@ impl NodeCollector {
             .unwrap_or_else(|p| p.into_inner())
             .last
             .clone()
+    }
+}
+
+/// Sets when the walk started, and clears it when dropped (the walk ended, however it ended).
+struct RunningWalk<'a>(&'a Mutex<Option<Instant>>);
+
+impl<'a> RunningWalk<'a> {
+    fn start(started: &'a Mutex<Option<Instant>>) -> RunningWalk<'a> {
+        *started.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        RunningWalk(started)
+    }
+}
+
+impl Drop for RunningWalk<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// The driver statistics reads of one walk: their failures and the time they took.
+#[derive(Default)]
+struct EthtoolTally {
+    errors: Mutex<Vec<(String, ethtool::EthtoolError)>>,
+    nanos: AtomicU64,
+}
+
+impl EthtoolTally {
+    /// Reads the statistics of a RoCE port's netdev into the port (only RoCE ports have the
+    /// mlx5 Ethernet PFC/ECN statistics).
+    fn read(&self, source: &dyn EthtoolSource, device: &str, port: &mut sysfs::Port) {
+        let Some(netdev) = port.netdev.as_ref().filter(|_| port.is_ethernet()) else {
+            return;
+        };
+        let started = Instant::now();
+        match source.stats(netdev) {
+            Ok(stats) => port.ethtool = stats,
+            Err(e) => self
+                .errors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((device.to_string(), e)),
+        }
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 }
 

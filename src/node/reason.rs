@@ -21,11 +21,14 @@ pub enum ReadErrorReason {
     /// A port without `counters/` or `hw_counters/` (normal on some non-mlx5 drivers).
     MissingDir,
     Permission,
-    /// A walker thread failed: a bug.
+    /// A reader thread panicked or could not be started.
     Internal,
     /// EINVAL, EOPNOTSUPP or ENOSYS from the driver (firmware-restricted PFs).
     Unsupported,
     Io,
+    /// The device's read did not return within `node.device_read_timeout`, or an earlier read
+    /// of it still has not: a firmware reset or a hung driver command.
+    Timeout,
     /// Two driver names that sanitize to one metric name.
     NameCollision,
     /// The netdev is not in this network namespace.
@@ -54,6 +57,7 @@ impl ReadErrorReason {
         ReadErrorReason::Internal,
         ReadErrorReason::Unsupported,
         ReadErrorReason::Io,
+        ReadErrorReason::Timeout,
         ReadErrorReason::NameCollision,
         ReadErrorReason::EthtoolNoDevice,
         ReadErrorReason::EthtoolNotSupported,
@@ -79,6 +83,7 @@ impl ReadErrorReason {
             ReadErrorReason::Internal => "internal",
             ReadErrorReason::Unsupported => "unsupported",
             ReadErrorReason::Io => "io",
+            ReadErrorReason::Timeout => "timeout",
             ReadErrorReason::NameCollision => "name_collision",
             ReadErrorReason::EthtoolNoDevice => "ethtool_no_device",
             ReadErrorReason::EthtoolNotSupported => "ethtool_not_supported",

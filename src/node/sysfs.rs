@@ -88,106 +88,112 @@ pub struct ReadError {
     pub detail: String,
 }
 
-/// Reads the InfiniBand class below `sysfs_root` (normally `/sys`). Devices are read in
-/// parallel (each device's attributes are independent kernel objects); the result is in name
-/// order whatever the scheduling.
+/// Reads the InfiniBand class below `sysfs_root` (normally `/sys`) on this thread, device after
+/// device, without a deadline: for callers that may wait (`doctor`, the storm sampler's port
+/// list). Scrapes read through [`super::device_reads::DeviceReads`], which bounds each device.
 pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
-    read_node_with(sysfs_root, filter, &|_, _| {})
+    match list_devices(sysfs_root, filter) {
+        ClassListing::Absent => NodeSnapshot::default(),
+        ClassListing::Failed(error) => NodeSnapshot::failed(error),
+        ClassListing::Listed(class_dir, names) => NodeSnapshot::of_reads(
+            names
+                .iter()
+                .map(|name| class_dir.read_device(name, &|_, _| {})),
+        ),
+    }
 }
 
-/// As [`read_node`], calling `port_hook(device, port)` for each port on the worker thread that
-/// read it, so per-port work (driver statistics of the netdev) runs in parallel too.
-pub fn read_node_with(
-    sysfs_root: &Path,
-    filter: &DeviceFilter,
-    port_hook: &(dyn Fn(&str, &mut Port) + Sync),
-) -> NodeSnapshot {
+/// What listing `class/infiniband` found.
+pub enum ClassListing {
+    /// No such directory: no RDMA driver is loaded (not an error).
+    Absent,
+    /// It exists but could not be listed.
+    Failed(ReadError),
+    /// The directory, and the names of the devices the filter allows, in name order.
+    Listed(ClassDir, Vec<String>),
+}
+
+/// Lists `class/infiniband` below `sysfs_root`. The filter sees names only: nothing below an
+/// excluded device is ever opened.
+pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
     let class_path = sysfs_root.join("class/infiniband");
-    let (class_dir, names) = match SysDir::open(&class_path).and_then(|mut d| {
+    let listing = SysDir::open(&class_path).and_then(|mut d| {
         let names = d.entries()?;
         Ok((d, names))
-    }) {
-        Ok(listing) => listing,
-        Err(e) if e.kind() == ErrorKind::NotFound => return NodeSnapshot::default(),
-        Err(e) => {
-            let mut walk = Walk::default();
-            walk.error(
-                "",
-                io_reason_at(None, &class_path, &e),
-                &class_path,
-                e.to_string(),
-            );
-            return NodeSnapshot {
-                infiniband_present: true,
-                devices: Vec::new(),
-                errors: walk.errors,
-            };
-        }
-    };
-    // The filter sees names only: nothing below an excluded device is ever opened.
-    let names: Vec<String> = names.into_iter().filter(|n| filter.allows(n)).collect();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(names.len())
-        .max(1);
-    let chunk = names.len().div_ceil(workers).max(1);
-    let read_chunk = |names: &[String]| {
-        let mut walk = Walk::default();
-        let devices = names
-            .iter()
-            .filter_map(|name| walk.device(&class_dir, name))
-            .map(|mut device: Device| {
-                for port in &mut device.ports {
-                    port_hook(&device.name, port);
-                }
-                device
-            })
-            .collect::<Vec<_>>();
-        (devices, walk.errors)
-    };
-    let results: Vec<(Vec<Device>, Vec<ReadError>)> = if workers == 1 {
-        vec![read_chunk(&names)]
-    } else {
-        std::thread::scope(|scope| {
-            let read_chunk = &read_chunk;
-            let handles: Vec<_> = names
-                .chunks(chunk)
-                .map(|part| {
-                    // A thread that cannot be started (resource limits) reads on this one.
-                    std::thread::Builder::new()
-                        .name("sysfs-walk".into())
-                        .spawn_scoped(scope, move || read_chunk(part))
-                        .map_err(|_| part)
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| match handle {
-                    Ok(handle) => handle.join().unwrap_or_else(|_| {
-                        let error = ReadError {
-                            device: String::new(),
-                            reason: ReadErrorReason::Internal,
-                            path: class_path.clone(),
-                            detail:
-                                "a sysfs worker panicked; its devices are missing from this scrape"
-                                    .into(),
-                        };
-                        (Vec::new(), vec![error])
-                    }),
-                    Err(part) => read_chunk(part),
-                })
-                .collect()
-        })
-    };
-    let mut snapshot = NodeSnapshot {
-        infiniband_present: true,
-        ..NodeSnapshot::default()
-    };
-    for (devices, errors) in results {
-        snapshot.devices.extend(devices);
-        snapshot.errors.extend(errors);
+    });
+    match listing {
+        Ok((dir, names)) => ClassListing::Listed(
+            ClassDir { dir },
+            names.into_iter().filter(|n| filter.allows(n)).collect(),
+        ),
+        Err(e) if e.kind() == ErrorKind::NotFound => ClassListing::Absent,
+        Err(e) => ClassListing::Failed(ReadError {
+            device: String::new(),
+            reason: io_reason_at(None, &class_path, &e),
+            path: class_path,
+            detail: e.to_string(),
+        }),
     }
-    snapshot
+}
+
+/// The open `class/infiniband` directory. Devices are independent kernel objects: any number
+/// of threads may read devices below it at once.
+pub struct ClassDir {
+    dir: SysDir,
+}
+
+/// What reading one device gave: the device (unless its directory could not be opened) and
+/// every value that could not be read.
+#[derive(Debug, Default)]
+pub struct DeviceRead {
+    pub device: Option<Device>,
+    pub errors: Vec<ReadError>,
+}
+
+impl ClassDir {
+    pub fn path(&self) -> &Path {
+        &self.dir.path
+    }
+
+    /// Reads device `name`, then calls `port_hook(device, port)` for each of its ports, on this
+    /// thread (per-port work such as the netdev's driver statistics belongs to the device's read).
+    pub fn read_device(&self, name: &str, port_hook: &dyn Fn(&str, &mut Port)) -> DeviceRead {
+        let mut walk = Walk::default();
+        let device = walk.device(&self.dir, name).map(|mut device| {
+            for port in &mut device.ports {
+                port_hook(&device.name, port);
+            }
+            device
+        });
+        DeviceRead {
+            device,
+            errors: walk.errors,
+        }
+    }
+}
+
+impl NodeSnapshot {
+    /// A present class directory that could not be listed.
+    pub fn failed(error: ReadError) -> NodeSnapshot {
+        NodeSnapshot {
+            infiniband_present: true,
+            devices: Vec::new(),
+            errors: vec![error],
+        }
+    }
+
+    /// The snapshot of a listed class directory from its devices' reads, in their order.
+    pub fn of_reads(reads: impl IntoIterator<Item = DeviceRead>) -> NodeSnapshot {
+        let mut snapshot = NodeSnapshot {
+            infiniband_present: true,
+            ..NodeSnapshot::default()
+        };
+        for read in reads {
+            snapshot.devices.extend(read.device);
+            snapshot.errors.extend(read.errors);
+        }
+        snapshot
+    }
 }
 
 /// An open sysfs directory: files below it are opened relative to its descriptor, so the kernel
