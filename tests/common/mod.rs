@@ -3,7 +3,10 @@
 
 pub mod gnmi_target;
 pub mod prometheus;
+pub mod series;
 pub mod snmp_agent;
+
+pub use series::assert_no_duplicate_series;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -269,9 +272,12 @@ impl Exporter {
         get_with(&self.url(path), &[])
     }
 
+    /// `/metrics`, asserted to answer 200 with no series twice: every test that fetches a
+    /// whole body this way checks its integrity.
     pub fn metrics(&self) -> String {
         let (status, _, body) = self.get("/metrics");
         assert_eq!(status, 200, "{body}");
+        assert_no_duplicate_series(&body);
         body
     }
 }
@@ -491,16 +497,8 @@ pub fn copy_tree(from: &Path, to: &Path) {
 pub fn scrape_without_duplicates(exporter: &Exporter) -> Vec<Sample> {
     let (status, _, body) = exporter.get("/metrics");
     assert_eq!(status, 200, "{body}");
-    let samples = parse_exposition(&body);
-    let mut keys: Vec<_> = samples
-        .iter()
-        .map(|s| (s.name.clone(), s.labels.clone()))
-        .collect();
-    let total = keys.len();
-    keys.sort();
-    keys.dedup();
-    assert_eq!(keys.len(), total, "duplicate series in:\n{body}");
-    samples
+    assert_no_duplicate_series(&body);
+    parse_exposition(&body)
 }
 
 /// Runs `ip ARGS`; the error says which command failed and why.

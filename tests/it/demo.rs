@@ -36,6 +36,7 @@ fn scrape(demo: &Exporter) -> Vec<Sample> {
     for host in HOSTS {
         let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
         assert_eq!(status, 200, "{body}");
+        common::assert_no_duplicate_series(&body);
         for mut sample in parse_exposition(&body) {
             sample.labels.insert("host".into(), host.into());
             all.push(sample);
@@ -284,6 +285,7 @@ fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
     let (status, _, body) = demo.get("/hosts/gpu-node-01/metrics");
     assert_eq!(status, 200);
     promtool_check_metrics(&body);
+    common::assert_no_duplicate_series(&body);
     let (status, _, sd) = demo.get("/sd");
     assert_eq!(status, 200);
     let groups: serde_json::Value = serde_json::from_str(&sd).unwrap();

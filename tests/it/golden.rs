@@ -122,7 +122,9 @@ fn normalize(body: &str) -> String {
 #[test]
 fn whole_metrics_body_matches_golden_file() {
     let golden = project_root().join("tests/golden/cx7-roce.prom");
-    let body = normalize(&serve_cx7().metrics());
+    let raw = serve_cx7().metrics();
+    assert_no_duplicate_series(&raw);
+    let body = normalize(&raw);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
         std::fs::write(&golden, &body).unwrap();

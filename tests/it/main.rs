@@ -24,6 +24,7 @@ mod golden;
 mod hostile_peers;
 mod hot_unplug;
 mod http;
+mod hung_reads;
 mod nccl;
 mod node_exporter_crosscheck;
 mod prometheus_scrape;

@@ -166,6 +166,7 @@ fn a_fifo_where_a_counter_should_be_does_not_hang_the_scrape() {
         &[("X-Prometheus-Scrape-Timeout-Seconds", "5")],
     );
     assert_eq!(status, 200, "{body}");
+    assert_no_duplicate_series(&body);
     let samples = parse_exposition(&body);
     let port = [("device", "qrk_badrate0"), ("port", "1")];
     assert_eq!(

@@ -154,6 +154,7 @@ fn switches_are_polled_and_served() {
     // /probe polls one configured switch on demand and returns only its series.
     let (status, _, body) = exporter.get("/probe?target=leaf1");
     assert_eq!(status, 200, "{body}");
+    assert_no_duplicate_series(&body);
     let probed = parse_exposition(&body);
     assert_eq!(up(&probed, "leaf1"), Some(1.0));
     assert!(
@@ -177,6 +178,7 @@ fn switches_are_polled_and_served() {
         &[("X-Prometheus-Scrape-Timeout-Seconds", "1")],
     );
     assert_eq!(status, 200);
+    assert_no_duplicate_series(&body);
     assert_eq!(up(&parse_exposition(&body), "dead"), Some(0.0));
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -444,6 +446,7 @@ fn on_demand_polling_reads_only_when_probed() {
 
     let (status, _, body) = exporter.get("/probe?target=leaf1");
     assert_eq!(status, 200, "{body}");
+    assert_no_duplicate_series(&body);
     let probed = parse_exposition(&body);
     assert_eq!(
         value_of(&probed, "rdma_switch_up", &[("switch", "leaf1")]),
@@ -451,6 +454,7 @@ fn on_demand_polling_reads_only_when_probed() {
     );
     let (status, _, body) = exporter.get("/probe?target=sonic1");
     assert_eq!(status, 200, "{body}");
+    assert_no_duplicate_series(&body);
     let probed = parse_exposition(&body);
     assert_eq!(
         value_of(&probed, "rdma_switch_up", &[("switch", "sonic1")]),
