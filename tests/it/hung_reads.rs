@@ -223,6 +223,14 @@ fn settled_readers(pid: u32, expected: usize) -> (usize, usize) {
     }
 }
 
+fn median_and_max(mut latencies: Vec<Duration>) -> (Duration, Duration) {
+    latencies.sort();
+    (
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1],
+    )
+}
+
 fn all_devices() -> Vec<String> {
     (0..10).map(|i| format!("mlx5_{i}")).collect()
 }
@@ -263,9 +271,11 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
         most_threads = most_threads.max(all);
         latencies.push(took);
     }
+    // One more than after the first scrape at most: the runtime's blocking pool may keep an
+    // extra idle thread; a reader per scrape would add one thread per scrape.
     assert!(
-        most_threads <= threads_after_first,
-        "threads grew from {threads_after_first} to {most_threads}"
+        most_threads <= threads_after_first + 1,
+        "threads grew from {threads_after_first} to {most_threads} over {SCRAPES} scrapes"
     );
     let (status, _, body) = exporter.get("/healthz");
     assert_eq!(
@@ -273,13 +283,11 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
         (200, "OK\n"),
         "a hung device is no reason to restart"
     );
-    latencies.sort();
+    let (median, max) = median_and_max(latencies);
     eprintln!(
-        "figures: first scrape {first:?}; scrapes 2..{}: median {:?}, max {:?}; {readers} reader \
-         thread(s), {threads_after_first} threads after the first scrape, at most {most_threads} after",
-        SCRAPES + 1,
-        latencies[latencies.len() / 2],
-        latencies[latencies.len() - 1],
+        "figures: while {HUNG} hangs: first scrape {first:?}; the {SCRAPES} next: median \
+         {median:?}, max {max:?}; {readers} reader thread, {threads_after_first} threads after the \
+         first scrape, at most {most_threads} after the next"
     );
 
     // Its read returns (with an error): the next scrape reads it again, in full.
@@ -308,6 +316,9 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
         "{HUNG}'s device counters, read through the restored directory, are back"
     );
     assert_eq!(settled_readers(pid, 0).0, 0, "no reader left");
+    let healthy: Vec<Duration> = (0..SCRAPES).map(|_| scrape(&exporter).1).collect();
+    let (median, max) = median_and_max(healthy);
+    eprintln!("figures: all devices healthy: {SCRAPES} scrapes, median {median:?}, max {max:?}");
     drop(node);
     drop(exporter);
 }
