@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    assert_no_duplicate_series, copy_tree, fixture, matching, parse_exposition, path_str,
+    assert_no_duplicate_series, copy_tree, fixture, get_with, matching, parse_exposition, path_str,
     skip_or_fail, value_of, Exporter, Sample,
 };
 
@@ -87,27 +87,41 @@ impl HungMount {
     }
 }
 
-/// A copy of the fixture node whose device `HUNG` has its `hw_counters` behind a hung mount.
+/// What hangs.
+#[derive(Clone, Copy)]
+enum Hang {
+    /// Device `HUNG`'s `hw_counters` directory.
+    DeviceCounters,
+    /// `class/infiniband` itself: the listing, which no device deadline covers.
+    ClassDir,
+}
+
+/// A copy of the fixture node with one directory behind a hung mount.
 struct HungNode {
     _dir: tempfile::TempDir,
     config: PathBuf,
-    /// The device's real `hw_counters`, moved aside until `restore`.
+    /// The real directory, moved aside until `restore`.
     aside: PathBuf,
-    hw_counters: PathBuf,
+    /// Where it was, now a symlink into the mount.
+    hung: PathBuf,
     mount: Option<HungMount>,
 }
 
 impl HungNode {
-    fn new() -> Result<HungNode, String> {
+    fn new(hang: Hang) -> Result<HungNode, String> {
         let dir = tempfile::tempdir().unwrap();
         let sys = dir.path().join("sys");
         copy_tree(&fixture("cx7-roce/sys"), &sys);
-        let device = std::fs::canonicalize(sys.join("class/infiniband").join(HUNG)).unwrap();
-        let hw_counters = device.join("hw_counters");
-        let aside = dir.path().join("hw_counters.aside");
-        std::fs::rename(&hw_counters, &aside).unwrap();
+        let hung = match hang {
+            Hang::DeviceCounters => std::fs::canonicalize(sys.join("class/infiniband").join(HUNG))
+                .unwrap()
+                .join("hw_counters"),
+            Hang::ClassDir => sys.join("class/infiniband"),
+        };
+        let aside = dir.path().join("aside");
+        std::fs::rename(&hung, &aside).unwrap();
         let mount = HungMount::new(dir.path().join("hung"))?;
-        std::os::unix::fs::symlink(mount.dir.join("hw_counters"), &hw_counters).unwrap();
+        std::os::unix::fs::symlink(mount.dir.join("x"), &hung).unwrap();
         let config = dir.path().join("config.yml");
         std::fs::write(
             &config,
@@ -122,7 +136,7 @@ impl HungNode {
             _dir: dir,
             config,
             aside,
-            hw_counters,
+            hung,
             mount: Some(mount),
         })
     }
@@ -147,17 +161,17 @@ impl HungNode {
         self.mount = None;
     }
 
-    /// Puts the real `hw_counters` back.
+    /// Puts the real directory back.
     fn restore(&self) {
-        std::fs::remove_file(&self.hw_counters).unwrap();
-        std::fs::rename(&self.aside, &self.hw_counters).unwrap();
+        std::fs::remove_file(&self.hung).unwrap();
+        std::fs::rename(&self.aside, &self.hung).unwrap();
     }
 }
 
 /// A node with a hung device and its exporter; `None` (after `skip_or_fail`) where FUSE mounts
 /// cannot be made (no /dev/fuse, no CAP_SYS_ADMIN).
-fn hung_exporter() -> Option<(HungNode, Exporter)> {
-    let node = match HungNode::new() {
+fn hung_exporter(hang: Hang) -> Option<(HungNode, Exporter)> {
+    let node = match HungNode::new(hang) {
         Ok(node) => node,
         Err(e) => {
             skip_or_fail(&format!("a hung FUSE mount is needed: {e}"));
@@ -238,7 +252,7 @@ fn all_devices() -> Vec<String> {
 #[test]
 fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns() {
     let _exclusive = crate::common::exclusive(module_path!());
-    let Some((mut node, exporter)) = hung_exporter() else {
+    let Some((mut node, exporter)) = hung_exporter(Hang::DeviceCounters) else {
         return;
     };
     let pid = exporter.pid();
@@ -326,7 +340,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
 #[test]
 fn sigterm_ends_the_exporter_while_a_read_hangs() {
     let _exclusive = crate::common::exclusive(module_path!());
-    let Some((node, mut exporter)) = hung_exporter() else {
+    let Some((node, mut exporter)) = hung_exporter(Hang::DeviceCounters) else {
         return;
     };
     let (_, first) = scrape(&exporter);
@@ -342,4 +356,42 @@ fn sigterm_ends_the_exporter_while_a_read_hangs() {
     );
     assert!(status.success(), "{status}");
     drop(node);
+}
+
+#[test]
+fn healthz_fails_when_the_walk_itself_is_wedged() {
+    let _exclusive = crate::common::exclusive(module_path!());
+    let Some((mut node, exporter)) = hung_exporter(Hang::ClassDir) else {
+        return;
+    };
+    let (status, _, body) = get_with(
+        &exporter.url("/metrics"),
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "2")],
+    );
+    assert_eq!(status, 503, "{body}");
+    let (status, _, body) = exporter.get("/healthz");
+    assert_eq!((status, body.as_str()), (200, "OK\n"), "not overdue yet");
+    // Overdue 10 s after the device read timeout.
+    let until = Instant::now() + Duration::from_secs(30);
+    let (status, body) = loop {
+        let (status, _, body) = exporter.get("/healthz");
+        if status != 200 || Instant::now() > until {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("node walk has been running"), "{body}");
+    // The listing fails once the mount is gone: the walk ends and health returns.
+    node.release();
+    node.restore();
+    let until = Instant::now() + Duration::from_secs(10);
+    while exporter.get("/healthz").0 != 200 {
+        assert!(
+            Instant::now() < until,
+            "/healthz stayed 503 after the walk ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(devices_served(&scrape(&exporter).0), all_devices());
 }
