@@ -50,7 +50,7 @@ impl DeviceReads {
         let mut reads: Vec<Option<DeviceRead>> = Vec::with_capacity(names.len());
         let mut waiting = 0;
         for (index, name) in names.iter().enumerate() {
-            let settled = self.start(&class_dir, index, name, &port_hook, &results);
+            let settled = self.start(&class_dir, (index, name), timeout, &port_hook, &results);
             waiting += usize::from(settled.is_none());
             reads.push(settled);
         }
@@ -79,8 +79,8 @@ impl DeviceReads {
     fn start(
         &self,
         class_dir: &Arc<ClassDir>,
-        index: usize,
-        name: &str,
+        (index, name): (usize, &str),
+        timeout: Duration,
         port_hook: &Arc<PortHook>,
         results: &mpsc::Sender<(usize, DeviceRead)>,
     ) -> Option<DeviceRead> {
@@ -94,6 +94,7 @@ impl DeviceReads {
         std::thread::Builder::new()
             .name(READER_THREAD_NAME.into())
             .spawn(move || {
+                let started = Instant::now();
                 let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     dir.read_device(&device, &*port_hook)
                 }))
@@ -102,6 +103,10 @@ impl DeviceReads {
                 // reads the device again. The walk may have stopped listening (the deadline
                 // passed): then the result is dropped.
                 drop(marker);
+                let took = started.elapsed();
+                if took > timeout {
+                    tracing::warn!(device, ?took, "a read that outlived its scrape returned");
+                }
                 let _ = results.send((index, read));
             })
             // Without a thread the closure, and with it the mark, is dropped at once.
