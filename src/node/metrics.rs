@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use regex::Regex;
 
-use super::ethtool_map::{classify, TypedStat};
+use super::ethtool_map::{classify_for, TypedStat};
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
 use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
@@ -455,7 +455,7 @@ fn add_ethtool<'a>(
     let mut seen_untyped = HashSet::new();
     for (name, raw) in &port.ethtool {
         let raw = *raw;
-        let Some(stat) = classify(name) else {
+        let Some(stat) = classify_for(port.netdev_driver.as_deref(), name) else {
             if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name.as_str()) {
                 let added = families.add(
                     "rdma_ethtool_stat",
@@ -713,6 +713,27 @@ mod tests {
         };
         assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
         assert!(!families_of(254));
+    }
+
+    #[test]
+    fn driver_statistics_are_typed_by_the_netdevs_driver() {
+        let typed_pfc = |driver: &str| {
+            let port = Port {
+                number: 1,
+                number_text: "1".into(),
+                link_layer: Some("Ethernet".into()),
+                netdev: Some("ens1f0np0".into()),
+                netdev_driver: Some(driver.into()),
+                ethtool: vec![("rx_pfc_ena_frames_pri3".into(), 9)],
+                ..Port::default()
+            };
+            let snapshot = one_port_node(port);
+            let mut families = Families::default();
+            add_node_metrics(&mut families, &snapshot, None);
+            families.contains("rdma_pfc_pause_frames_total")
+        };
+        assert!(typed_pfc("bnxt_en"), "Broadcom's PFC frames are typed");
+        assert!(!typed_pfc("mlx5_core"), "an mlx5 netdev has no such name");
     }
 
     #[test]

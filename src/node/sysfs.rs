@@ -63,6 +63,9 @@ pub struct Port {
     pub rate_bytes_per_second: Option<f64>,
     pub lid: Option<u64>,
     pub netdev: Option<String>,
+    /// The netdev's kernel driver (`mlx5_core`, `bnxt_en`, `ice`, ...): which names its
+    /// statistics have. `None` where sysfs does not say (fixture trees without `class/net`).
+    pub netdev_driver: Option<String>,
     /// `counters/*`, raw kernel names and raw values (data counters still in 4-octet words).
     pub counters: Vec<(String, u64)>,
     /// Legacy `counters_ext/*` (pre-4.5 kernels), raw names and values.
@@ -76,6 +79,18 @@ pub struct Port {
 impl Port {
     pub fn is_ethernet(&self) -> bool {
         self.link_layer.as_deref() == Some("Ethernet")
+    }
+
+    /// Fills `netdev_driver` from `class/net/<netdev>/device/driver`, beside `class/infiniband`.
+    fn with_netdev_driver(mut self, device_dir: &SysDir) -> Port {
+        let class = device_dir.path.parent().and_then(Path::parent);
+        self.netdev_driver = class
+            .zip(self.netdev.as_deref())
+            .and_then(|(class, netdev)| {
+                std::fs::read_link(class.join("net").join(netdev).join("device/driver")).ok()
+            })
+            .and_then(|link| Some(link.file_name()?.to_str()?.to_string()));
+        self
     }
 }
 
@@ -357,12 +372,14 @@ impl Walk {
                 parse::rate_bytes_per_second,
             ),
             lid: self.value(device, dir, "lid", Optional, parse::counter),
+            netdev_driver: None,
             netdev: netdev_of(device_dir, dir),
             counters: self.counter_dir(device, dir, "counters", Required),
             counters_ext: self.counter_dir(device, dir, "counters_ext", Optional),
             hw_counters: self.counter_dir(device, dir, "hw_counters", Required),
             ethtool: Vec::new(),
         }
+        .with_netdev_driver(device_dir)
     }
 
     /// Reads and parses one attribute; failures are recorded, absence only when required.
@@ -505,6 +522,35 @@ mod tests {
         assert!(!filter.allows("mlx5_1"));
         assert!(!filter.allows("irdma0"));
         assert!(DeviceFilter::default().allows("anything"));
+    }
+
+    #[test]
+    fn the_netdevs_driver_is_read_from_class_net() {
+        let root = tempfile::tempdir().unwrap();
+        let device = root.path().join("class/infiniband/bnxt_re0");
+        let port = device.join("ports/1");
+        for dir in ["counters", "hw_counters", "gid_attrs/ndevs"] {
+            std::fs::create_dir_all(port.join(dir)).unwrap();
+        }
+        for (file, text) in [
+            ("link_layer", "Ethernet"),
+            ("state", "4: ACTIVE"),
+            ("phys_state", "5: LinkUp"),
+            ("rate", "200 Gb/sec (4X HDR)"),
+            ("gid_attrs/ndevs/0", "ens1f0np0"),
+        ] {
+            std::fs::write(port.join(file), format!("{text}\n")).unwrap();
+        }
+        let pci = root.path().join("devices/pci0000:00/0000:01:00.0");
+        std::fs::create_dir_all(&pci).unwrap();
+        std::os::unix::fs::symlink("../../../bus/pci/drivers/bnxt_en", pci.join("driver")).unwrap();
+        let net = root.path().join("class/net/ens1f0np0");
+        std::fs::create_dir_all(&net).unwrap();
+        std::os::unix::fs::symlink(&pci, net.join("device")).unwrap();
+        let snapshot = read_node(root.path(), &DeviceFilter::default());
+        let port = &snapshot.devices[0].ports[0];
+        assert_eq!(port.netdev.as_deref(), Some("ens1f0np0"));
+        assert_eq!(port.netdev_driver.as_deref(), Some("bnxt_en"));
     }
 
     #[test]
