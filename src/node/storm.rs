@@ -295,13 +295,14 @@ fn roce_ports(
 
 /// `rx_prio3_pause_duration` -> (Rx, 3).
 fn pause_duration(name: &str) -> Option<(Direction, u8)> {
-    let (direction, rest) = if let Some(rest) = name.strip_prefix("rx_prio") {
-        (Direction::Rx, rest)
-    } else {
-        (Direction::Tx, name.strip_prefix("tx_prio")?)
-    };
-    let priority = rest.strip_suffix("_pause_duration")?.parse::<u8>().ok()?;
-    (priority < 8).then_some((direction, priority))
+    // Any driver with a per-priority pause time (mlx5, bnxt_en, ionic): see `ethtool_map`.
+    match super::ethtool_map::classify(name)? {
+        super::ethtool_map::TypedStat::PfcPauseDurationMicros {
+            priority,
+            direction,
+        } => Some((direction, priority)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -380,5 +381,14 @@ mod tests {
         assert_eq!(pause_duration("tx_prio8_pause_duration"), None);
         assert_eq!(pause_duration("rx_prio3_pause"), None);
         assert_eq!(pause_duration("rx_global_pause_duration"), None);
+        // Other drivers' per-priority pause time feeds the sampler too.
+        assert_eq!(
+            pause_duration("pfc_pri3_tx_duration_us"),
+            Some((Direction::Tx, 3))
+        );
+        assert_eq!(
+            pause_duration("rx_pripause_5_1us_count"),
+            Some((Direction::Rx, 5))
+        );
     }
 }
