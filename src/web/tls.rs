@@ -65,7 +65,8 @@ pub fn server_config(
     let key_file = base.join(key_file);
     let mut files = vec![cert_file.clone(), key_file.clone()];
     let certs = read_certs(&cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&key_file).map_err(|e| {
+    let key_pem = read_pem(&key_file)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         format!(
             "tls_server_config.key_file {}: no usable private key: {e}",
             key_file.display()
@@ -140,9 +141,19 @@ pub fn server_config(
     Ok((server, files))
 }
 
+/// Largest certificate, key or CA file read: a chain is a few KiB.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads a PEM file like every file the exporter reads: non-blocking open, regular files only,
+/// size-bounded (a FIFO or `/dev/zero` in place of a certificate is an error, not a hang).
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    crate::bounded_read::read(path, MAX_PEM_BYTES).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+    let pem = read_pem(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!("{}: no PEM certificate", path.display()));

@@ -311,6 +311,53 @@ fn typo_in_web_config_exits_2() {
     assert!(stderr.contains("key_fil"), "{stderr}");
 }
 
+/// Certificate and key files are read like every other file: a FIFO in place of the
+/// certificate is a config error naming it, at once, not a startup that hangs in `open`.
+#[test]
+fn a_fifo_as_the_tls_certificate_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("server.pem");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&cert)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(dir.path().join("server.key"), "not used").unwrap();
+    let file = dir.path().join("web.yml");
+    std::fs::write(
+        &file,
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(common::binary())
+        .args(["serve", "--web.listen-address", "127.0.0.1:0"])
+        .arg("--web.config.file")
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            common::stop(&mut child);
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let status = status.unwrap_or_else(|| panic!("still starting after 10 s: {stderr}"));
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("server.pem") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+}
+
 fn wait_until(done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !done() {
