@@ -192,7 +192,7 @@ impl Authenticator {
 
 /// What a client's share is counted by: its IPv4 address (also when it arrives IPv4-mapped on
 /// a dual-stack socket), or its IPv6 /64, since one host commonly holds a whole /64.
-fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !(u128::MAX >> 64))),
         v4 => v4,

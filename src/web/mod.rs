@@ -10,6 +10,7 @@
 //! bound on `/probe` polls).
 
 pub mod auth;
+pub mod client_share;
 pub mod gzip;
 pub mod negotiate;
 pub mod panic_guard;

@@ -33,6 +33,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once. More are accepted and closed at once, so that the kernel's
 /// backlog never fills and file descriptors stay for sysfs (the load bench runs 200 clients).
 const MAX_CONNECTIONS: usize = 512;
+/// Connections one client (an IPv4 address, an IPv6 /64) may hold of those: a host flooding
+/// the port with idle or half-open connections cannot lock out scrapers on other hosts.
+const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
 
 #[derive(Clone)]
 struct Guard {
@@ -68,6 +71,7 @@ pub async fn serve(
     // Outermost: a panic in auth or header middleware is caught too.
     let app = app.layer(panic_guard::layer());
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let shares = super::client_share::ClientShares::new(MAX_CONNECTIONS_PER_CLIENT);
     let graceful = GracefulShutdown::new();
     // Set at shutdown: TLS handshakes still in progress give up (and their watchers with them)
     // instead of holding the graceful shutdown for the handshake timeout.
@@ -85,6 +89,11 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        let Some(share) = shares.take(peer.ip()) else {
+            tracing::debug!(%peer, "the client holds {MAX_CONNECTIONS_PER_CLIENT} connections; closing a new one");
+            drop(stream);
+            continue;
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "{MAX_CONNECTIONS} connections open; closing a new one");
@@ -106,7 +115,7 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let mut stopping_seen = stopping_seen.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, share);
             let Some(tls) = tls else {
                 return serve_connection(stream, service, watcher).await;
             };
