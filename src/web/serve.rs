@@ -34,8 +34,9 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// backlog never fills and file descriptors stay for sysfs (the load bench runs 200 clients).
 const MAX_CONNECTIONS: usize = 512;
 /// Connections one client (an IPv4 address, an IPv6 /64) may hold of those: a host flooding
-/// the port with idle or half-open connections cannot lock out scrapers on other hosts.
-const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// the port with idle or half-open connections cannot lock out scrapers on other hosts. Half,
+/// not less: one Prometheus probing many switches at once holds a connection per probe.
+const MAX_CONNECTIONS_PER_CLIENT: usize = MAX_CONNECTIONS / 2;
 
 #[derive(Clone)]
 struct Guard {
