@@ -610,3 +610,28 @@ fn rccl_version_banner() {
     assert_eq!(job["processes"][0]["nccl_version"], "2.22.3-HEAD:271856d");
     assert_eq!(job["processes"][0]["network"], "IB");
 }
+
+/// Excerpts as tuning guides and tickets quote them, without the `host:pid:tid [dev]` prefix:
+/// one process, named after its input.
+#[test]
+fn quoted_excerpts_without_prefixes() {
+    let (code, job) = judge_text(
+        "NCCL INFO NET/IB : No IP address found for device mlx5_0\n\
+         NCCL INFO NET/Socket: Using [0]ens5f0:10.0.0.5<0>\n\
+         NCCL WARN bootstrapNetSend failed: NET/Socket: Connection refused\n",
+    );
+    assert_eq!(code, 1, "{job}");
+    assert_eq!(job["verdict"], "socket_fallback", "{job}");
+    let process = &job["processes"][0];
+    assert!(
+        process["host"].as_str().unwrap().ends_with("rank.log"),
+        "{process}"
+    );
+    assert!(process["evidence"]
+        .to_string()
+        .contains("Connection refused"));
+    let (code, job) =
+        judge_text("NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n");
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["processes"][0]["network"], "IB");
+}

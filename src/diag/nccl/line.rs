@@ -35,6 +35,28 @@ pub struct Record<'a> {
     pub message: &'a str,
 }
 
+/// A line that starts with the level but lost the `host:pid:tid [dev]` prefix, as excerpts in
+/// tuning guides and tickets quote them (`NCCL INFO NET/IB : Using ...`).
+static BARE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*NCCL (?P<level>INFO|WARN|TRACE) ").expect("static regex"));
+
+/// The record of a line without prefix (see [`BARE`]): its host is empty, its pid 0; the
+/// caller names the process after its input.
+pub fn bare_record(line: &str) -> Option<Record<'_>> {
+    let caps = BARE.captures(line)?;
+    let level = match caps.name("level")?.as_str() {
+        "WARN" => Level::Warn,
+        "TRACE" => Level::Trace,
+        _ => Level::Info,
+    };
+    Some(Record {
+        host: "",
+        pid: 0,
+        level,
+        message: line[caps.get(0)?.end()..].trim_end(),
+    })
+}
+
 /// The records in one physical line; text before the first prefix (a fragment of a truncated
 /// record, or a line without prefix such as the version banner) is returned apart.
 pub fn records(line: &str) -> (&str, Vec<Record<'_>>) {
@@ -162,5 +184,21 @@ mod tests {
         let (rest, recs) = records("NCCL version 2.18.5+cuda12.2");
         assert_eq!(rest, "NCCL version 2.18.5+cuda12.2");
         assert!(recs.is_empty());
+    }
+
+    #[test]
+    fn a_line_without_prefix() {
+        let record =
+            bare_record("NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>")
+                .unwrap();
+        assert_eq!(
+            (record.host, record.pid, record.level),
+            ("", 0, Level::Info)
+        );
+        assert!(record.message.starts_with("NET/IB : Using"));
+        assert!(bare_record("  NCCL WARN NET/Socket : Connection refused").is_some());
+        // A fragment of a record cut mid-line is not a line of its own.
+        assert!(bare_record("...k IB NCCL INFO Using network Socket").is_none());
+        assert!(bare_record("NCCL version 2.18.5+cuda12.2").is_none());
     }
 }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 
 use super::event::{classify, Event, Hca};
-use super::line::{records_with_hosts, Level};
+use super::line::{bare_record, records_with_hosts, Level, Record};
 
 /// Where a line came from: `file:line`, and the line itself (shortened).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -159,7 +159,7 @@ impl LogParser {
         let mut seen_here: BTreeSet<(String, u32)> = BTreeSet::new();
         for (index, raw) in text.split('\n').enumerate() {
             let line = raw.strip_suffix('\r').unwrap_or(raw);
-            let (leading, found) = records_with_hosts(line, |host| self.hosts.contains(host));
+            let (leading, mut found) = records_with_hosts(line, |host| self.hosts.contains(host));
             if found.is_empty() {
                 if let Some(Event::Version(v)) = leading
                     .find("NCCL version ")
@@ -167,10 +167,20 @@ impl LogParser {
                 {
                     file_version = Some(v);
                 }
-                continue;
+                // A quoted excerpt without prefixes: one process, named after its input.
+                match bare_record(line) {
+                    Some(record) => found.push(Record {
+                        host: source,
+                        ..record
+                    }),
+                    None => continue,
+                }
             }
             for record in found {
-                if self.hosts.len() < self.max_processes && !self.hosts.contains(record.host) {
+                if record.pid != 0
+                    && self.hosts.len() < self.max_processes
+                    && !self.hosts.contains(record.host)
+                {
                     self.hosts.insert(record.host.to_string());
                 }
                 let Some(event) = classify(record.message, record.level == Level::Warn) else {
