@@ -517,6 +517,15 @@ fn plugin_net_names_and_pxn_channels() {
         .collect();
     assert_eq!(networks, ["IBext", "AWS Libfabric"]);
     assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
+    // The chosen network, named with its space as the channels name it (NCCL 2.9.9 with
+    // aws-ofi-nccl on p4d): its channels decide GPUDirect RDMA.
+    let (code, job) = judge_text(
+        "h2:8:8 [0] NCCL INFO Using network AWS Libfabric\n\
+         h2:8:8 [0] NCCL INFO Channel 00 : 1[101d0] -> 8[101c0] [send] via NET/AWS Libfabric/1/GDRDMA\n",
+    );
+    assert_eq!(code, 0, "{job}");
+    assert_eq!(job["processes"][0]["network"], "AWS Libfabric");
+    assert_eq!(job["verdict"], "rdma_with_gdr", "{job}");
 }
 
 /// Every rank says `NET/IB : No device found.` and then uses sockets, in a version that

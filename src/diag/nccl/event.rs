@@ -124,8 +124,13 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
             .next()?;
         return Some(Event::Version(version.to_string()));
     }
+    // The whole rest: plugin names may hold a space (`Using network AWS Libfabric`), and the
+    // channel lines name the net the same way.
     if let Some(net) = message.strip_prefix("Using network ") {
-        let net = net.split_whitespace().next()?;
+        let net = net.trim();
+        if net.is_empty() {
+            return None;
+        }
         return Some(Event::NetworkChosen(net.to_string()));
     }
     if let Some(event) = net_event(message) {
