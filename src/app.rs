@@ -88,9 +88,8 @@ pub fn check(origin: &Origin, config: &Config) -> Result<Option<Arc<Poller>>, Co
 /// scrape serves the last finished scan.
 fn nccl_collector(config: &Config) -> Option<NcclCollector> {
     let nccl = &config.nccl;
-    let limits = nccl.limits();
     let source = Arc::new(LogDir(nccl.log_dir.clone()?));
-    match NcclCollector::spawn(source, limits) {
+    match NcclCollector::spawn(source, nccl.clone()) {
         Ok(collector) => Some(collector),
         Err(e) => {
             tracing::error!("the NCCL log scan thread did not start: {e}");

@@ -220,10 +220,6 @@ impl Collector for SwitchCollector {
         "switch"
     }
 
-    fn retire(&self) {
-        self.poller.stop();
-    }
-
     /// Serves each switch's last snapshot; the polls themselves run in the background, and a
     /// failing switch shows in `rdma_switch_up`, not as a failed collector.
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {

@@ -92,11 +92,7 @@ impl SwitchProblems<'_> {
         match source.read() {
             Ok(secret) => Some(secret),
             Err(e) => {
-                let field = match source {
-                    SecretSource::File(_) => key.file,
-                    SecretSource::Env(_) => key.env,
-                };
-                self.push(&[section, field], format!("{}: {e}", key.what));
+                self.push(&[section, key.field(source)], format!("{}: {e}", key.what));
                 None
             }
         }
@@ -106,13 +102,9 @@ impl SwitchProblems<'_> {
     fn usm_password(&mut self, key: SecretKey, source: &SecretSource) -> Option<Secret> {
         let secret = self.secret("snmp", key, source)?;
         if secret.expose().chars().count() < MIN_USM_PASSWORD_CHARS {
-            let field = match source {
-                SecretSource::File(_) => key.file,
-                SecretSource::Env(_) => key.env,
-            };
             // The length is not said: it is a fact about the secret.
             self.push(
-                &["snmp", field],
+                &["snmp", key.field(source)],
                 format!(
                     "{} is shorter than the {MIN_USM_PASSWORD_CHARS} characters SNMPv3 requires (RFC 3414)",
                     key.what
@@ -130,6 +122,16 @@ struct SecretKey {
     file: &'static str,
     env: &'static str,
     what: &'static str,
+}
+
+impl SecretKey {
+    /// The key that sets `source`: the file's or the variable's.
+    fn field(self, source: &SecretSource) -> &'static str {
+        match source {
+            SecretSource::File(_) => self.file,
+            SecretSource::Env(_) => self.env,
+        }
+    }
 }
 
 const COMMUNITY: SecretKey = SecretKey {

@@ -51,54 +51,13 @@ pub struct NcclConfig {
 
 impl Default for NcclConfig {
     fn default() -> Self {
-        let limits = NcclLogLimits::default();
         NcclConfig {
             log_dir: None,
-            max_age: limits.max_age,
-            max_files: limits.max_files,
-            max_bytes_per_file: limits.max_bytes_per_file,
-            max_processes: limits.max_processes,
-            scan_interval: limits.scan_interval,
-            scan_timeout: limits.scan_timeout,
-        }
-    }
-}
-
-impl NcclConfig {
-    /// The scan thread's bounds.
-    pub fn limits(&self) -> NcclLogLimits {
-        NcclLogLimits {
-            max_files: self.max_files,
-            max_bytes_per_file: self.max_bytes_per_file,
-            max_age: self.max_age,
-            max_processes: self.max_processes,
-            scan_interval: self.scan_interval,
-            scan_timeout: self.scan_timeout,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct NcclLogLimits {
-    pub max_files: usize,
-    pub max_bytes_per_file: u64,
-    pub max_age: Duration,
-    /// Processes (host, pid) exported, newest files first; the others are counted.
-    pub max_processes: usize,
-    /// Time between the starts of two scans.
-    pub scan_interval: Duration,
-    /// Time after which a scan reads no further file.
-    pub scan_timeout: Duration,
-}
-
-impl Default for NcclLogLimits {
-    fn default() -> Self {
-        NcclLogLimits {
+            max_age: Duration::from_secs(24 * 3600),
             max_files: 256,
             // Init lines come first, but a long job's file is mostly later output: the tail of a
             // rotated or appended file still holds the last communicator's setup.
             max_bytes_per_file: 4 << 20,
-            max_age: Duration::from_secs(24 * 3600),
             max_processes: 1024,
             scan_interval: Duration::from_secs(30),
             scan_timeout: Duration::from_secs(10),
@@ -138,7 +97,7 @@ pub struct Chunk {
 pub trait LogSource: Send + Sync + std::fmt::Debug {
     /// The files to read, newest first, within `limits`. Listing stops at `deadline`: the files
     /// found by then are returned.
-    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<LogFile>>;
+    fn recent_files(&self, limits: &NcclConfig, deadline: Instant) -> io::Result<Vec<LogFile>>;
 
     /// Reads a file to its end: from `resume`'s offset when it is still the same file and no
     /// shorter, else from its start; in both cases at most its last `max_bytes`. Past
@@ -171,7 +130,7 @@ fn file_id(meta: &std::fs::Metadata) -> FileId {
 type Listed = (SystemTime, Reverse<PathBuf>, u64, u64, u64);
 
 impl LogSource for LogDir {
-    fn recent_files(&self, limits: &NcclLogLimits, deadline: Instant) -> io::Result<Vec<LogFile>> {
+    fn recent_files(&self, limits: &NcclConfig, deadline: Instant) -> io::Result<Vec<LogFile>> {
         let now = SystemTime::now();
         // The newest `max_files`, kept in a heap whose top is the oldest kept: a directory of a
         // million files costs `max_files` entries of memory.
@@ -335,7 +294,7 @@ impl Tailer {
 
     /// One scan: lists the recent files and brings them up to date, newest first, until
     /// `scan_timeout`; then merges their processes, newest files first, up to `max_processes`.
-    pub fn scan(&mut self, source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
+    pub fn scan(&mut self, source: &dyn LogSource, limits: &NcclConfig) -> DirScan {
         let started = Instant::now();
         // A timeout too large to add is no timeout.
         let deadline = started
@@ -402,7 +361,7 @@ impl Tailer {
         &mut self,
         source: &dyn LogSource,
         file: &LogFile,
-        limits: &NcclLogLimits,
+        limits: &NcclConfig,
         deadline: Instant,
     ) -> io::Result<u64> {
         let known = self.files.get(&file.path);
@@ -496,7 +455,7 @@ impl Tailer {
 }
 
 /// One scan from nothing known: every file read up to its bound.
-pub fn scan(source: &dyn LogSource, limits: &NcclLogLimits) -> DirScan {
+pub fn scan(source: &dyn LogSource, limits: &NcclConfig) -> DirScan {
     Tailer::new().scan(source, limits)
 }
 
@@ -510,14 +469,14 @@ pub struct NcclCollector {
 
 #[derive(Debug)]
 struct Shared {
-    limits: NcclLogLimits,
+    limits: NcclConfig,
     spawned: Instant,
     last: Mutex<Option<Arc<DirScan>>>,
 }
 
 impl NcclCollector {
     /// Starts the scan thread on `source`; the first scan starts at once.
-    pub fn spawn(source: Arc<dyn LogSource>, limits: NcclLogLimits) -> io::Result<NcclCollector> {
+    pub fn spawn(source: Arc<dyn LogSource>, limits: NcclConfig) -> io::Result<NcclCollector> {
         let shared = Arc::new(Shared {
             limits,
             spawned: Instant::now(),
@@ -704,7 +663,7 @@ mod tests {
     }
 
     impl LogSource for Scripted {
-        fn recent_files(&self, _: &NcclLogLimits, _: Instant) -> io::Result<Vec<LogFile>> {
+        fn recent_files(&self, _: &NcclConfig, _: Instant) -> io::Result<Vec<LogFile>> {
             let files = self.files.lock().unwrap();
             Ok(files
                 .iter()
@@ -758,11 +717,11 @@ mod tests {
         }
     }
 
-    fn limits(interval_ms: u64, timeout_ms: u64) -> NcclLogLimits {
-        NcclLogLimits {
+    fn limits(interval_ms: u64, timeout_ms: u64) -> NcclConfig {
+        NcclConfig {
             scan_interval: Duration::from_millis(interval_ms),
             scan_timeout: Duration::from_millis(timeout_ms),
-            ..NcclLogLimits::default()
+            ..NcclConfig::default()
         }
     }
 
@@ -792,7 +751,7 @@ mod tests {
     const SOCKET: &str = "h2:20:20 [0] NCCL INFO Using network Socket\n";
 
     /// Starts a collector on `source` and waits for its first scan.
-    fn started(source: &Arc<Scripted>, limits: NcclLogLimits) -> Arc<NcclCollector> {
+    fn started(source: &Arc<Scripted>, limits: NcclConfig) -> Arc<NcclCollector> {
         let collector = Arc::new(NcclCollector::spawn(source.clone(), limits).unwrap());
         wait_for("the first scan", || collector.last_scan().is_some());
         collector
@@ -881,9 +840,9 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let source = LogDir(dir.path().to_path_buf());
         let far = Instant::now() + Duration::from_secs(60);
-        let limits = NcclLogLimits {
+        let limits = NcclConfig {
             max_files: 2,
-            ..NcclLogLimits::default()
+            ..NcclConfig::default()
         };
         let files = source.recent_files(&limits, far).unwrap();
         let names: Vec<_> = files.iter().map(|f| f.path.file_name().unwrap()).collect();
@@ -1043,9 +1002,9 @@ mod tests {
             .map(|i| format!("host{i}:{i}:1 [0] NCCL INFO Using network IB\n"))
             .collect();
         std::fs::write(dir.path().join("many.log"), text).unwrap();
-        let limits = NcclLogLimits {
+        let limits = NcclConfig {
             max_processes: 8,
-            ..NcclLogLimits::default()
+            ..NcclConfig::default()
         };
         let result = scan(&LogDir(dir.path().to_path_buf()), &limits);
         assert_eq!((result.processes.len(), result.processes_dropped), (8, 42));
