@@ -7,6 +7,7 @@ pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod metrics;
 pub mod parse;
+pub mod rdma_netlink;
 pub mod reason;
 pub mod saturation;
 pub mod storm;
