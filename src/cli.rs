@@ -147,6 +147,9 @@ pub struct ServeArgs {
     /// sysfs mount point [default: /sys].
     #[arg(long = "path.sysfs", value_name = "DIR")]
     pub sysfs_path: Option<PathBuf>,
+    /// procfs mount point [default: /proc]: the owners of queue pairs.
+    #[arg(long = "path.procfs", value_name = "DIR")]
+    pub proc_path: Option<PathBuf>,
     /// Only RDMA devices whose name matches this regex.
     #[arg(long = "collector.infiniband.device-include", value_name = "REGEX")]
     pub device_include: Option<Regex>,
@@ -192,6 +195,9 @@ impl ServeArgs {
         let node = &mut config.node;
         if let Some(v) = &self.sysfs_path {
             node.sysfs_path = v.clone();
+        }
+        if let Some(v) = &self.proc_path {
+            node.proc_path = v.clone();
         }
         if let Some(v) = &self.device_include {
             node.devices.include = Some(v.clone());
@@ -267,6 +273,12 @@ pub struct CollectorFlags {
     process: bool,
     #[arg(long = "no-collector.process", overrides_with = "process")]
     no_process: bool,
+    /// RDMA resources and queue pairs over RDMA netlink [default: on; success 0 where the
+    /// kernel has no RDMA netlink].
+    #[arg(long = "collector.netlink", overrides_with = "no_netlink")]
+    netlink: bool,
+    #[arg(long = "no-collector.netlink", overrides_with = "netlink")]
+    no_netlink: bool,
 }
 
 impl CollectorFlags {
@@ -307,6 +319,12 @@ impl CollectorFlags {
         }
         if self.no_switch {
             config.switches.clear();
+        }
+        if self.netlink {
+            config.node.netlink.enabled = true;
+        }
+        if self.no_netlink {
+            config.node.netlink.enabled = false;
         }
         if self.process {
             config.process.enabled = true;

@@ -15,7 +15,16 @@ use crate::exposition::{Families, Value};
 
 /// Every collector name, enabled or not, in the order they are run and listed. A name here is
 /// `--collector.<name>` / `--no-collector.<name>`, `collect[]=<name>` and the `collector` label.
-pub const KNOWN: &[&str] = &["sysfs", "ethtool", "pfc_storm", "nccl", "switch", "process"];
+pub const KNOWN: &[&str] = &[
+    "sysfs",
+    "ethtool",
+    "pfc_storm",
+    "netlink",
+    "pods",
+    "nccl",
+    "switch",
+    "process",
+];
 
 /// A source of metric families.
 pub trait Collector: Send + Sync + fmt::Debug {

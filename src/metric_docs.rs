@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::diag::nccl::verdict::Gdr;
 use crate::direction::Direction;
 use crate::node::ethtool_map::StormSeverity;
+use crate::node::rdma_netlink::{NetlinkError, QpState, QpType};
 use crate::node::reason::ReadErrorReason;
 
 const DOCS: &str = include_str!("../docs/metrics.md");
@@ -36,6 +37,14 @@ const POLL_ERROR_REASONS: &[&str] = &[
 
 /// `collector` values: the framework's names.
 const COLLECTORS: &[&str] = crate::collector::KNOWN;
+
+/// The known values of the netlink enums are static names.
+fn cow_label(label: std::borrow::Cow<'static, str>) -> &'static str {
+    match label {
+        std::borrow::Cow::Borrowed(name) => name,
+        std::borrow::Cow::Owned(name) => panic!("{name} is not a known value"),
+    }
+}
 
 fn labels<T: Copy>(all: &[T], as_label: fn(T) -> &'static str) -> Vec<&'static str> {
     all.iter().map(|value| as_label(*value)).collect()
@@ -75,6 +84,21 @@ fn docs_list_every_label_value() {
             POLL_ERROR_REASONS.to_vec(),
         ),
         ("`rdma_nccl_process_info`", labels(Gdr::ALL, Gdr::as_label)),
+        (
+            "`qp_type` values:",
+            QpType::ALL
+                .iter()
+                .map(|t| cow_label(t.as_label()))
+                .collect(),
+        ),
+        (
+            "`qp_type` values:",
+            QpState::ALL
+                .iter()
+                .map(|s| cow_label(s.as_label()))
+                .collect(),
+        ),
+        ("Netlink error reasons", NetlinkError::REASONS.to_vec()),
     ];
     let mut missing = Vec::new();
     for (marker, values) in vocabularies {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use regex::Regex;
 use serde::Deserialize;
 
+use super::netlink_collector::NetlinkConfig;
 use super::storm::StormConfig;
 use super::sysfs::DeviceFilter;
 
@@ -20,6 +21,8 @@ pub struct NodeConfig {
     pub enabled: bool,
     /// Root of sysfs; `/sys` unless testing on a fixture tree.
     pub sysfs_path: PathBuf,
+    /// Root of procfs, `/proc`: the owners of queue pairs (their command name and cgroup).
+    pub proc_path: PathBuf,
     pub devices: DeviceFilter,
     /// How long a scrape waits for one device's read (its sysfs files and its netdevs' driver
     /// statistics) before leaving the device out with `reason="timeout"`.
@@ -28,6 +31,8 @@ pub struct NodeConfig {
     pub ethtool: EthtoolConfig,
     /// The fast PFC storm sampler.
     pub pfc_storm: StormConfig,
+    /// RDMA resources and queue pairs over RDMA netlink (the `netlink` collector).
+    pub netlink: NetlinkConfig,
 }
 
 impl Default for NodeConfig {
@@ -35,10 +40,12 @@ impl Default for NodeConfig {
         NodeConfig {
             enabled: true,
             sysfs_path: PathBuf::from("/sys"),
+            proc_path: PathBuf::from("/proc"),
             devices: DeviceFilter::default(),
             device_read_timeout: DEFAULT_DEVICE_READ_TIMEOUT,
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),
+            netlink: NetlinkConfig::default(),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod metrics;
+pub mod netlink_collector;
 pub mod parse;
 pub mod rdma_netlink;
 pub mod reason;

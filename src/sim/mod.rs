@@ -7,3 +7,4 @@ pub mod scenario;
 pub mod snmp_agent;
 pub mod switch_mib;
 pub mod sysfs_tree;
+pub mod workload;

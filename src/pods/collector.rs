@@ -1,0 +1,326 @@
+//! The `pods` collector (off unless configured): which pod and container the kubelet gave each
+//! RDMA device (`rdma_device_pod_info`, for joins in dcgm-exporter's style), and each pod's RDMA
+//! cgroup use and limit. The kubelet and the cgroup tree are read on a thread of its own every
+//! `pods.interval`; a scrape serves the last reading. Queue pairs per pod come from the
+//! `netlink` collector, whose owners this module's [`owner_resolver`] names.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
+use super::{PodName, PodRdmaCgroup, PodsError};
+use crate::collector::{Collector, Outcome, Output};
+use crate::exposition::{Families, Kind, Value};
+use crate::node::netlink_collector::{OwnerResolver, QpOwner};
+
+/// The kubelet's pod-resources socket.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// `pods:`: the `pods` collector.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PodsConfig {
+    pub enabled: bool,
+    /// The kubelet's pod-resources API (gRPC v1 `List`).
+    pub pod_resources_socket: PathBuf,
+    /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>`): pod names by UID.
+    pub pod_logs_dir: PathBuf,
+    /// The cgroup v2 mount (or the v1 hierarchy root holding `rdma/`).
+    pub cgroup_path: PathBuf,
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub interval: Duration,
+    /// Bounds each kubelet call.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub timeout: Duration,
+}
+
+impl Default for PodsConfig {
+    fn default() -> Self {
+        PodsConfig {
+            enabled: false,
+            pod_resources_socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            cgroup_path: PathBuf::from("/sys/fs/cgroup"),
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One reading of the kubelet and the cgroup tree.
+#[derive(Debug, Default)]
+struct Reading {
+    /// (device, port, netdev, namespace, pod, container, resource).
+    devices: BTreeSet<[String; 7]>,
+    cgroups: Vec<(Option<PodName>, PodRdmaCgroup)>,
+    /// Which parts failed, by source and reason.
+    failures: Vec<(&'static str, PodsError)>,
+    duration: Duration,
+    finished: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: PodsConfig,
+    sysfs_root: PathBuf,
+    last: Mutex<Arc<Reading>>,
+    /// Failed reads by (source, reason) since the start.
+    errors: Mutex<HashMap<(&'static str, &'static str), u64>>,
+}
+
+#[derive(Debug)]
+pub struct PodsCollector {
+    shared: Arc<Shared>,
+    stop: mpsc::Sender<()>,
+}
+
+impl PodsCollector {
+    /// Starts the reading thread; the first reading starts at once.
+    pub fn spawn(config: PodsConfig, sysfs_root: PathBuf) -> io::Result<PodsCollector> {
+        let shared = Arc::new(Shared {
+            config,
+            sysfs_root,
+            last: Mutex::new(Arc::new(Reading::default())),
+            errors: Mutex::new(HashMap::new()),
+        });
+        let (stop, stopped) = mpsc::channel();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("pods".into())
+            .spawn(move || run(&thread_shared, &stopped))?;
+        Ok(PodsCollector { shared, stop })
+    }
+
+    fn last(&self) -> Arc<Reading> {
+        self.shared
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn stale_after(&self) -> Duration {
+        let config = &self.shared.config;
+        config
+            .interval
+            .saturating_mul(2)
+            .saturating_add(config.timeout.saturating_mul(2))
+    }
+}
+
+fn run(shared: &Shared, stopped: &mpsc::Receiver<()>) {
+    // The kubelet client is async; this thread drives it on a runtime of its own, so a slow
+    // kubelet never holds a worker of the server's runtime.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!("the pods collector cannot start its runtime: {e}");
+            return;
+        }
+    };
+    let interval = shared.config.interval.max(Duration::from_millis(100));
+    let mut logged: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
+    loop {
+        let started = Instant::now();
+        let mut reading = read(&shared.config, &shared.sysfs_root, &runtime);
+        reading.duration = started.elapsed();
+        reading.finished = Some(Instant::now());
+        {
+            let mut errors = shared.errors.lock().unwrap_or_else(|p| p.into_inner());
+            for (source, error) in &reading.failures {
+                *errors.entry((source, error.reason())).or_default() += 1;
+                // Once per kind: a missing socket fails the same way every interval.
+                if logged.insert((source, error.reason())) {
+                    tracing::warn!("pods collector: {source}: {error}");
+                }
+            }
+        }
+        *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(reading);
+        match stopped.recv_timeout(interval.saturating_sub(started.elapsed())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+fn read(config: &PodsConfig, sysfs_root: &Path, runtime: &tokio::runtime::Runtime) -> Reading {
+    let mut reading = Reading::default();
+    match runtime.block_on(pod_resources::list(
+        &config.pod_resources_socket,
+        config.timeout,
+    )) {
+        Ok(assigned) => {
+            for a in assigned {
+                for target in device_map::resolve(sysfs_root, &a.device_id) {
+                    reading.devices.insert([
+                        target.device,
+                        target.port.to_string(),
+                        target.netdev,
+                        a.namespace.clone(),
+                        a.pod.clone(),
+                        a.container.clone(),
+                        a.resource.clone(),
+                    ]);
+                }
+            }
+        }
+        Err(e) => reading.failures.push(("pod_resources", e)),
+    }
+    let names = match pod_names::read(&config.pod_logs_dir) {
+        Ok(names) => names,
+        Err(e) => {
+            reading.failures.push(("pod_names", e));
+            HashMap::new()
+        }
+    };
+    match rdma_cgroup::scan(&config.cgroup_path) {
+        Ok(cgroups) => {
+            reading.cgroups = cgroups
+                .into_iter()
+                .map(|c| (names.get(&c.pod_uid).cloned(), c))
+                .collect();
+        }
+        Err(e) => reading.failures.push(("rdma_cgroup", e)),
+    }
+    reading
+}
+
+fn add_metrics<'a>(
+    families: &mut Families<'a>,
+    reading: &'a Reading,
+    errors: &HashMap<(&'static str, &'static str), u64>,
+) {
+    for [device, port, netdev, namespace, pod, container, resource] in &reading.devices {
+        let added = families.add(
+            "rdma_device_pod_info",
+            Kind::Info,
+            "An RDMA port the kubelet assigned to a container (pod-resources API), for joins: * on (device, port) group_left(namespace, pod, container) rdma_device_pod_info.",
+            vec![
+                ("device", Cow::Borrowed(device.as_str())),
+                ("port", Cow::Borrowed(port.as_str())),
+                ("netdev", Cow::Borrowed(netdev.as_str())),
+                ("namespace", Cow::Borrowed(namespace.as_str())),
+                ("pod", Cow::Borrowed(pod.as_str())),
+                ("container", Cow::Borrowed(container.as_str())),
+                ("resource", Cow::Borrowed(resource.as_str())),
+            ],
+            Value::U64(1),
+        );
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+    for (name, cgroup) in &reading.cgroups {
+        let (namespace, pod) = name
+            .as_ref()
+            .map_or(("", ""), |n| (n.namespace.as_str(), n.pod.as_str()));
+        for (device, use_) in &cgroup.devices {
+            for (resource, current, max) in [
+                ("hca_handle", use_.hca_handle, use_.max_hca_handle),
+                ("hca_object", use_.hca_object, use_.max_hca_object),
+            ] {
+                let labels = vec![
+                    ("namespace", Cow::Borrowed(namespace)),
+                    ("pod", Cow::Borrowed(pod)),
+                    ("pod_uid", Cow::Borrowed(cgroup.pod_uid.as_str())),
+                    ("device", Cow::Borrowed(device.as_str())),
+                    ("resource", Cow::Borrowed(resource)),
+                ];
+                families.gauge(
+                    "rdma_pod_cgroup_usage",
+                    "What the pod's RDMA cgroup charges now on the device (rdma.current): hca_handle (contexts) or hca_object (QPs, CQs, MRs, PDs, SRQs...).",
+                    labels.clone(),
+                    Value::U64(current),
+                );
+                if let Some(max) = max {
+                    families.gauge(
+                        "rdma_pod_cgroup_limit",
+                        "The pod's RDMA cgroup limit on the device (rdma.max); absent where it is max (no limit).",
+                        labels,
+                        Value::U64(max),
+                    );
+                }
+            }
+        }
+    }
+    let mut errors: Vec<_> = errors.iter().collect();
+    errors.sort();
+    for ((source, reason), count) in errors {
+        families.counter(
+            "rdma_exporter_pods_errors_total",
+            "Reads of the pods collector that failed, by source (pod_resources, pod_names, rdma_cgroup) and reason.",
+            vec![
+                ("source", Cow::Borrowed(*source)),
+                ("reason", Cow::Borrowed(*reason)),
+            ],
+            Value::U64(*count),
+        );
+    }
+}
+
+/// Success: the last reading is fresh and the kubelet answered (a pod without an RDMA cgroup
+/// or a missing log directory only leaves names or limits out).
+impl Collector for PodsCollector {
+    fn name(&self) -> &'static str {
+        "pods"
+    }
+
+    fn retire(&self) {
+        let _ = self.stop.send(());
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+        let reading = self.last();
+        let errors = self
+            .shared
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut families = Families::default();
+        add_metrics(&mut families, &reading, &errors);
+        out.encode(&families)?;
+        let fresh = reading
+            .finished
+            .is_some_and(|at| at.elapsed() <= self.stale_after());
+        let kubelet_ok = !reading.failures.iter().any(|(s, _)| *s == "pod_resources");
+        Ok(Outcome {
+            ok: fresh && kubelet_ok,
+            duration: reading.finished.map(|_| reading.duration),
+        })
+    }
+}
+
+/// Names the owner of a queue pair: its container from `/proc/<pid>/cgroup`, its pod's name
+/// from the pod log directories when `pod_logs_dir` is given (re-listed at most every 10 s).
+pub fn owner_resolver(proc_root: PathBuf, pod_logs_dir: Option<PathBuf>) -> OwnerResolver {
+    const NAMES_TTL: Duration = Duration::from_secs(10);
+    let names: Mutex<Option<(Instant, HashMap<String, PodName>)>> = Mutex::new(None);
+    Arc::new(move |pid| {
+        let container = cgroup::container_of_pid(&proc_root, pid).ok()??;
+        let mut owner = QpOwner {
+            pod_uid: container.pod_uid,
+            container_id: container.container_id,
+            ..QpOwner::default()
+        };
+        if let Some(dir) = &pod_logs_dir {
+            let mut names = names.lock().unwrap_or_else(|p| p.into_inner());
+            if names.as_ref().is_none_or(|(at, _)| at.elapsed() > NAMES_TTL) {
+                *names = Some((Instant::now(), pod_names::read(dir).unwrap_or_default()));
+            }
+            if let Some(name) = names.as_ref().and_then(|(_, n)| n.get(&owner.pod_uid)) {
+                owner.namespace = name.namespace.clone();
+                owner.pod = name.pod.clone();
+            }
+        }
+        Some(owner)
+    })
+}
