@@ -9,6 +9,8 @@ use crate::config::{Config, Origin};
 use crate::diag::nccl::collector::{LogDir, NcclCollector};
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
+use crate::node::netlink_collector::{NetlinkCollector, OwnerResolver, QpOwner};
+use crate::node::rdma_netlink::NetlinkSource;
 use crate::node::storm::StormDetector;
 use crate::node::{NodeCollector, NodeCollectorConfig};
 use crate::process_metrics::ProcessCollector;
@@ -98,12 +100,54 @@ fn nccl_collector(config: &Config) -> Option<NcclCollector> {
     }
 }
 
+/// The `netlink` collector, when enabled: its reading thread starts here. `source` replaces the
+/// kernel (the demo's simulated hosts).
+fn netlink_collector(
+    config: &Config,
+    source: Option<Arc<dyn NetlinkSource>>,
+) -> Option<NetlinkCollector> {
+    let netlink = &config.node.netlink;
+    if !netlink.enabled {
+        return None;
+    }
+    let source = source?;
+    let owners: OwnerResolver = Arc::new(|_| None::<QpOwner>);
+    match NetlinkCollector::spawn(
+        source,
+        netlink.clone(),
+        config.node.sysfs_path.clone(),
+        owners,
+    ) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the RDMA netlink thread did not start: {e}");
+            None
+        }
+    }
+}
+
+/// Sources that a config file cannot name: the demo's simulated hosts.
+#[derive(Debug, Default)]
+pub struct Simulated {
+    pub netlink: Option<Arc<dyn NetlinkSource>>,
+}
+
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
 /// `process` is the process's own figures, for the one state that stands for the process.
 pub fn app_state(
     config: &Config,
     switches: Option<Arc<Poller>>,
     process: Option<ProcessCollector>,
+) -> AppState {
+    app_state_with(config, switches, process, Simulated::default())
+}
+
+/// [`app_state`] with simulated sources in place of the kernel's.
+pub fn app_state_with(
+    config: &Config,
+    switches: Option<Arc<Poller>>,
+    process: Option<ProcessCollector>,
+    simulated: Simulated,
 ) -> AppState {
     // One statistics source for the walk and the storm sampler.
     let ethtool = ethtool_source(config);
@@ -114,6 +158,9 @@ pub fn app_state(
     }
     if let Some(storm) = storm_detector(config, ethtool) {
         collectors.push(storm);
+    }
+    if let Some(netlink) = netlink_collector(config, simulated.netlink) {
+        collectors.push(Arc::new(netlink));
     }
     if let Some(nccl) = nccl_collector(config) {
         collectors.push(Arc::new(nccl));

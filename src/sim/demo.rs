@@ -27,6 +27,7 @@ use crate::switch::secret::Secret;
 use crate::switch::snmp::{Credentials, SnmpTarget};
 
 use super::fabric::{Fabric, Shape};
+use super::workload::{self, SimNetlink};
 use super::scenario::{Scenario, ScenarioName};
 use super::snmp_agent::{self, LiveTable};
 use super::switch_mib::leaf_rows;
@@ -152,10 +153,12 @@ impl Demo {
         let poller = Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY));
         poller.spawn();
 
+        let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
+        let fabric = Arc::new(Mutex::new(fabric));
         let mut hosts = BTreeMap::new();
         let mut host_names = Vec::new();
-        for host in &fabric.hosts {
-            let root = dir.path().join("hosts").join(&host.name);
+        for (index, name) in names.iter().enumerate() {
+            let root = dir.path().join("hosts").join(name);
             let mut config = Config::default();
             config.node.sysfs_path = root.join("sys");
             config.node.ethtool.source = EthtoolSourceKind::Files;
@@ -163,15 +166,24 @@ impl Demo {
             // Simulated counters move in tick-sized steps: judge storms over a longer window.
             config.node.pfc_storm.detection_time = Duration::from_secs(1);
             config.node.pfc_storm.min_paused_ratio = 0.8;
+            config.node.proc_path = root.join("proc");
+            config.node.netlink.interval = options.tick;
             config.web.telemetry_path = Some(telemetry_path.to_string());
+            let simulated = crate::app::Simulated {
+                netlink: Some(Arc::new(SimNetlink {
+                    fabric: fabric.clone(),
+                    host: index,
+                })),
+            };
             hosts.insert(
-                host.name.clone(),
-                Arc::new(crate::app::app_state(&config, None, None)),
+                name.clone(),
+                Arc::new(crate::app::app_state_with(&config, None, None, simulated)),
             );
-            host_names.push(host.name.clone());
+            host_names.push(name.clone());
         }
         let mut config = Config::default();
         config.node.enabled = false;
+        config.node.netlink.enabled = false;
         config.switch_polling = SwitchPolling::Background;
         config.web.telemetry_path = Some(telemetry_path.to_string());
         // The demo process's own figures go with the switches' endpoint, not with each host.
@@ -182,7 +194,7 @@ impl Demo {
         Ok(Demo {
             dir,
             written: Mutex::new(written),
-            fabric: Arc::new(Mutex::new(fabric)),
+            fabric,
             tables,
             profile,
             options,
@@ -214,13 +226,14 @@ impl Demo {
         let mut fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
         fabric.step(self.options.tick.as_secs_f64() * self.options.speed);
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        for (host, before) in fabric.hosts.iter().zip(written.iter_mut()) {
+        for (index, (host, before)) in fabric.hosts.iter().zip(written.iter_mut()).enumerate() {
             let root = self.dir.path().join("hosts").join(&host.name);
             let after = specs(host);
             let error = |path: PathBuf| move |source| DemoError::Write { path, source };
             update_tree(&root.join("sys"), before, &after).map_err(error(root.join("sys")))?;
             write_ethtool_files(&root.join("ethtool"), &after)
                 .map_err(error(root.join("ethtool")))?;
+            workload::write_host_files(&root, &fabric, index).map_err(error(root.clone()))?;
             *before = after;
         }
         for (index, table) in self.tables.iter().enumerate() {
@@ -266,12 +279,13 @@ fn specs(host: &super::fabric::Host) -> Vec<NicSpec> {
 
 /// `<dir>/hosts/<host>/sys` and `<dir>/hosts/<host>/ethtool` for every host.
 fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
-    for host in &fabric.hosts {
+    for (index, host) in fabric.hosts.iter().enumerate() {
         let root = dir.join("hosts").join(&host.name);
         let specs = specs(host);
         let error = |path: PathBuf| move |source| DemoError::Write { path, source };
         write_tree(&root.join("sys"), &specs).map_err(error(root.join("sys")))?;
         write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;
+        workload::write_host_files(&root, fabric, index).map_err(error(root.clone()))?;
     }
     Ok(())
 }
