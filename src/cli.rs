@@ -168,6 +168,15 @@ pub struct ServeArgs {
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
     #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,
+    /// The kubelet's pod-resources socket [default: /var/lib/kubelet/pod-resources/kubelet.sock].
+    #[arg(long = "collector.pods.pod-resources-socket", value_name = "PATH")]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// The kubelet's pod log directories, which name pods by UID [default: /var/log/pods].
+    #[arg(long = "collector.pods.pod-logs-dir", value_name = "DIR")]
+    pub pod_logs_dir: Option<PathBuf>,
+    /// cgroup mount holding the pods' RDMA cgroups [default: <path.sysfs>/fs/cgroup].
+    #[arg(long = "path.cgroupfs", value_name = "DIR")]
+    pub cgroup_path: Option<PathBuf>,
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
     pub nccl_log_dir: Option<PathBuf>,
@@ -220,6 +229,15 @@ impl ServeArgs {
         }
         if let Some(period) = self.pfc_storm_period {
             node.pfc_storm.period = period;
+        }
+        if let Some(v) = &self.pod_resources_socket {
+            config.pods.pod_resources_socket = v.clone();
+        }
+        if let Some(v) = &self.pod_logs_dir {
+            config.pods.pod_logs_dir = v.clone();
+        }
+        if let Some(v) = &self.cgroup_path {
+            config.pods.cgroup_path = Some(v.clone());
         }
         if let Some(dir) = &self.nccl_log_dir {
             config.nccl.log_dir = Some(dir.clone());
@@ -279,6 +297,12 @@ pub struct CollectorFlags {
     netlink: bool,
     #[arg(long = "no-collector.netlink", overrides_with = "netlink")]
     no_netlink: bool,
+    /// Pods behind RDMA devices and queue pairs: the kubelet's pod-resources API, pod log
+    /// directories and RDMA cgroups [default: off].
+    #[arg(long = "collector.pods", overrides_with = "no_pods")]
+    pods: bool,
+    #[arg(long = "no-collector.pods", overrides_with = "pods")]
+    no_pods: bool,
 }
 
 impl CollectorFlags {
@@ -325,6 +349,12 @@ impl CollectorFlags {
         }
         if self.no_netlink {
             config.node.netlink.enabled = false;
+        }
+        if self.pods {
+            config.pods.enabled = true;
+        }
+        if self.no_pods {
+            config.pods.enabled = false;
         }
         if self.process {
             config.process.enabled = true;

@@ -43,6 +43,8 @@ pub struct Config {
     pub nccl: NcclConfig,
     /// The exporter's own `process_*` figures.
     pub process: ProcessConfig,
+    /// Pod attribution (off unless `pods.enabled`).
+    pub pods: crate::pods::config::PodsConfig,
 }
 
 /// `process:`: the `process` collector.

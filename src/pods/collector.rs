@@ -12,47 +12,12 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
+use super::config::PodsConfig;
 use super::{PodName, PodRdmaCgroup, PodsError};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
 use crate::node::netlink_collector::{OwnerResolver, QpOwner};
-
-/// The kubelet's pod-resources socket.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
-/// `pods:`: the `pods` collector.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PodsConfig {
-    pub enabled: bool,
-    /// The kubelet's pod-resources API (gRPC v1 `List`).
-    pub pod_resources_socket: PathBuf,
-    /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>`): pod names by UID.
-    pub pod_logs_dir: PathBuf,
-    /// The cgroup v2 mount (or the v1 hierarchy root holding `rdma/`).
-    pub cgroup_path: PathBuf,
-    #[serde(deserialize_with = "crate::yaml::duration")]
-    pub interval: Duration,
-    /// Bounds each kubelet call.
-    #[serde(deserialize_with = "crate::yaml::duration")]
-    pub timeout: Duration,
-}
-
-impl Default for PodsConfig {
-    fn default() -> Self {
-        PodsConfig {
-            enabled: false,
-            pod_resources_socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
-            pod_logs_dir: PathBuf::from("/var/log/pods"),
-            cgroup_path: PathBuf::from("/sys/fs/cgroup"),
-            interval: Duration::from_secs(30),
-            timeout: Duration::from_secs(5),
-        }
-    }
-}
 
 /// One reading of the kubelet and the cgroup tree.
 #[derive(Debug, Default)]
@@ -183,7 +148,11 @@ fn read(config: &PodsConfig, sysfs_root: &Path, runtime: &tokio::runtime::Runtim
             HashMap::new()
         }
     };
-    match rdma_cgroup::scan(&config.cgroup_path) {
+    let cgroup_root = config
+        .cgroup_path
+        .clone()
+        .unwrap_or_else(|| sysfs_root.join("fs/cgroup"));
+    match rdma_cgroup::scan(&cgroup_root) {
         Ok(cgroups) => {
             reading.cgroups = cgroups
                 .into_iter()

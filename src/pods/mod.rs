@@ -2,6 +2,8 @@
 //! RDMA devices the kubelet assigned to which container, and each pod's RDMA cgroup. Sources
 //! only: plain values, no metric types (the `pods` collector maps them).
 
+pub mod config;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 

@@ -27,11 +27,11 @@ use crate::switch::secret::Secret;
 use crate::switch::snmp::{Credentials, SnmpTarget};
 
 use super::fabric::{Fabric, Shape};
-use super::workload::{self, SimNetlink};
 use super::scenario::{Scenario, ScenarioName};
 use super::snmp_agent::{self, LiveTable};
 use super::switch_mib::leaf_rows;
 use super::sysfs_tree::{update_tree, write_ethtool_files, write_tree, NicSpec};
+use super::workload::{self, SimNetlink};
 
 /// The SNMP profile the simulated leaves speak.
 pub const SWITCH_PROFILE: &str = "arista_eos";
