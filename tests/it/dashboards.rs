@@ -38,8 +38,9 @@ const MAY_BE_EMPTY: [(&str, &str, &str); 2] = [
 ];
 
 /// What a dashboard variable or Grafana built-in stands for when the test runs a query: every
-/// host, device, switch and port; the demo sets no `cluster` label, which `.*` matches.
-const SUBSTITUTIONS: [(&str, &str); 8] = [
+/// host, device, switch and port; the demo sets no `cluster` label, which `.*` matches; every
+/// pod, and the ports without one (the `pod` variable's All).
+const SUBSTITUTIONS: [(&str, &str); 9] = [
     ("__rate_interval", "30s"),
     ("__interval", "5s"),
     ("__range", "1m"),
@@ -48,6 +49,7 @@ const SUBSTITUTIONS: [(&str, &str); 8] = [
     ("device", ".+"),
     ("switch", ".+"),
     ("port", ".+"),
+    ("pod", ".*"),
 ];
 
 const BUILTIN_VARIABLES: [&str; 3] = ["__rate_interval", "__interval", "__range"];
