@@ -2,6 +2,11 @@
 //! RDMA devices the kubelet assigned to which container, and each pod's RDMA cgroup. Sources
 //! only: plain values, no metric types (the `pods` collector maps them).
 
+pub mod cgroup;
+mod error;
+
+pub use error::PodsError;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
