@@ -172,7 +172,7 @@ fn is_container_id(id: &str) -> bool {
 
 /// A UID as `8-4-4-4-12` hex digits separated by `-` or (systemd) `_`, returned with dashes; or
 /// 32 hex digits (static pods).
-fn normalized_uid(text: &str) -> Option<String> {
+pub(crate) fn normalized_uid(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let hex = |b: &u8| b.is_ascii_hexdigit();
     if bytes.len() == 32 && bytes.iter().all(hex) {

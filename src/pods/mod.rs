@@ -4,6 +4,7 @@
 
 pub mod cgroup;
 mod error;
+pub mod pod_names;
 
 pub use error::PodsError;
 
