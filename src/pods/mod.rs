@@ -5,6 +5,7 @@
 pub mod cgroup;
 mod error;
 pub mod pod_names;
+pub mod rdma_cgroup;
 
 pub use error::PodsError;
 
