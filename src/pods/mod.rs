@@ -3,6 +3,7 @@
 //! only: plain values, no metric types (the `pods` collector maps them).
 
 pub mod cgroup;
+pub mod device_map;
 mod error;
 pub mod pod_names;
 pub mod rdma_cgroup;
