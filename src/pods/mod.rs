@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod device_map;
 mod error;
 pub mod pod_names;
+pub mod pod_resources;
 pub mod rdma_cgroup;
 
 pub use error::PodsError;
