@@ -44,7 +44,10 @@ pub fn container_of_pid(proc_root: &Path, pid: u32) -> Result<Option<ContainerRe
     match crate::bounded_read::read_to_string(&path, MAX_CGROUP_FILE) {
         Ok(text) => Ok(container_of(&text)),
         // ESRCH: the process exited between open and read.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
             Ok(None)
         }
         Err(e) => Err(PodsError::io(&path, e)),

@@ -185,3 +185,60 @@ async fn a_stale_socket_is_replaced_and_other_files_are_kept() {
     assert!(PodResourcesServer::start(&file, vec![]).is_err());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
+
+/// What the collector does with an answer: each device ID to the RDMA ports it reaches. A VF's
+/// PCI address reaches the VF's own RDMA device; shared-device and GPU IDs reach nothing.
+#[tokio::test]
+async fn assigned_vfs_resolve_to_their_rdma_ports() {
+    use rdma_fabric_exporter::pods::device_map::resolve;
+    use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_tree};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut nics = connectx7_node(2, 5);
+    let mut vf = nics[0].clone();
+    vf.name = "mlx5_2".into();
+    vf.pci_address = "0000:1a:00.2".into();
+    vf.netdev = Some("ens1f0v0".into());
+    nics.push(vf);
+    let sys = dir.path().join("sys");
+    write_tree(&sys, &nics).unwrap();
+
+    let socket = dir.path().join("kubelet.sock");
+    let server = PodResourcesServer::start(
+        &socket,
+        vec![pod(
+            "ml",
+            "trainer-0",
+            "main",
+            &[
+                ("nvidia.com/rdma_vf", &["0000:1a:00.2"]),
+                ("rdma/rdma_shared_device_a", &["0"]),
+                (
+                    "nvidia.com/gpu",
+                    &["GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"],
+                ),
+            ],
+        )],
+    )
+    .unwrap();
+    let reached: Vec<(String, String, u32, String)> = list(&socket, TIMEOUT)
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|d| {
+            resolve(&sys, &d.device_id)
+                .into_iter()
+                .map(move |t| (d.resource.clone(), t.device, t.port, t.netdev))
+        })
+        .collect();
+    assert_eq!(
+        reached,
+        [(
+            "nvidia.com/rdma_vf".to_string(),
+            "mlx5_2".to_string(),
+            1,
+            "ens1f0v0".to_string()
+        )]
+    );
+    server.stop().await;
+}
