@@ -1,5 +1,5 @@
 //! Records the git revision and rustc version for `rdma_exporter_build_info`, and generates the
-//! gNMI code.
+//! gNMI and kubelet pod-resources code.
 use std::process::Command;
 
 fn output_of(program: &str, args: &[&str]) -> Option<String> {
@@ -22,14 +22,15 @@ fn main() {
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }
 
-/// gNMI client and (for the tests' in-process target) server code from proto/gnmi.proto.
+/// Client and server code from proto/gnmi.proto (the server for the tests' in-process target)
+/// and proto/podresources.proto (the server for the simulator's kubelet).
 fn compile_protos() {
     println!("cargo:rerun-if-changed=proto");
-    let descriptors =
-        protox::compile(["gnmi.proto"], ["proto"]).expect("proto/gnmi.proto compiles");
+    let descriptors = protox::compile(["gnmi.proto", "podresources.proto"], ["proto"])
+        .expect("proto/gnmi.proto and proto/podresources.proto compile");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .compile_fds(descriptors)
-        .expect("generating gNMI code");
+        .expect("generating gNMI and pod-resources code");
 }

@@ -1,6 +1,27 @@
 //! Pod attribution: which pod and container a process (and so a queue pair) belongs to, which
 //! RDMA devices the kubelet assigned to which container, and each pod's RDMA cgroup. Sources
 //! only: plain values, no metric types (the `pods` collector maps them).
+//!
+//! How they join:
+//! - devices: [`pod_resources::list`] gives `(namespace, pod, container, resource, device_id)`;
+//!   [`device_map::resolve`] turns a device ID into RDMA ports (SR-IOV VFs: PCI addresses).
+//! - queue pairs: a QP's pid -> [`cgroup::container_of_pid`] -> pod UID and container ID;
+//!   [`pod_names::read`] names the UID (namespace, pod).
+//! - limits: [`rdma_cgroup::scan`] gives each pod UID's `rdma.current`/`rdma.max`.
+//!
+//! Shared RDMA devices (Mellanox k8s-rdma-shared-dev-plugin, `rdma/rdma_shared_device_a`) have
+//! IDs `"0"`..`"<rdmaHcaMax-1>"` that name no device: every container asking for the resource
+//! gets all the selected devices' `/dev/infiniband` nodes. `resolve` gives nothing for them;
+//! such pods are attributed by their queue pairs (pid -> cgroup) and their RDMA cgroup.
+
+pub mod cgroup;
+pub mod device_map;
+mod error;
+pub mod pod_names;
+pub mod pod_resources;
+pub mod rdma_cgroup;
+
+pub use error::PodsError;
 
 pub mod config;
 

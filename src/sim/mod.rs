@@ -1,8 +1,10 @@
 //! Simulated RDMA hardware: sysfs fixture trees and driver statistics for tests and benchmarks,
-//! and a whole simulated fabric (hosts, NICs, leaf switches, scenarios) for `demo`.
+//! a whole simulated fabric (hosts, NICs, leaf switches, scenarios) for `demo`, and a kubelet's
+//! pod-resources API.
 
 pub mod demo;
 pub mod fabric;
+pub mod pod_resources_server;
 pub mod scenario;
 pub mod snmp_agent;
 pub mod switch_mib;

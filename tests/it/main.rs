@@ -27,6 +27,7 @@ mod http;
 mod hung_reads;
 mod nccl;
 mod node_exporter_crosscheck;
+mod pods;
 mod prometheus_scrape;
 mod quirks;
 mod reload;
