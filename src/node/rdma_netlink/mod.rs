@@ -2,6 +2,15 @@
 //! `rdma resource show`, `rdma resource show qp` and `rdma statistic show` print, read without
 //! any C library. The source turns the kernel's answers into a plain [`NetlinkSnapshot`].
 
+pub mod decode;
+pub mod nldev;
+mod owner;
+mod session;
+mod socket;
+pub mod wire;
+
+pub use socket::KernelNetlink;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
