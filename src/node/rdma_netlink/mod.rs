@@ -52,9 +52,11 @@ pub struct QueuePair {
     pub lqpn: u32,
     pub qp_type: QpType,
     pub state: QpState,
-    /// The owning process, as seen from this process' pid namespace; `None` for kernel QPs.
+    /// The owning process, as seen from this process' pid namespace; `None` for kernel QPs,
+    /// and for user QPs whose process is not visible from this pid namespace (no `hostPID`).
     pub pid: Option<u32>,
-    /// The process' command name, or the kernel owner's name (`ib_core`, `ib_srpt`, ...).
+    /// The process' command name, or the kernel owner's name (`ib_core`, `ib_srpt`, ...);
+    /// empty when neither is known (pid not visible, or the process exited meanwhile).
     pub owner: String,
 }
 
