@@ -133,18 +133,30 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Session<T, F> {
         let max = limits.max_dump_bytes;
         let dump = NLM_F_DUMP;
 
-        let devices: Vec<DeviceInfo> =
-            match self.ask(CMD_GET, dump, &[], limits, max, decode::devices) {
-                Ok((devices, _, _)) => devices,
-                Err(e) => {
-                    snapshot.failures.push(e);
-                    Vec::new()
-                }
-            };
+        let listed = match self.ask(CMD_GET, dump, &[], limits, max, decode::devices) {
+            Ok((devices, _, _)) => Some(devices),
+            Err(e) => {
+                snapshot.failures.push(e);
+                None
+            }
+        };
         match self.ask(CMD_RES_GET, dump, &[], limits, max, decode::resources) {
             Ok((resources, _, _)) => snapshot.devices = resources,
             Err(e) => snapshot.failures.push(e),
         }
+        // Without the device list, the summaries still name the devices for the QP dumps (not
+        // their ports: no statistics then).
+        let devices: Vec<DeviceInfo> = listed.unwrap_or_else(|| {
+            snapshot
+                .devices
+                .iter()
+                .map(|d| DeviceInfo {
+                    index: d.index,
+                    name: d.name.clone(),
+                    ports: 0,
+                })
+                .collect()
+        });
 
         if limits.qps {
             // The kernel dumps QPs of one device per request (DEV_INDEX is required,
@@ -366,8 +378,11 @@ mod tests {
             ..NetlinkLimits::default()
         };
         let snapshot = session.read(&limits, Path::new("/nonexistent"));
-        // CMD_GET timed out; RES_GET went over a new socket and answered.
+        // CMD_GET timed out; RES_GET went over a new socket and answered, and its devices had
+        // their QPs dumped (no ports known: no statistics).
         assert_eq!(snapshot.failures.len(), 1);
+        assert_eq!(snapshot.qps.len(), 12);
+        assert!(snapshot.port_stats.is_empty());
         assert!(matches!(
             snapshot.failures[0],
             NetlinkError::Timeout {
