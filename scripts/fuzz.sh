@@ -49,6 +49,7 @@ seed_sources() {
     snmp_values) echo ../tests/fixtures/snmprec ;;
     gnmi_values) echo seeds/gnmi_values ;;
     gnmi_json) echo seeds/gnmi_json ;;
+    rdma_netlink) echo ../tests/fixtures/netlink ;;
     *)
         echo "scripts/fuzz.sh: unknown target $1; the targets are: $(cargo fuzz list | xargs)" >&2
         exit 2

@@ -13,6 +13,7 @@ use crate::diag::nccl::{jobs, Evidence, LogParser};
 use crate::node::ethtool::{parse_ethtool_text, EthtoolError};
 use crate::node::ethtool_ioctl::{decode_stats, decode_strings, ETH_GSTRING_LEN};
 use crate::node::parse;
+use crate::node::rdma_netlink::{decode, nldev, wire};
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
 use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
@@ -33,6 +34,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("snmp_values", snmp_values),
     ("gnmi_values", gnmi_values),
     ("gnmi_json", gnmi_json),
+    ("rdma_netlink", rdma_netlink),
 ];
 
 /// One sysfs attribute file's bytes through every parser of `node::parse`.
@@ -455,4 +457,54 @@ fn check_gnmi_decode(leaves: &[GnmiUpdate]) {
             assert!(!error.column.is_empty(), "{error}");
         }
     }
+}
+
+/// Kernel answers on NETLINK_RDMA (`tests/fixtures/netlink/` shapes) through every nldev
+/// decoder. Whatever decodes stays within what the bytes can hold (each QP entry takes at least
+/// 28 bytes, each counter or summary entry 20), and requests built from the bytes decode back.
+pub fn rdma_netlink(data: &[u8]) {
+    if let Ok(answer) = decode::answer(data, None) {
+        for m in &answer.messages {
+            assert!(
+                ![wire::NLMSG_NOOP, wire::NLMSG_ERROR, wire::NLMSG_DONE].contains(&m.header.kind)
+            );
+            assert!(m.payload.len() + wire::NLMSG_HDRLEN <= data.len());
+        }
+    }
+    let _ = decode::ends_answer(data, 0);
+    if let Ok(devices) = decode::decode_answer(nldev::CMD_GET, data, None, decode::devices) {
+        assert!(devices.len() * (wire::NLMSG_HDRLEN + 8) <= data.len());
+    }
+    if let Ok(devices) = decode::decode_answer(nldev::CMD_RES_GET, data, None, decode::resources) {
+        let entries: usize = devices.iter().map(|d| d.summary.len()).sum();
+        assert!(entries * 20 <= data.len());
+    }
+    if let Ok(qps) = decode::decode_answer(nldev::CMD_RES_QP_GET, data, None, decode::queue_pairs) {
+        assert!(qps.len() * 28 <= data.len());
+    }
+    if let Ok(stats) =
+        decode::decode_answer(nldev::CMD_STAT_GET, data, None, decode::port_statistics)
+    {
+        let counters: usize = stats.iter().map(|s| s.counters.len()).sum();
+        assert!(counters * 20 <= data.len());
+    }
+    // A request of u32 attributes taken from the bytes decodes to what was encoded.
+    let attrs: Vec<(u16, u32)> = data
+        .chunks_exact(6)
+        .take(16)
+        .map(|c| {
+            let kind = u16::from_ne_bytes([c[0], c[1]]) & 0x3fff;
+            (kind, u32::from_ne_bytes([c[2], c[3], c[4], c[5]]))
+        })
+        .collect();
+    let request = wire::encode_request(nldev::msg_type(nldev::CMD_STAT_GET), 5, 9, &attrs);
+    let message = wire::messages(&request)
+        .next()
+        .expect("one message")
+        .expect("a request frames");
+    let back: Vec<(u16, u32)> = wire::attrs(message.payload)
+        .map(|a| a.expect("an encoded attribute"))
+        .map(|a| (a.kind, a.u32().expect("a u32")))
+        .collect();
+    assert_eq!(back, attrs);
 }

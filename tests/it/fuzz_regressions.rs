@@ -73,6 +73,11 @@ fn gnmi_json() {
     replay("gnmi_json");
 }
 
+#[test]
+fn rdma_netlink() {
+    replay("rdma_netlink");
+}
+
 /// Each target has a test above and a directory; a directory of a renamed target would
 /// otherwise replay nothing, silently.
 #[test]

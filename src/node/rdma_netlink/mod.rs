@@ -2,6 +2,15 @@
 //! `rdma resource show`, `rdma resource show qp` and `rdma statistic show` print, read without
 //! any C library. The source turns the kernel's answers into a plain [`NetlinkSnapshot`].
 
+pub mod decode;
+pub mod nldev;
+mod owner;
+mod session;
+mod socket;
+pub mod wire;
+
+pub use socket::KernelNetlink;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -43,9 +52,11 @@ pub struct QueuePair {
     pub lqpn: u32,
     pub qp_type: QpType,
     pub state: QpState,
-    /// The owning process, as seen from this process' pid namespace; `None` for kernel QPs.
+    /// The owning process, as seen from this process' pid namespace; `None` for kernel QPs,
+    /// and for user QPs whose process is not visible from this pid namespace (no `hostPID`).
     pub pid: Option<u32>,
-    /// The process' command name, or the kernel owner's name (`ib_core`, `ib_srpt`, ...).
+    /// The process' command name, or the kernel owner's name (`ib_core`, `ib_srpt`, ...);
+    /// empty when neither is known (pid not visible, or the process exited meanwhile).
     pub owner: String,
 }
 
