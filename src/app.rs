@@ -9,10 +9,12 @@ use crate::config::{Config, Origin};
 use crate::diag::nccl::collector::{LogDir, NcclCollector};
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
-use crate::node::netlink_collector::{NetlinkCollector, OwnerResolver, QpOwner};
+use crate::node::netlink_collector::NetlinkCollector;
+use crate::node::rdma_netlink::KernelNetlink;
 use crate::node::rdma_netlink::NetlinkSource;
 use crate::node::storm::StormDetector;
 use crate::node::{NodeCollector, NodeCollectorConfig};
+use crate::pods::collector::PodsCollector;
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::metrics::SwitchCollector;
@@ -110,8 +112,15 @@ fn netlink_collector(
     if !netlink.enabled {
         return None;
     }
-    let source = source?;
-    let owners: OwnerResolver = Arc::new(|_| None::<QpOwner>);
+    let source = source.unwrap_or_else(|| {
+        Arc::new(KernelNetlink::new(config.node.proc_path.clone())) as Arc<dyn NetlinkSource>
+    });
+    // Pod names come from the kubelet's log directories only where pod attribution is on.
+    let pod_logs = config
+        .pods
+        .enabled
+        .then(|| config.pods.pod_logs_dir.clone());
+    let owners = crate::pods::collector::owner_resolver(config.node.proc_path.clone(), pod_logs);
     match NetlinkCollector::spawn(
         source,
         netlink.clone(),
@@ -121,6 +130,20 @@ fn netlink_collector(
         Ok(collector) => Some(collector),
         Err(e) => {
             tracing::error!("the RDMA netlink thread did not start: {e}");
+            None
+        }
+    }
+}
+
+/// The `pods` collector, when `pods.enabled`: its reading thread starts here.
+fn pods_collector(config: &Config) -> Option<PodsCollector> {
+    if !config.pods.enabled {
+        return None;
+    }
+    match PodsCollector::spawn(config.pods.clone(), config.node.sysfs_path.clone()) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the pods thread did not start: {e}");
             None
         }
     }
@@ -161,6 +184,9 @@ pub fn app_state_with(
     }
     if let Some(netlink) = netlink_collector(config, simulated.netlink) {
         collectors.push(Arc::new(netlink));
+    }
+    if let Some(pods) = pods_collector(config) {
+        collectors.push(Arc::new(pods));
     }
     if let Some(nccl) = nccl_collector(config) {
         collectors.push(Arc::new(nccl));

@@ -12,8 +12,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
 use super::config::PodsConfig;
+use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
 use super::{PodName, PodRdmaCgroup, PodsError};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
@@ -152,7 +152,7 @@ fn read(config: &PodsConfig, sysfs_root: &Path, runtime: &tokio::runtime::Runtim
         .cgroup_path
         .clone()
         .unwrap_or_else(|| sysfs_root.join("fs/cgroup"));
-    match rdma_cgroup::scan(&cgroup_root) {
+    match rdma_cgroup::scan(&cgroup_root, &rdma_cgroup::ScanLimits::default()) {
         Ok(cgroups) => {
             reading.cgroups = cgroups
                 .into_iter()
@@ -282,7 +282,10 @@ pub fn owner_resolver(proc_root: PathBuf, pod_logs_dir: Option<PathBuf>) -> Owne
         };
         if let Some(dir) = &pod_logs_dir {
             let mut names = names.lock().unwrap_or_else(|p| p.into_inner());
-            if names.as_ref().is_none_or(|(at, _)| at.elapsed() > NAMES_TTL) {
+            if names
+                .as_ref()
+                .is_none_or(|(at, _)| at.elapsed() > NAMES_TTL)
+            {
                 *names = Some((Instant::now(), pod_names::read(dir).unwrap_or_default()));
             }
             if let Some(name) = names.as_ref().and_then(|(_, n)| n.get(&owner.pod_uid)) {

@@ -15,6 +15,8 @@
 //! such pods are attributed by their queue pairs (pid -> cgroup) and their RDMA cgroup.
 
 pub mod cgroup;
+pub mod collector;
+pub mod config;
 pub mod device_map;
 mod error;
 pub mod pod_names;
@@ -22,8 +24,6 @@ pub mod pod_resources;
 pub mod rdma_cgroup;
 
 pub use error::PodsError;
-
-pub mod config;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

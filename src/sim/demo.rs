@@ -27,6 +27,7 @@ use crate::switch::secret::Secret;
 use crate::switch::snmp::{Credentials, SnmpTarget};
 
 use super::fabric::{Fabric, Shape};
+use super::pod_resources_server::PodResourcesServer;
 use super::scenario::{Scenario, ScenarioName};
 use super::snmp_agent::{self, LiveTable};
 use super::switch_mib::leaf_rows;
@@ -86,6 +87,8 @@ pub struct Demo {
     /// Each host's NICs as last written, so that a step rewrites only what changed.
     written: Mutex<Vec<Vec<NicSpec>>>,
     fabric: Arc<Mutex<Fabric>>,
+    /// Each host's kubelet pod-resources API, on a socket in its tree: held, not read.
+    _kubelets: Vec<PodResourcesServer>,
     tables: Vec<Arc<LiveTable>>,
     profile: Profile,
     options: DemoOptions,
@@ -157,6 +160,7 @@ impl Demo {
         let fabric = Arc::new(Mutex::new(fabric));
         let mut hosts = BTreeMap::new();
         let mut host_names = Vec::new();
+        let mut kubelets = Vec::new();
         for (index, name) in names.iter().enumerate() {
             let root = dir.path().join("hosts").join(name);
             let mut config = Config::default();
@@ -167,6 +171,27 @@ impl Demo {
             config.node.pfc_storm.detection_time = Duration::from_secs(1);
             config.node.pfc_storm.min_paused_ratio = 0.8;
             config.node.proc_path = root.join("proc");
+            config.pods.enabled = true;
+            config.pods.pod_resources_socket = root.join("pod-resources/kubelet.sock");
+            config.pods.pod_logs_dir = root.join("var/log/pods");
+            config.pods.interval = options.tick.max(Duration::from_secs(1));
+            {
+                let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+                let socket_dir = root.join("pod-resources");
+                std::fs::create_dir_all(&socket_dir).map_err(|source| DemoError::Write {
+                    path: socket_dir.clone(),
+                    source,
+                })?;
+                let server = PodResourcesServer::start(
+                    &config.pods.pod_resources_socket,
+                    workload::pod_resources(&fabric, index),
+                )
+                .map_err(|source| DemoError::Write {
+                    path: config.pods.pod_resources_socket.clone(),
+                    source,
+                })?;
+                kubelets.push(server);
+            }
             config.node.netlink.interval = options.tick;
             config.web.telemetry_path = Some(telemetry_path.to_string());
             let simulated = crate::app::Simulated {
@@ -195,6 +220,7 @@ impl Demo {
             dir,
             written: Mutex::new(written),
             fabric,
+            _kubelets: kubelets,
             tables,
             profile,
             options,

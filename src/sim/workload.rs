@@ -11,11 +11,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::fabric::Fabric;
+use super::pod_resources_server::pod;
 use super::scenario::CYCLE_S;
 use crate::node::rdma_netlink::{
     DeviceResources, NetlinkError, NetlinkLimits, NetlinkSnapshot, NetlinkSource, PortStatistics,
     QpState, QpType, QueuePair,
 };
+use crate::pods::pod_resources::proto::PodResources;
 
 /// RC QPs a worker opens per peer and NIC (NCCL's default of 2 QPs per connection).
 const RC_PER_PEER: u32 = 2;
@@ -40,7 +42,9 @@ pub struct SimPod {
     pub comm: String,
     /// `burstable` or `guaranteed`: where the systemd cgroup driver puts the pod.
     pub qos: &'static str,
-    /// The extended resource the kubelet assigned it, with the host's NICs as device IDs.
+    /// The RDMA resource the kubelet assigned it: `nvidia.com/hostdev` with the host's NICs'
+    /// PCI addresses as device IDs, or the shared-device plugin's resource, whose IDs name no
+    /// device.
     pub resource: Option<&'static str>,
     /// Its RDMA cgroup limit of hca_object, if any.
     pub object_limit: Option<u64>,
@@ -99,10 +103,39 @@ pub fn pods_of(host: usize, host_name: &str) -> Vec<SimPod> {
             pid: 4101 + host as u32 * 10,
             comm: "tritonserver".into(),
             qos: "burstable",
-            resource: None,
+            resource: Some("rdma/rdma_shared_device_a"),
             object_limit: None,
         },
     ]
+}
+
+/// What the kubelet's pod-resources API lists on host number `host`: the pods, their RDMA
+/// resource, and the training pod's GPUs (which name no RDMA device).
+pub fn pod_resources(fabric: &Fabric, host: usize) -> Vec<PodResources> {
+    let Some(h) = fabric.hosts.get(host) else {
+        return Vec::new();
+    };
+    let nics: Vec<&str> = h.nics.iter().map(|n| n.spec.pci_address.as_str()).collect();
+    let gpus: Vec<String> = (0..h.nics.len())
+        .map(|gpu| uuid(host as u64 * 1000 + gpu as u64).to_uppercase())
+        .map(|id| format!("GPU-{id}"))
+        .collect();
+    let gpus: Vec<&str> = gpus.iter().map(String::as_str).collect();
+    pods_of(host, &h.name)
+        .into_iter()
+        .map(|p| {
+            let mut devices: Vec<(&str, &[&str])> = Vec::new();
+            match p.resource {
+                Some(r @ "nvidia.com/hostdev") => {
+                    devices.push((r, &nics));
+                    devices.push(("nvidia.com/gpu", &gpus));
+                }
+                Some(r) => devices.push((r, &["0"])),
+                None => {}
+            }
+            pod(&p.namespace, &p.name, &p.container, &devices)
+        })
+        .collect()
 }
 
 /// Peers the training worker talks to at simulated time `t`: one more every minute of the
