@@ -31,7 +31,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the per-node agent and serve /metrics (the default).
-    Serve(ServeArgs),
+    // Boxed: the serve flags outweigh every other subcommand's.
+    Serve(Box<ServeArgs>),
     /// Serve a simulated fabric (hosts, RoCE NICs, leaf switches) in a chosen scenario: no
     /// hardware needed.
     Demo(DemoArgs),

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(&cli.log);
     let result = match cli.command {
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(*args),
         Some(Command::Demo(args)) => demo(&args),
         Some(Command::Doctor(args)) => Ok(rdma_fabric_exporter::diag::doctor::main(&args)),
         Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::diag::nccl::main(&args)),
