@@ -266,6 +266,7 @@ fn manifests_render_and_validate_against_a_pinned_schema() {
         kube_dir(),
         kube_dir().join("overlays/without-operator"),
         kube_dir().join("overlays/node-agent-only"),
+        kube_dir().join("overlays/pod-attribution"),
     ] {
         let objects = render(&kustomization);
         assert!(
@@ -352,6 +353,60 @@ fn the_node_agent_runs_unprivileged_with_read_only_sys() {
         .unwrap()
         .iter()
         .all(|v| v["hostPath"].is_null()));
+}
+
+/// The DaemonSet of a kustomization.
+fn daemonset(kustomization_dir: &Path) -> Value {
+    render(kustomization_dir)
+        .into_iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("a DaemonSet")
+}
+
+/// The pod-attribution overlay's DaemonSet is a copy of the base one (the test renderer has no
+/// patches): it must differ only by what its header grants, so the two cannot drift apart.
+#[test]
+fn the_pod_attribution_overlay_grants_only_what_it_says() {
+    let base = daemonset(&kube_dir());
+    let mut pods = daemonset(&kube_dir().join("overlays/pod-attribution"));
+    let pod = &mut pods["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true);
+    let pod = pod.as_mapping_mut().unwrap();
+    pod.remove("hostPID");
+    let security = pod.get_mut("securityContext").unwrap();
+    assert_eq!(security["runAsUser"], 0);
+    security["runAsNonRoot"] = true.into();
+    security["runAsUser"] = 65534.into();
+    security["runAsGroup"] = 65534.into();
+    let container = &mut pod.get_mut("containers").unwrap()[0];
+    let security = &container["securityContext"];
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert!(security["capabilities"]["add"].is_null());
+    let args = container["args"].as_sequence_mut().unwrap();
+    let added: Vec<Value> = args.drain(args.len() - 3..).collect();
+    assert_eq!(
+        added,
+        [
+            "--collector.pods",
+            "--collector.pods.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--collector.pods.pod-logs-dir=/var/log/pods",
+        ]
+        .map(Value::from)
+    );
+    let mounts = container["volumeMounts"].as_sequence_mut().unwrap();
+    for mount in mounts.drain(1..) {
+        assert_eq!(mount["readOnly"], true, "{mount:?}");
+    }
+    let volumes = pod.get_mut("volumes").unwrap().as_sequence_mut().unwrap();
+    let host_paths: Vec<Value> = volumes
+        .drain(1..)
+        .map(|v| v["hostPath"]["path"].clone())
+        .collect();
+    assert_eq!(
+        host_paths,
+        ["/var/lib/kubelet/pod-resources", "/var/log/pods"].map(Value::from)
+    );
+    assert_eq!(pods, base);
 }
 
 #[test]

@@ -89,9 +89,10 @@ fn serve_cx7() -> Exporter {
 
 /// The bundled node with its ethtool files, plus `extra` flags. The PFC storm sampler is off:
 /// what it reports depends on how many periods passed before the scrape (tests/it/demo.rs and
-/// src/node/storm.rs cover it).
+/// src/node/storm.rs cover it). RDMA netlink is off: it would ask this machine's kernel, not the
+/// fixture (tests/it/netlink_pods.rs covers it).
 fn serve_cx7_with(extra: &[&str]) -> Exporter {
-    let mut args = vec!["--no-collector.pfc-storm"];
+    let mut args = vec!["--no-collector.pfc-storm", "--no-collector.netlink"];
     args.extend_from_slice(extra);
     Exporter::on_node(&cx7().join("sys"), &cx7().join("ethtool"), &args)
 }

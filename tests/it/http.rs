@@ -195,7 +195,7 @@ fn collect_params_run_only_the_named_collectors() {
     let all = exporter.metrics();
     assert_eq!(
         collectors_reported(&all),
-        ["sysfs", "ethtool", "pfc_storm", "process"]
+        ["sysfs", "ethtool", "pfc_storm", "netlink", "process"]
     );
 
     let (status, _, storm) = exporter.get("/metrics?collect[]=pfc_storm");
@@ -220,13 +220,13 @@ fn unknown_or_disabled_collect_names_are_a_400_with_the_names() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("unknown collector \"bogus\""), "{body}");
     assert!(
-        body.contains("sysfs, ethtool, pfc_storm, nccl, switch, process"),
+        body.contains("sysfs, ethtool, pfc_storm, netlink, pods, nccl, switch, process"),
         "{body}"
     );
     let (status, _, body) = exporter.get("/metrics?collect[]=process");
     assert_eq!(status, 400, "{body}");
     assert!(
-        body.contains("enabled collectors: sysfs, ethtool, pfc_storm"),
+        body.contains("enabled collectors: sysfs, ethtool, pfc_storm, netlink"),
         "{body}"
     );
 }
@@ -236,7 +236,7 @@ fn no_collector_flags_turn_collectors_off() {
     let exporter = cx7_exporter(&["--no-collector.ethtool", "--no-collector.process"]);
     let body = exporter.metrics();
     // Without driver statistics the storm sampler has nothing to sample.
-    assert_eq!(collectors_reported(&body), ["sysfs"]);
+    assert_eq!(collectors_reported(&body), ["sysfs", "netlink"]);
     assert!(!body.contains("rdma_pfc_pause_frames_total"));
     assert!(!body.contains("process_open_fds"));
 
