@@ -176,6 +176,21 @@ pub fn problems(config: &Config) -> Vec<Problem> {
         }
     }
     problems.extend(nccl_problems(&config.nccl));
+    problems.extend(background_problems(config));
+    problems
+}
+
+/// A QP dump bound below one netlink message would truncate every dump, silently. (Zero
+/// durations are refused while parsing.)
+fn background_problems(config: &Config) -> Vec<Problem> {
+    use Step::Key;
+    let mut problems = Vec::new();
+    if config.node.netlink.max_dump_bytes < 4096 {
+        problems.push(Problem::at(
+            vec![Key("node"), Key("netlink"), Key("max_dump_bytes")],
+            "node.netlink.max_dump_bytes must be at least 4096".to_string(),
+        ));
+    }
     problems
 }
 
@@ -261,6 +276,16 @@ mod tests {
             "{errors}"
         );
         assert_eq!(problems_of("nccl:\n  max_files: 2\n"), "");
+    }
+
+    #[test]
+    fn a_qp_dump_bound_below_one_message_is_refused_at_its_key() {
+        let errors = problems_of("node:\n  netlink:\n    max_dump_bytes: 100\n");
+        assert!(
+            errors.starts_with("c.yml:3:21: node.netlink.max_dump_bytes must be at least 4096"),
+            "{errors}"
+        );
+        assert_eq!(problems_of("node:\n  netlink:\n    max_dump_bytes: 4096\n"), "");
     }
 
     #[test]
