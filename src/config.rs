@@ -285,7 +285,10 @@ mod tests {
             errors.starts_with("c.yml:3:21: node.netlink.max_dump_bytes must be at least 4096"),
             "{errors}"
         );
-        assert_eq!(problems_of("node:\n  netlink:\n    max_dump_bytes: 4096\n"), "");
+        assert_eq!(
+            problems_of("node:\n  netlink:\n    max_dump_bytes: 4096\n"),
+            ""
+        );
     }
 
     #[test]

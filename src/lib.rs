@@ -18,6 +18,7 @@ mod layering;
 #[cfg(test)]
 mod metric_docs;
 pub mod node;
+pub mod periodic;
 pub mod pods;
 pub mod process_metrics;
 pub mod reload;

@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use serde::Deserialize;
 use super::rdma_netlink::{NetlinkError, NetlinkLimits, NetlinkSnapshot, NetlinkSource};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{sanitize_name_part, Families, Value};
+use crate::periodic::Periodic;
 
 /// `node.netlink`: the `netlink` collector.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -98,29 +98,20 @@ struct Reading {
     finished: Option<Instant>,
 }
 
-#[derive(Debug)]
+/// What the reading thread and the scrapes share besides the reading.
+#[derive(Debug, Default)]
 struct Shared {
-    config: NetlinkConfig,
-    sysfs_root: PathBuf,
-    last: Mutex<Arc<Reading>>,
     /// Requests that failed, by reason, since the start.
     errors: Mutex<BTreeMap<&'static str, u64>>,
     unavailable_logged: AtomicBool,
 }
 
 /// The collector: the last reading, and the thread that makes them.
+#[derive(Debug)]
 pub struct NetlinkCollector {
+    config: NetlinkConfig,
     shared: Arc<Shared>,
-    /// A message, or the collector dropped, ends the reading thread at its next wake-up.
-    stop: mpsc::Sender<()>,
-}
-
-impl std::fmt::Debug for NetlinkCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NetlinkCollector")
-            .field("config", &self.shared.config)
-            .finish_non_exhaustive()
-    }
+    readings: Periodic<Reading>,
 }
 
 impl NetlinkCollector {
@@ -132,76 +123,45 @@ impl NetlinkCollector {
         sysfs_root: PathBuf,
         owners: OwnerResolver,
     ) -> io::Result<NetlinkCollector> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Shared::default());
+        let limits = config.limits();
+        let (thread_shared, thread_config) = (shared.clone(), config.clone());
+        let readings = Periodic::spawn(
+            "rdma-netlink",
+            config.interval,
+            Reading::default(),
+            move || {
+                let started = Instant::now();
+                let reading = match source.read(&limits) {
+                    Ok(snapshot) => {
+                        count_failures(&thread_shared, &snapshot.failures);
+                        aggregate(snapshot, &thread_config, &sysfs_root, owners.as_ref())
+                    }
+                    Err(e) => {
+                        log_unavailable(&thread_shared, &e);
+                        Reading::default()
+                    }
+                };
+                Reading {
+                    duration: started.elapsed(),
+                    finished: Some(Instant::now()),
+                    ..reading
+                }
+            },
+        )?;
+        Ok(NetlinkCollector {
             config,
-            sysfs_root,
-            last: Mutex::new(Arc::new(Reading::default())),
-            errors: Mutex::new(BTreeMap::new()),
-            unavailable_logged: AtomicBool::new(false),
-        });
-        let (stop, stopped) = mpsc::channel();
-        let thread_shared = shared.clone();
-        // Detached: a request stuck in the kernel does not keep the process from exiting.
-        std::thread::Builder::new()
-            .name("rdma-netlink".into())
-            .spawn(move || run(&thread_shared, source.as_ref(), &owners, &stopped))?;
-        Ok(NetlinkCollector { shared, stop })
-    }
-
-    fn last(&self) -> Arc<Reading> {
-        self.shared
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            shared,
+            readings,
+        })
     }
 
     /// Two intervals and a reading's worst case: past this the served reading is stale.
     fn stale_after(&self) -> Duration {
-        let config = &self.shared.config;
-        config
+        self.config
             .interval
             .saturating_mul(2)
-            .saturating_add(config.timeout.saturating_mul(8))
-    }
-}
-
-fn run(
-    shared: &Shared,
-    source: &dyn NetlinkSource,
-    owners: &OwnerResolver,
-    stopped: &mpsc::Receiver<()>,
-) {
-    let interval = shared.config.interval.max(Duration::from_millis(100));
-    let limits = shared.config.limits();
-    loop {
-        let started = Instant::now();
-        let reading = match source.read(&limits) {
-            Ok(snapshot) => {
-                count_failures(shared, &snapshot.failures);
-                aggregate(
-                    snapshot,
-                    &shared.config,
-                    &shared.sysfs_root,
-                    owners.as_ref(),
-                )
-            }
-            Err(e) => {
-                log_unavailable(shared, &e);
-                Reading::default()
-            }
-        };
-        let reading = Reading {
-            duration: started.elapsed(),
-            finished: Some(Instant::now()),
-            ..reading
-        };
-        *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(reading);
-        match stopped.recv_timeout(interval.saturating_sub(started.elapsed())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            // The collector is gone (or sent a stop).
-            _ => return,
-        }
+            .saturating_add(self.config.timeout.saturating_mul(8))
     }
 }
 
@@ -399,11 +359,11 @@ impl Collector for NetlinkCollector {
     }
 
     fn retire(&self) {
-        let _ = self.stop.send(());
+        self.readings.stop();
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.last();
+        let reading = self.readings.last();
         let errors = self
             .shared
             .errors
@@ -521,7 +481,7 @@ mod tests {
             NetlinkCollector::spawn(Arc::new(source), config, sysfs.into(), owners()).unwrap(),
         );
         let deadline = Instant::now() + Duration::from_secs(10);
-        while collector.last().finished.is_none() {
+        while collector.readings.last().finished.is_none() {
             assert!(Instant::now() < deadline, "no reading");
             std::thread::sleep(Duration::from_millis(5));
         }

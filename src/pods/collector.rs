@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use super::{PodName, PodRdmaCgroup, PodsError};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
 use crate::node::netlink_collector::{OwnerResolver, QpOwner};
+use crate::periodic::Periodic;
 
 /// One reading of the kubelet and the cgroup tree.
 #[derive(Debug, Default)]
@@ -32,89 +32,51 @@ struct Reading {
 }
 
 #[derive(Debug)]
-struct Shared {
-    config: PodsConfig,
-    sysfs_root: PathBuf,
-    last: Mutex<Arc<Reading>>,
-    /// Failed reads by (source, reason) since the start.
-    errors: Mutex<HashMap<(&'static str, &'static str), u64>>,
-}
-
-#[derive(Debug)]
 pub struct PodsCollector {
-    shared: Arc<Shared>,
-    stop: mpsc::Sender<()>,
+    config: PodsConfig,
+    /// Failed reads by (source, reason) since the start.
+    errors: Arc<Mutex<HashMap<(&'static str, &'static str), u64>>>,
+    readings: Periodic<Reading>,
 }
 
 impl PodsCollector {
     /// Starts the reading thread; the first reading starts at once.
     pub fn spawn(config: PodsConfig, sysfs_root: PathBuf) -> io::Result<PodsCollector> {
-        let shared = Arc::new(Shared {
-            config,
-            sysfs_root,
-            last: Mutex::new(Arc::new(Reading::default())),
-            errors: Mutex::new(HashMap::new()),
-        });
-        let (stop, stopped) = mpsc::channel();
-        let thread_shared = shared.clone();
-        std::thread::Builder::new()
-            .name("pods".into())
-            .spawn(move || run(&thread_shared, &stopped))?;
-        Ok(PodsCollector { shared, stop })
-    }
-
-    fn last(&self) -> Arc<Reading> {
-        self.shared
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn stale_after(&self) -> Duration {
-        let config = &self.shared.config;
-        config
-            .interval
-            .saturating_mul(2)
-            .saturating_add(config.timeout.saturating_mul(2))
-    }
-}
-
-fn run(shared: &Shared, stopped: &mpsc::Receiver<()>) {
-    // The kubelet client is async; this thread drives it on a runtime of its own, so a slow
-    // kubelet never holds a worker of the server's runtime.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            tracing::error!("the pods collector cannot start its runtime: {e}");
-            return;
-        }
-    };
-    let interval = shared.config.interval.max(Duration::from_millis(100));
-    let mut logged: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
-    loop {
-        let started = Instant::now();
-        let mut reading = read(&shared.config, &shared.sysfs_root, &runtime);
-        reading.duration = started.elapsed();
-        reading.finished = Some(Instant::now());
-        {
-            let mut errors = shared.errors.lock().unwrap_or_else(|p| p.into_inner());
+        // The kubelet client is async; the reading thread drives it on a runtime of its own,
+        // so a slow kubelet never holds a worker of the server's runtime.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let errors = Arc::new(Mutex::new(HashMap::new()));
+        let (thread_config, thread_errors) = (config.clone(), errors.clone());
+        let mut logged: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
+        let readings = Periodic::spawn("pods", config.interval, Reading::default(), move || {
+            let started = Instant::now();
+            let mut reading = read(&thread_config, &sysfs_root, &runtime);
+            reading.duration = started.elapsed();
+            reading.finished = Some(Instant::now());
+            let mut errors = thread_errors.lock().unwrap_or_else(|p| p.into_inner());
             for (source, error) in &reading.failures {
-                *errors.entry((source, error.reason())).or_default() += 1;
+                *errors.entry((*source, error.reason())).or_default() += 1;
                 // Once per kind: a missing socket fails the same way every interval.
                 if logged.insert((source, error.reason())) {
                     tracing::warn!("pods collector: {source}: {error}");
                 }
             }
-        }
-        *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(reading);
-        match stopped.recv_timeout(interval.saturating_sub(started.elapsed())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
+            reading
+        })?;
+        Ok(PodsCollector {
+            config,
+            errors,
+            readings,
+        })
+    }
+
+    fn stale_after(&self) -> Duration {
+        self.config
+            .interval
+            .saturating_mul(2)
+            .saturating_add(self.config.timeout.saturating_mul(2))
     }
 }
 
@@ -243,13 +205,12 @@ impl Collector for PodsCollector {
     }
 
     fn retire(&self) {
-        let _ = self.stop.send(());
+        self.readings.stop();
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.last();
+        let reading = self.readings.last();
         let errors = self
-            .shared
             .errors
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -15,8 +15,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
@@ -25,6 +24,7 @@ use super::process::{process_hash, LogParser, ProcessLog};
 use super::verdict::{summarize, ProcessSummary, Transport};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
+use crate::periodic::Periodic;
 
 /// The `nccl:` section of the config file: which logs the scan thread reads, and how often.
 #[derive(Debug, Clone, Deserialize)]
@@ -462,84 +462,49 @@ pub fn scan(source: &dyn LogSource, limits: &NcclConfig) -> DirScan {
 /// The collector: the last finished scan, and the thread that makes them.
 #[derive(Debug)]
 pub struct NcclCollector {
-    shared: Arc<Shared>,
-    /// A message, or the collector dropped, ends the scan thread at its next wake-up.
-    stop: mpsc::Sender<()>,
-}
-
-#[derive(Debug)]
-struct Shared {
     limits: NcclConfig,
     spawned: Instant,
-    last: Mutex<Option<Arc<DirScan>>>,
+    scans: Periodic<Option<Arc<DirScan>>>,
 }
 
 impl NcclCollector {
     /// Starts the scan thread on `source`; the first scan starts at once.
     pub fn spawn(source: Arc<dyn LogSource>, limits: NcclConfig) -> io::Result<NcclCollector> {
-        let shared = Arc::new(Shared {
+        let thread_limits = limits.clone();
+        let mut tailer = Tailer::new();
+        let scans = Periodic::spawn("nccl-log-scan", limits.scan_interval, None, move || {
+            let scan = tailer.scan(source.as_ref(), &thread_limits);
+            if scan.partial {
+                tracing::warn!(
+                    files = scan.files,
+                    files_read = scan.files_read,
+                    bytes_read = scan.bytes_read,
+                    timeout = ?thread_limits.scan_timeout,
+                    "the NCCL log scan ran out of time; what it read is served, the next scans carry on"
+                );
+            }
+            Some(Arc::new(scan))
+        })?;
+        Ok(NcclCollector {
             limits,
             spawned: Instant::now(),
-            last: Mutex::new(None),
-        });
-        let (stop, stopped) = mpsc::channel();
-        let thread_shared = shared.clone();
-        // Detached: a thread stuck in a read of a hung filesystem does not keep the process
-        // from exiting when `main` returns.
-        std::thread::Builder::new()
-            .name("nccl-log-scan".into())
-            .spawn(move || run(&thread_shared, source.as_ref(), &stopped))?;
-        Ok(NcclCollector { shared, stop })
+            scans,
+        })
     }
 
     /// The last finished scan, if any.
     pub fn last_scan(&self) -> Option<Arc<DirScan>> {
-        self.shared
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.scans.last().as_ref().clone()
     }
 
     /// How old the served result may grow before it counts as stale: two intervals and a
     /// scan's own timeout.
     pub fn stale_after(&self) -> Duration {
-        let limits = &self.shared.limits;
+        let limits = &self.limits;
         limits
             .scan_interval
             .saturating_mul(2)
             .saturating_add(limits.scan_timeout)
-    }
-}
-
-fn run(shared: &Shared, source: &dyn LogSource, stopped: &mpsc::Receiver<()>) {
-    let interval = shared.limits.scan_interval;
-    let mut tailer = Tailer::new();
-    loop {
-        let started = Instant::now();
-        let scan = tailer.scan(source, &shared.limits);
-        if scan.partial {
-            tracing::warn!(
-                files = scan.files,
-                files_read = scan.files_read,
-                bytes_read = scan.bytes_read,
-                timeout = ?shared.limits.scan_timeout,
-                "the NCCL log scan ran out of time; what it read is served, the next scans carry on"
-            );
-        }
-        *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(scan));
-        // The next start on the interval's grid: a scan longer than the interval skips the
-        // missed starts rather than running back to back.
-        let elapsed = started.elapsed();
-        let periods = elapsed.as_nanos() / interval.as_nanos().max(1) + 1;
-        let next = interval
-            .checked_mul(u32::try_from(periods).unwrap_or(u32::MAX))
-            .unwrap_or(Duration::MAX);
-        match stopped.recv_timeout(next.saturating_sub(started.elapsed())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            // The collector is gone (or sent a stop).
-            _ => return,
-        }
     }
 }
 
@@ -599,8 +564,7 @@ impl Collector for NcclCollector {
     }
 
     fn retire(&self) {
-        // The scan thread ends at once if it waits, or after the scan it is in.
-        let _ = self.stop.send(());
+        self.scans.stop();
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
@@ -618,7 +582,7 @@ impl Collector for NcclCollector {
         out.encode(&families)?;
         let since = match &last {
             Some(scan) => scan.finished.elapsed(),
-            None => self.shared.spawned.elapsed(),
+            None => self.spawned.elapsed(),
         };
         let fresh = since <= self.stale_after();
         Ok(Outcome {
@@ -632,7 +596,7 @@ impl Collector for NcclCollector {
 mod tests {
     use super::*;
     use crate::collector::{Collectors, Scrape, Selection};
-    use std::sync::Condvar;
+    use std::sync::{Condvar, Mutex};
 
     /// A source whose files are given in memory, newest first; a read of the file `block` names
     /// waits until `release`, as a read of a hung NFS server would.
