@@ -285,7 +285,11 @@ fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
     let (status, _, body) = demo.get("/hosts/gpu-node-01/metrics");
     assert_eq!(status, 200);
     // promtool sees the netlink and pods families too.
-    for family in ["rdma_owner_qps{", "rdma_device_pod_info{", "rdma_pod_cgroup_usage{"] {
+    for family in [
+        "rdma_owner_qps{",
+        "rdma_device_pod_info{",
+        "rdma_pod_cgroup_usage{",
+    ] {
         assert!(body.contains(family), "{family} missing");
     }
     promtool_check_metrics(&body);
