@@ -89,6 +89,8 @@ pub struct Demo {
     fabric: Arc<Mutex<Fabric>>,
     /// Each host's kubelet pod-resources API, on a socket in its tree: held, not read.
     _kubelets: Vec<PodResourcesServer>,
+    /// Per host, the `workload::host_files_key` its workload files were last written for.
+    host_files: Mutex<Vec<String>>,
     tables: Vec<Arc<LiveTable>>,
     profile: Profile,
     options: DemoOptions,
@@ -174,7 +176,7 @@ impl Demo {
             config.pods.enabled = true;
             config.pods.pod_resources_socket = root.join("pod-resources/kubelet.sock");
             config.pods.pod_logs_dir = root.join("var/log/pods");
-            config.pods.interval = options.tick.max(Duration::from_secs(1));
+            config.pods.interval = options.tick.max(Duration::from_secs(5));
             {
                 let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
                 let socket_dir = root.join("pod-resources");
@@ -192,7 +194,8 @@ impl Demo {
                 })?;
                 kubelets.push(server);
             }
-            config.node.netlink.interval = options.tick;
+            // Often enough for the QP panels, seldom enough not to slow the simulation down.
+            config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
             config.web.telemetry_path = Some(telemetry_path.to_string());
             let simulated = crate::app::Simulated {
                 netlink: Some(Arc::new(SimNetlink {
@@ -221,6 +224,7 @@ impl Demo {
             written: Mutex::new(written),
             fabric,
             _kubelets: kubelets,
+            host_files: Mutex::new(vec![String::new(); names.len()]),
             tables,
             profile,
             options,
@@ -252,6 +256,7 @@ impl Demo {
         let mut fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
         fabric.step(self.options.tick.as_secs_f64() * self.options.speed);
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let mut host_files = self.host_files.lock().unwrap_or_else(|p| p.into_inner());
         for (index, (host, before)) in fabric.hosts.iter().zip(written.iter_mut()).enumerate() {
             let root = self.dir.path().join("hosts").join(&host.name);
             let after = specs(host);
@@ -259,7 +264,11 @@ impl Demo {
             update_tree(&root.join("sys"), before, &after).map_err(error(root.join("sys")))?;
             write_ethtool_files(&root.join("ethtool"), &after)
                 .map_err(error(root.join("ethtool")))?;
-            workload::write_host_files(&root, &fabric, index).map_err(error(root.clone()))?;
+            let key = workload::host_files_key(&fabric, index);
+            if host_files[index] != key {
+                workload::write_host_files(&root, &fabric, index).map_err(error(root.clone()))?;
+                host_files[index] = key;
+            }
             *before = after;
         }
         for (index, table) in self.tables.iter().enumerate() {

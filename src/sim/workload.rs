@@ -272,6 +272,25 @@ fn objects_of(snapshot: &NetlinkSnapshot, pod: &SimPod) -> BTreeMap<String, u64>
     objects
 }
 
+/// What [`write_host_files`] writes depends only on this: the job's peers and which NICs are
+/// up. The demo rewrites the files only when it changes, not every tick.
+pub fn host_files_key(fabric: &Fabric, host: usize) -> String {
+    let peers = training_peers(fabric.time_s, fabric.hosts.len());
+    let links: String = fabric.hosts.get(host).map_or(String::new(), |h| {
+        h.nics
+            .iter()
+            .map(|n| {
+                if n.spec.state.contains("ACTIVE") {
+                    '1'
+                } else {
+                    '0'
+                }
+            })
+            .collect()
+    });
+    format!("{peers}/{links}")
+}
+
 /// Writes what pod attribution reads on a host under `root`: `proc/<pid>/{cgroup,comm}`,
 /// `var/log/pods/<ns>_<pod>_<uid>/<container>/`, and the pods' RDMA cgroup files under
 /// `sys/fs/cgroup` (cgroup v2, systemd driver, containerd).
