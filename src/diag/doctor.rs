@@ -7,15 +7,21 @@
 mod devices;
 mod gids;
 mod limits;
+mod mtu;
 mod netns;
 mod ports;
+mod prio_traffic;
 mod qos;
 mod report;
 mod resources;
+mod roce_qos;
+mod trust;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
+use crate::node::dcb::{AnswerFiles, DcbSource, KernelDcb};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::{read_node, DeviceFilter, NodeSnapshot};
 
@@ -24,6 +30,9 @@ pub use report::{Finding, Report, Severity};
 
 /// Exit status when the checks could not run at all.
 const EXIT_COULD_NOT_RUN: u8 = 2;
+
+/// How long one netdev's DCB netlink answer may take.
+const DCB_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DoctorArgs {
@@ -40,9 +49,14 @@ pub struct DoctorArgs {
     /// Expected port rate in Gb/s (e.g. 400); default: the fastest port of the same link layer.
     #[arg(long = "expected-rate", value_name = "GBPS")]
     pub expected_rate: Option<f64>,
-    /// The 802.1p priority RoCE traffic uses (PFC and ECN are checked on it).
-    #[arg(long = "roce-priority", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
-    pub roce_priority: u8,
+    /// The 802.1p priority RoCE traffic should use (PFC and ECN are checked on it). Default:
+    /// the priority its traffic class maps to when DCB netlink tells, else 3.
+    #[arg(long = "roce-priority", value_parser = clap::value_parser!(u8).range(0..8))]
+    pub roce_priority: Option<u8>,
+    /// The IP traffic class (ToS byte, DSCP * 4 + ECN) RoCE packets are sent with, as
+    /// NCCL_IB_TC sets it. MLNX_OFED's global tc/<port>/traffic_class overrides it; unset, 0.
+    #[arg(long = "roce-tclass", env = "NCCL_IB_TC", value_name = "TOS")]
+    pub roce_tclass: Option<u8>,
     /// iproute2's `rdma` tool, for QP and other resource use.
     #[arg(long = "rdma-tool", default_value = "rdma")]
     pub rdma_tool: PathBuf,
@@ -57,6 +71,10 @@ pub struct DoctorArgs {
     /// the SIOCETHTOOL ioctl.
     #[arg(long = "ethtool-stats-dir", hide = true)]
     pub ethtool_stats_dir: Option<PathBuf>,
+    /// Test only: DCB netlink answers from `<dir>/<netdev>.bin` (one netlink datagram; a missing
+    /// file is a netdev without DCB) instead of asking the kernel.
+    #[arg(long = "dcb-answers-dir", hide = true)]
+    pub dcb_answers_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -126,7 +144,18 @@ pub fn run(args: &DoctorArgs) -> Result<Report, DoctorError> {
         Some(dir) => Box::new(FileSource::new(dir)),
         None => Box::new(IoctlSource),
     };
-    check_ports(args, &snapshot, &view, ethtool.as_ref(), &mut report);
+    let dcb: Box<dyn DcbSource> = match &args.dcb_answers_dir {
+        Some(dir) => Box::new(AnswerFiles::new(dir)),
+        None => Box::new(KernelDcb::new(DCB_TIMEOUT)),
+    };
+    check_ports(
+        args,
+        &snapshot,
+        &view,
+        ethtool.as_ref(),
+        dcb.as_ref(),
+        &mut report,
+    );
     report.extend(resources::check(&args.rdma_tool, &args.sysfs));
     Ok(report)
 }
@@ -154,6 +183,7 @@ fn check_ports(
     snapshot: &NodeSnapshot,
     view: &NetnsView,
     ethtool: &dyn EthtoolSource,
+    dcb: &dyn DcbSource,
     report: &mut Report,
 ) {
     let roce_ports = || {
@@ -172,6 +202,18 @@ fn check_ports(
     report.add(netns::guess_mode(view, &roce_netdevs, &vf_netdevs));
     let visible = roce_netdevs.iter().filter(|n| view.has(n)).count();
     let partial = visible > 0 && visible < roce_netdevs.len();
+    let mtus: Vec<(String, u32)> = roce_netdevs
+        .iter()
+        .filter_map(|n| Some((n.clone(), mtu::read_mtu(&args.sysfs, n).ok()?)))
+        .collect();
+    let qos_sources = roce_qos::Sources {
+        sysfs: &args.sysfs,
+        ethtool,
+        dcb,
+        roce_priority: args.roce_priority,
+        roce_tclass: args.roce_tclass,
+        mtus: &mtus,
+    };
 
     for device in &snapshot.devices {
         for port in &device.ports {
@@ -214,21 +256,15 @@ fn check_ports(
                 netdev,
                 &view.routable_addresses(netdev),
             ));
-            report.add(qos::check_pfc(
-                ethtool,
-                &device.name,
-                port.number,
-                netdev,
-                args.roce_priority,
+            report.extend(roce_qos::check(
+                &qos_sources,
+                &roce_qos::Port {
+                    device: &device.name,
+                    port: port.number,
+                    netdev,
+                    is_vf: vf_netdevs.iter().any(|n| n == netdev),
+                },
             ));
-            report.add(qos::check_ecn(
-                &args.sysfs,
-                &device.name,
-                port.number,
-                netdev,
-                args.roce_priority,
-            ));
-            report.extend(qos::traffic_class(&args.sysfs, &device.name, port.number));
         }
     }
 }

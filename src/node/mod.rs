@@ -1,6 +1,7 @@
 //! The per-node agent: RDMA devices from sysfs plus driver statistics of their netdevs.
 
 pub mod config;
+pub mod dcb;
 pub mod device_reads;
 pub mod ethtool;
 pub mod ethtool_ioctl;

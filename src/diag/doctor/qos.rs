@@ -1,60 +1,114 @@
-//! Lossless-RoCE settings of a port: PFC on the RoCE priority, ECN/DCQCN, traffic class.
+//! Lossless-RoCE settings of a port: PFC on the priority RoCE uses, ECN/DCQCN.
 
 use std::path::Path;
 
-use crate::node::ethtool::EthtoolSource;
+use crate::node::dcb::{DcbAnswer, DcbError};
+use crate::node::ethtool::{EthtoolError, RawStat};
 
 use super::report::{Finding, Severity};
+use super::trust::priorities;
 
-/// PFC from the driver statistics: mlx5 creates `rx_prio<p>_pause` only for priorities with PFC
-/// enabled, so their presence tells the PFC set without DCB netlink.
+/// Which priorities have PFC enabled, and who said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PfcView {
+    /// Bit `p` set: PFC enabled on priority `p`.
+    pub enabled: u8,
+    pub source: String,
+}
+
+/// mlx5 creates `rx_prio<p>_pause` only for priorities with PFC enabled, so their presence tells
+/// the PFC set without DCB netlink; `None` when the driver has no mlx5-style per-priority
+/// statistics at all.
+pub fn inferred_pfc(stats: &[RawStat]) -> Option<u8> {
+    let has = |name: &str| stats.iter().any(|(n, _)| n == name);
+    if !stats.iter().any(|(n, _)| n.starts_with("rx_prio0_")) {
+        return None;
+    }
+    Some(
+        (0..8)
+            .filter(|p| has(&format!("rx_prio{p}_pause")))
+            .fold(0u8, |mask, p| mask | 1 << p),
+    )
+}
+
+/// PFC from DCB netlink when it answers with a PFC attribute, else inferred from the driver
+/// statistics (saying why DCB netlink was not used); `Err` says why neither could tell.
+pub fn pfc_view(
+    dcb: &Result<DcbAnswer, DcbError>,
+    stats: &Result<Vec<RawStat>, EthtoolError>,
+    netdev: &str,
+) -> Result<PfcView, String> {
+    let why_not_dcb = match dcb {
+        Ok(DcbAnswer { pfc: Some(pfc), .. }) => {
+            return Ok(PfcView {
+                enabled: pfc.pfc_en,
+                source: "DCB netlink".into(),
+            })
+        }
+        Ok(_) => "its answer has no PFC attribute".to_string(),
+        Err(e) => e.to_string(),
+    };
+    match stats {
+        Ok(stats) => match inferred_pfc(stats) {
+            Some(enabled) => Ok(PfcView {
+                enabled,
+                source: format!(
+                    "inferred from mlx5's rx_prio<p>_pause statistics; DCB netlink: {why_not_dcb}"
+                ),
+            }),
+            None => Err(format!(
+                "DCB netlink: {why_not_dcb}; {netdev}'s driver has no mlx5-style per-priority \
+                 statistics"
+            )),
+        },
+        Err(e) => Err(format!(
+            "DCB netlink: {why_not_dcb}; driver statistics unreadable ({e})"
+        )),
+    }
+}
+
+/// PFC on `priority`, the priority RoCE uses (`how` says how that was found, or is empty when
+/// it is the `--roce-priority` setting).
 pub fn check_pfc(
-    ethtool: &dyn EthtoolSource,
+    view: &Result<PfcView, String>,
     device: &str,
     port: u32,
     netdev: &str,
     priority: u8,
+    how: &str,
 ) -> Finding {
-    let stats = match ethtool.stats(netdev) {
-        Ok(stats) => stats,
-        Err(e) => {
+    let view = match view {
+        Ok(view) => view,
+        Err(why) => {
             return Finding::port(
                 "pfc",
                 device,
                 port,
                 Severity::Info,
-                format!("cannot tell PFC: driver statistics unreadable ({e})"),
+                format!("cannot tell PFC: {why}"),
             )
         }
     };
-    let names: Vec<&str> = stats.iter().map(|(n, _)| n.as_str()).collect();
-    if !names.iter().any(|n| n.starts_with("rx_prio0_")) {
-        return Finding::port(
-            "pfc",
-            device,
-            port,
-            Severity::Info,
-            format!("cannot tell PFC: {netdev}'s driver has no mlx5-style per-priority statistics"),
-        );
-    }
-    let enabled: Vec<u8> = (0..8)
-        .filter(|p| names.contains(&format!("rx_prio{p}_pause").as_str()))
-        .collect();
-    let source = "inferred from mlx5's rx_prio<p>_pause statistics, DCB netlink not queried";
+    let source = &view.source;
     let fix = format!(
         "enable PFC on priority {priority} on the NIC (mlnx_qos -i {netdev} --pfc with a 1 at \
-         position {priority}, or DCBX from the switch) and on the switch ports, or run lossy \
-         RoCE with ECN on purpose"
+         position {priority}, dcb pfc set dev {netdev} prio-pfc {priority}:on, or DCBX from the \
+         switch) and on the switch ports, or run lossy RoCE with ECN on purpose"
     );
-    if enabled.contains(&priority) {
+    let how = if how.is_empty() {
+        String::new()
+    } else {
+        format!(" ({how})")
+    };
+    if view.enabled & (1 << priority) != 0 {
         Finding::port(
             "pfc",
             device,
             port,
             Severity::Ok,
-            format!("PFC enabled on priority {priority} ({source})"),
+            format!("PFC enabled on priority {priority}{how} ({source})"),
         )
-    } else if enabled.is_empty() {
+    } else if view.enabled == 0 {
         Finding::port(
             "pfc",
             device,
@@ -64,15 +118,14 @@ pub fn check_pfc(
         )
         .with_fix(fix)
     } else {
-        let list: Vec<String> = enabled.iter().map(u8::to_string).collect();
         Finding::port(
             "pfc",
             device,
             port,
             Severity::Warn,
             format!(
-                "PFC enabled on priority {} but not on the RoCE priority {priority} ({source})",
-                list.join(",")
+                "PFC enabled on priority {} but not on the RoCE priority {priority}{how} ({source})",
+                priorities(view.enabled)
             ),
         )
         .with_fix(fix)
@@ -127,27 +180,4 @@ pub fn check_ecn(sysfs: &Path, device: &str, port: u32, netdev: &str, priority: 
             ))
         }
     }
-}
-
-/// MLNX_OFED's `class/infiniband/<dev>/tc/<port>/traffic_class`, shown when present.
-pub fn traffic_class(sysfs: &Path, device: &str, port: u32) -> Option<Finding> {
-    let path = sysfs
-        .join("class/infiniband")
-        .join(device)
-        .join("tc")
-        .join(port.to_string())
-        .join("traffic_class");
-    let text = std::fs::read_to_string(path).ok()?;
-    let text = text.trim();
-    Some(Finding::port(
-        "traffic-class",
-        device,
-        port,
-        Severity::Info,
-        if text.is_empty() {
-            "no traffic class set for RoCE (DSCP from the application or the default)".to_string()
-        } else {
-            format!("traffic class: {}", text.replace('\n', "; "))
-        },
-    ))
 }

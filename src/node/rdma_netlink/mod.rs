@@ -10,6 +10,9 @@ mod socket;
 pub mod wire;
 
 pub use socket::KernelNetlink;
+// Generic netlink plumbing, shared with the rtnetlink DCB reader (`node::dcb`).
+pub(crate) use session::Transport;
+pub(crate) use socket::{is_unavailable, NetlinkSocket};
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

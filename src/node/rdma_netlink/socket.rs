@@ -1,5 +1,6 @@
 //! The kernel's side: a `NETLINK_RDMA` socket (`libc`, as `ethtool_ioctl.rs` does; no netlink
 //! library), polled with a timeout so that no answer can hold a scrape longer than the limit.
+//! [`NetlinkSocket`] itself knows no protocol: `node::dcb` opens a `NETLINK_ROUTE` one.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -37,7 +38,7 @@ impl KernelNetlink {
 
 impl NetlinkSource for KernelNetlink {
     fn read(&self, limits: &NetlinkLimits) -> Result<NetlinkSnapshot, NetlinkError> {
-        let first = match RdmaSocket::open() {
+        let first = match NetlinkSocket::open(NETLINK_RDMA) {
             Ok(socket) => socket,
             Err(e) if is_unavailable(&e) => return Err(NetlinkError::Unavailable(Arc::new(e))),
             Err(e) => {
@@ -51,33 +52,34 @@ impl NetlinkSource for KernelNetlink {
         };
         // Room for every request of this read: one per device and port at most.
         let seq = self.seq.fetch_add(1 << 16, Ordering::Relaxed);
-        let mut session = Session::new(first, RdmaSocket::open, seq);
+        let mut session = Session::new(first, || NetlinkSocket::open(NETLINK_RDMA), seq);
         Ok(session.read(limits, &self.proc_root))
     }
 }
 
 /// `socket()` refusing the protocol or family: no NETLINK_RDMA in this kernel (ib_core not
 /// built or not loaded), or no netlink at all.
-fn is_unavailable(e: &io::Error) -> bool {
+pub(crate) fn is_unavailable(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EPROTONOSUPPORT) | Some(libc::EAFNOSUPPORT)
     )
 }
 
-struct RdmaSocket {
+/// A netlink socket of one protocol, talking to the kernel only.
+pub(crate) struct NetlinkSocket {
     fd: OwnedFd,
     buf: Vec<u8>,
 }
 
-impl RdmaSocket {
-    fn open() -> io::Result<RdmaSocket> {
+impl NetlinkSocket {
+    pub(crate) fn open(protocol: libc::c_int) -> io::Result<NetlinkSocket> {
         // SAFETY: plain syscall; the descriptor is owned right away.
         let fd = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_RDMA,
+                protocol,
             )
         };
         if fd < 0 {
@@ -85,7 +87,7 @@ impl RdmaSocket {
         }
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(RdmaSocket {
+        Ok(NetlinkSocket {
             fd,
             buf: vec![0; RECV_BUFFER],
         })
@@ -99,7 +101,7 @@ fn kernel_address() -> libc::sockaddr_nl {
     addr
 }
 
-impl Transport for RdmaSocket {
+impl Transport for NetlinkSocket {
     fn send(&mut self, request: &[u8]) -> io::Result<()> {
         let addr = kernel_address();
         // SAFETY: buffer and address are valid for the lengths given.
@@ -185,7 +187,7 @@ mod tests {
     /// read is `Unavailable`; with it, the devices are those of /sys/class/infiniband.
     #[test]
     fn the_running_kernel_answers_or_is_unavailable() {
-        let probe = RdmaSocket::open();
+        let probe = NetlinkSocket::open(NETLINK_RDMA);
         let result = KernelNetlink::new("/proc".into()).read(&NetlinkLimits::default());
         match probe {
             Err(e) if is_unavailable(&e) => match result {
