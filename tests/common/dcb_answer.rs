@@ -123,7 +123,11 @@ impl Answer {
             if self.short_app && i == 0 {
                 app.truncate(2);
             }
-            let kind = if *selector == SEL_PCP { DCB_APP } else { IEEE_APP };
+            let kind = if *selector == SEL_PCP {
+                DCB_APP
+            } else {
+                IEEE_APP
+            };
             put(&mut table, kind, &app);
         }
         put(&mut ieee, IEEE_APP_TABLE, &table);
@@ -131,7 +135,11 @@ impl Answer {
         if let Some(trust) = &self.trust {
             let mut nest = Vec::new();
             for selector in trust {
-                let kind = if *selector == SEL_PCP { DCB_APP } else { IEEE_APP };
+                let kind = if *selector == SEL_PCP {
+                    DCB_APP
+                } else {
+                    IEEE_APP
+                };
                 put(&mut nest, kind, &[*selector]);
             }
             put(&mut ieee, APP_TRUST_TABLE | NESTED, &nest);
@@ -171,7 +179,7 @@ fn put(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
     out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(value);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }

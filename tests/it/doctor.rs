@@ -7,6 +7,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use common::dcb_answer::Answer;
 use common::path_str;
 use rdma_fabric_exporter::sim::sysfs_tree::{
     connectx7_node, write_ethtool_files, write_tree, LinkLayer, NicSpec,
@@ -27,6 +28,10 @@ struct Node {
     dev_files: bool,
     /// `--rdma-tool`; `None` writes a fake one printing one device's resource use.
     rdma_tool: Option<&'static str>,
+    /// DCB netlink answers by netdev (`--dcb-answers-dir`); a netdev without one has no DCB.
+    dcb: Vec<(String, Vec<u8>)>,
+    /// Files written below the sysfs tree after it (knobs the simulated node does not write).
+    sys_files: Vec<(String, String)>,
 }
 
 impl Node {
@@ -40,6 +45,31 @@ impl Node {
             memlock: "unlimited",
             dev_files: true,
             rdma_tool: None,
+            dcb: Vec::new(),
+            sys_files: Vec::new(),
+        }
+    }
+
+    /// DCB answers for every RoCE netdev: `answer` for each, `answer_for` where it returns one.
+    fn with_dcb(&mut self, answer: impl Fn(usize) -> Answer) {
+        let roce: Vec<(usize, String)> = self
+            .roce()
+            .map(|(i, nic)| (i, nic.netdev.clone().unwrap()))
+            .collect();
+        self.dcb = roce
+            .into_iter()
+            .map(|(i, netdev)| (netdev.clone(), answer(i).for_netdev(&netdev).bytes()))
+            .collect();
+    }
+
+    /// MLNX_OFED's global traffic class on every RoCE device.
+    fn with_global_tclass(&mut self, tclass: u8) {
+        let names: Vec<String> = self.roce().map(|(_, n)| n.name.clone()).collect();
+        for name in names {
+            self.sys_files.push((
+                format!("class/infiniband/{name}/tc/1/traffic_class"),
+                format!("Global tclass={tclass}\n"),
+            ));
         }
     }
 
@@ -61,7 +91,17 @@ impl Node {
         for (i, nic) in self.roce() {
             add_ipv4_gid(&sys, nic, &address_of(i));
         }
+        for (relative, text) in &self.sys_files {
+            let path = sys.join(relative);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
         write_ethtool_files(&self.path("ethtool"), &self.nics).unwrap();
+        let dcb = self.path("dcb");
+        fs::create_dir_all(&dcb).unwrap();
+        for (netdev, bytes) in &self.dcb {
+            fs::write(dcb.join(format!("{netdev}.bin")), bytes).unwrap();
+        }
         if self.dev_files {
             let ib = self.path("dev/infiniband");
             fs::create_dir_all(&ib).unwrap();
@@ -116,6 +156,8 @@ impl Node {
             path_str(&self.path("ethtool")).into(),
             "--rdma-tool".into(),
             self.rdma_tool.unwrap_or(path_str(&tool)).into(),
+            "--dcb-answers-dir".into(),
+            path_str(&dcb).into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -187,7 +229,19 @@ fn healthy_node_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("PFC enabled on priority 3"), "{stdout}");
-    assert!(stdout.contains("DCB netlink not queried"), "{stdout}");
+    // Without DCB netlink PFC is inferred, and the report says why.
+    assert!(
+        stdout.contains("inferred from mlx5's rx_prio<p>_pause statistics; DCB netlink: ens1f0np0 has no DCB support"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("INFO  qos-trust: trust mode and DSCP map unknown: DCB netlink"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("OK    mtu: netdev MTU 9000 -> RoCE active MTU 4096"),
+        "{stdout}"
+    );
     assert!(stdout.contains("not visible on this kernel"), "{stdout}");
     assert!(stdout.contains("host network"), "{stdout}");
     assert!(stdout.contains("qp 3"), "{stdout}");
@@ -547,6 +601,222 @@ fn resources_near_the_rdma_cgroup_limit() {
     assert!(
         warns[0].contains("qp 3")
             && warns[0].contains("14 objects of the RDMA cgroup's hca_object limit 15"),
+        "{stdout}"
+    );
+}
+
+/// The lines of `stdout` that belong to one device (its header up to the next device's).
+fn device_section<'a>(stdout: &'a str, device: &str) -> &'a str {
+    let start = stdout
+        .find(&format!("\n{device}\n"))
+        .unwrap_or_else(|| panic!("no {device} in {stdout}"));
+    let rest = &stdout[start + 1..];
+    let end = rest[1..]
+        .find("\nmlx5_")
+        .or_else(|| rest.find("\nsummary:"))
+        .map_or(rest.len(), |e| e + 1);
+    &rest[..end]
+}
+
+/// Moves the per-priority bytes of priority 3 to priority 0: RoCE sent unmarked.
+fn move_bytes_to_priority_0(nic: &mut NicSpec) {
+    for dir in ["rx", "tx"] {
+        let take = |stats: &mut Vec<(String, u64)>, name: &str| {
+            let stat = stats.iter_mut().find(|(n, _)| n == name).unwrap();
+            std::mem::take(&mut stat.1)
+        };
+        let moved = take(&mut nic.ethtool, &format!("{dir}_prio3_bytes"));
+        let prio0 = nic
+            .ethtool
+            .iter_mut()
+            .find(|(n, _)| *n == format!("{dir}_prio0_bytes"))
+            .unwrap();
+        prio0.1 += moved;
+    }
+}
+
+#[test]
+fn qos_path_healthy_with_dcb_netlink() {
+    let mut node = Node::new(2);
+    node.with_dcb(|_| Answer::mlx5_trust_dscp(0b0000_1000));
+    node.with_global_tclass(106);
+    let (code, stdout, stderr) = node.doctor(&[]);
+    assert_no_panic(&stderr);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(lines_of(&stdout, "WARN").is_empty(), "{stdout}");
+    for expected in [
+        "OK    qos-trust: trust DSCP (DCB netlink: 64 DSCP entries in the APP table)",
+        "OK    roce-priority: RoCE traffic class 106 (MLNX_OFED sysfs tc/1/traffic_class) = DSCP 26 -> priority 3 (DCB netlink APP table)",
+        "OK    pfc: PFC enabled on priority 3 (DSCP 26 -> priority 3 in the DCB APP table) (DCB netlink)",
+        "OK    prio-traffic: RDMA bytes fit in what the PFC priority 3 carried",
+        "OK    mtu: netdev MTU 9000 -> RoCE active MTU 4096",
+    ] {
+        assert_eq!(
+            stdout.matches(expected).count(),
+            2,
+            "{expected:?} once per port in {stdout}"
+        );
+    }
+}
+
+#[test]
+fn trust_pcp_with_dscp_marked_traffic() {
+    let mut node = Node::new(2);
+    node.with_dcb(|i| {
+        if i == 0 {
+            Answer::mlx5_trust_pcp(0b0000_1000)
+        } else {
+            Answer::mlx5_trust_dscp(0b0000_1000)
+        }
+    });
+    node.with_global_tclass(106);
+    let (code, stdout, _) = node.doctor(&[]);
+    assert_eq!(code, 1, "{stdout}");
+    let warns = lines_of(&stdout, "WARN");
+    assert_eq!(warns.len(), 1, "{stdout}");
+    assert!(
+        warns[0].contains("qos-trust: trust PCP (DCB netlink: no DSCP entry in the APP table")
+            && warns[0].contains("ignores the DSCP of RoCE traffic class 106")
+            && warns[0].contains("untagged frames land on priority 0"),
+        "{stdout}"
+    );
+    assert!(
+        device_section(&stdout, "mlx5_0").contains("WARN  qos-trust"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("mlnx_qos -i ens1f0np0 --trust dscp"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn pfc_off_on_the_priority_roce_uses() {
+    let mut node = Node::new(2);
+    // mlx5_0 has PFC on priority 4, but DSCP 26 maps to 3: RoCE runs lossy there.
+    node.with_dcb(|i| Answer::mlx5_trust_dscp(if i == 0 { 0b0001_0000 } else { 0b0000_1000 }));
+    node.with_global_tclass(106);
+    let (code, stdout, _) = node.doctor(&[]);
+    assert_eq!(code, 1, "{stdout}");
+    let warns = lines_of(&stdout, "WARN");
+    assert_eq!(warns.len(), 2, "{stdout}");
+    let mlx5_0 = device_section(&stdout, "mlx5_0");
+    assert!(
+        mlx5_0.contains("WARN  pfc: PFC enabled on priority 4 but not on the RoCE priority 3 (DSCP 26 -> priority 3 in the DCB APP table) (DCB netlink)"),
+        "{stdout}"
+    );
+    // The byte counters agree: the RDMA bytes went over priority 3, which has no PFC.
+    assert!(
+        mlx5_0.contains("of the RDMA bytes went over priorities without PFC")
+            && mlx5_0.contains("priority 3 carries")
+            && mlx5_0.contains("the PFC priority 4"),
+        "{stdout}"
+    );
+    assert!(
+        !device_section(&stdout, "mlx5_1").contains("WARN"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_nccl_default_traffic_class_lands_on_priority_0() {
+    let mut node = Node::new(2);
+    node.with_dcb(|_| Answer::mlx5_trust_dscp(0b0000_1000));
+    // No global traffic class and no NCCL_IB_TC: NCCL sends DSCP 0.
+    let (code, stdout, _) = node.doctor(&["--roce-tclass", "0"]);
+    assert_eq!(code, 1, "{stdout}");
+    let pfc: Vec<&str> = lines_of(&stdout, "WARN")
+        .into_iter()
+        .filter(|l| l.contains("pfc:"))
+        .collect();
+    assert_eq!(pfc.len(), 2, "{stdout}");
+    assert!(
+        pfc[0].contains("not on the RoCE priority 0 (DSCP 0 -> priority 0 in the DCB APP table)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("traffic class 0 (--roce-tclass / NCCL_IB_TC) = DSCP 0 -> priority 0"),
+        "{stdout}"
+    );
+    // With the traffic class given, the same node is healthy.
+    let (code, stdout, _) = node.doctor(&["--roce-tclass", "106"]);
+    assert_eq!(code, 0, "{stdout}");
+}
+
+#[test]
+fn rdma_traffic_on_priority_0_without_pfc() {
+    let mut node = Node::new(2);
+    node.with_dcb(|_| Answer::mlx5_trust_dscp(0b0000_1000));
+    node.with_global_tclass(106);
+    move_bytes_to_priority_0(&mut node.nics[0]);
+    let (code, stdout, _) = node.doctor(&[]);
+    assert_eq!(code, 1, "{stdout}");
+    let warns = lines_of(&stdout, "WARN");
+    assert_eq!(warns.len(), 1, "{stdout}");
+    assert!(
+        warns[0].contains("prio-traffic: all of the RDMA bytes went over priorities without PFC: priority 0 carries 100% of all bytes, the PFC priority 3 0%"),
+        "{stdout}"
+    );
+    assert!(warns[0].contains("PFC from DCB netlink"), "{stdout}");
+    assert!(
+        device_section(&stdout, "mlx5_0").contains("WARN  prio-traffic"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("NCCL_IB_TC, e.g. 106 for DSCP 26"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn netdev_mtu_mismatch() {
+    let mut node = Node::new(2);
+    node.sys_files
+        .push(("class/net/ens2f0np0/mtu".into(), "1500\n".into()));
+    let (code, stdout, _) = node.doctor(&[]);
+    assert_eq!(code, 1, "{stdout}");
+    let warns = lines_of(&stdout, "WARN");
+    assert_eq!(warns.len(), 1, "{stdout}");
+    assert!(
+        warns[0].contains(
+            "mtu: netdev MTU 1500 -> RoCE active MTU 1024, while ens1f0np0 runs 9000 (RoCE 4096)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        device_section(&stdout, "mlx5_1").contains("WARN  mtu"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ip link set ens2f0np0 mtu 9000"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn roce_priority_given_against_the_one_roce_uses() {
+    let mut node = Node::new(2);
+    node.with_dcb(|_| Answer::mlx5_trust_dscp(0b0000_1000));
+    node.with_global_tclass(106);
+    let (code, stdout, _) = node.doctor(&["--roce-priority", "5"]);
+    assert_eq!(code, 1, "{stdout}");
+    let warns = lines_of(&stdout, "WARN");
+    assert_eq!(warns.len(), 2, "{stdout}");
+    assert!(
+        warns[0].contains("roce-priority: RoCE traffic lands on priority 3 (DSCP 26 -> priority 3 in the DCB APP table), not on the priority 5 of --roce-priority"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unreadable_dcb_answer_falls_back_to_the_statistics() {
+    let mut node = Node::new(2);
+    node.dcb = vec![("ens1f0np0".into(), b"\x10\x00\x00\x00garbage".to_vec())];
+    let (code, stdout, stderr) = node.doctor(&[]);
+    assert_no_panic(&stderr);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("PFC enabled on priority 3 (inferred from mlx5's rx_prio<p>_pause statistics; DCB netlink: malformed answer"),
         "{stdout}"
     );
 }

@@ -18,7 +18,9 @@ const ETHERNET_MTU: u32 = 1500;
 /// The RoCE active MTU a netdev MTU gives, as `iboe_get_mtu` computes it; `None` below 256.
 pub fn roce_active_mtu(netdev_mtu: u32) -> Option<u32> {
     let room = netdev_mtu.saturating_sub(ROCE_HEADER_BYTES);
-    [4096, 2048, 1024, 512, 256].into_iter().find(|m| room >= *m)
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| room >= *m)
 }
 
 /// `class/net/<netdev>/mtu`.
@@ -44,8 +46,8 @@ pub fn check(
         Ok(mtu) => *mtu,
         Err(e) => return finding(Severity::Info, format!("netdev MTU unreadable: {e}")),
     };
-    let source = "RoCE active MTU derived as the kernel does (iboe_get_mtu: netdev MTU minus 96 \
-                  header bytes); sysfs has no active_mtu";
+    let source = "derived as the kernel does it, iboe_get_mtu: netdev MTU minus 96 header bytes; \
+                  sysfs has no active_mtu";
     let fix = format!(
         "ip link set {netdev} mtu 9000 (at least {}), and the same MTU on the switch ports",
         FULL_ROCE_MTU + ROCE_HEADER_BYTES
@@ -126,8 +128,15 @@ mod tests {
         let siblings = [("a".to_string(), 1500), ("b".to_string(), 9000)];
         let mismatch = check("m", 1, "a", &Ok(1500), &siblings);
         assert_eq!(mismatch.severity, Severity::Warn);
-        assert!(mismatch.message.contains("while b runs 9000 (RoCE 4096)"), "{}", mismatch.message);
-        assert_eq!(check("m", 1, "b", &Ok(9000), &siblings).severity, Severity::Ok);
+        assert!(
+            mismatch.message.contains("while b runs 9000 (RoCE 4096)"),
+            "{}",
+            mismatch.message
+        );
+        assert_eq!(
+            check("m", 1, "b", &Ok(9000), &siblings).severity,
+            Severity::Ok
+        );
         assert_eq!(check("m", 1, "a", &Ok(300), none).severity, Severity::Warn);
         assert_eq!(
             check("m", 1, "a", &Err("gone".into()), none).severity,

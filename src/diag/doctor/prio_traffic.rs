@@ -101,7 +101,10 @@ fn busiest(bytes: &[u64; 8], mask: u8) -> (u8, u64) {
     (0..8u8)
         .filter(|p| mask & (1 << p) != 0)
         .map(|p| (p, bytes[usize::from(p)]))
-        .fold((0, 0), |best, (p, b)| if b > best.1 { (p, b) } else { best })
+        .fold(
+            (0, 0),
+            |best, (p, b)| if b > best.1 { (p, b) } else { best },
+        )
 }
 
 /// Pure: the verdict from the counters and the PFC set (bit `p`: PFC on priority `p`).
@@ -162,9 +165,8 @@ pub fn check(
     port: u32,
     netdev: &str,
 ) -> Finding {
-    let finding = |severity, message: String| {
-        Finding::port("prio-traffic", device, port, severity, message)
-    };
+    let finding =
+        |severity, message: String| Finding::port("prio-traffic", device, port, severity, message);
     let Ok(view) = pfc else {
         return finding(
             Severity::Info,
@@ -207,10 +209,14 @@ pub fn check(
         } => finding(
             Severity::Warn,
             format!(
-                "at least {} of the RDMA bytes went over priorities without PFC: priority \
+                "{} of the RDMA bytes went over priorities without PFC: priority \
                  {busiest_lossy} carries {} of all bytes, the PFC priority {lossless} {} ({SOURCE}, \
                  against rx/tx_vport_rdma_*_bytes; PFC from {})",
-                percent(missing),
+                if missing >= 0.995 {
+                    "all".to_string()
+                } else {
+                    format!("at least {}", percent(missing))
+                },
                 percent(busiest_share),
                 percent(lossless_share_of_all),
                 view.source
@@ -299,7 +305,10 @@ mod tests {
             }
         );
         assert_eq!(classify(&lossy, 0b10_0000).label(), "shares-only");
-        assert_eq!(classify(&stats(&[("rx_bytes", 1)]), 0).label(), "no-counters");
+        assert_eq!(
+            classify(&stats(&[("rx_bytes", 1)]), 0).label(),
+            "no-counters"
+        );
     }
 
     /// Real `ethtool -S` outputs (tests/corpus/mlx5-prio-traffic, sources in its README): each
@@ -307,7 +316,8 @@ mod tests {
     /// verdict; a sample without one, or one the parser cannot read, fails.
     #[test]
     fn real_samples_give_their_expected_verdicts() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/mlx5-prio-traffic");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/mlx5-prio-traffic");
         let mut seen = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
@@ -334,8 +344,12 @@ mod tests {
             };
             let got = format!(
                 "pfc: {}\nrdma_bytes: {}\nbusiest: {busiest}\nverdict: {}\n",
-                pfc.map(|m| if m == 0 { "none".to_string() } else { priorities(m) })
-                    .unwrap_or_else(|| "unknown".into()),
+                pfc.map(|m| if m == 0 {
+                    "none".to_string()
+                } else {
+                    priorities(m)
+                })
+                .unwrap_or_else(|| "unknown".into()),
                 rdma_bytes(&stats).map_or("absent".to_string(), |b| b.to_string()),
                 verdict.label()
             );

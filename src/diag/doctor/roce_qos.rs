@@ -81,7 +81,13 @@ pub fn check(sources: &Sources, port: &Port) -> Vec<Finding> {
 
     let pfc = qos::pfc_view(&dcb, &stats, netdev);
     findings.push(qos::check_pfc(&pfc, device, number, netdev, priority, &how));
-    findings.push(qos::check_ecn(sources.sysfs, device, number, netdev, priority));
+    findings.push(qos::check_ecn(
+        sources.sysfs,
+        device,
+        number,
+        netdev,
+        priority,
+    ));
     if let Ok(stats) = &stats {
         findings.push(prio_traffic::check(stats, &pfc, device, number, netdev));
     }

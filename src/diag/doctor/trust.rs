@@ -166,9 +166,8 @@ pub fn check_trust(
     netdev: &str,
     is_vf: bool,
 ) -> (Vec<Finding>, Option<RocePriority>) {
-    let finding = |check, severity, message: String| {
-        Finding::port(check, device, port, severity, message)
-    };
+    let finding =
+        |check, severity, message: String| Finding::port(check, device, port, severity, message);
     let answer = match dcb {
         Ok(answer) => answer,
         Err(e) => {
@@ -236,7 +235,11 @@ pub fn check_trust(
             None,
         ),
         Trust::Dscp => {
-            let trust_finding = finding("qos-trust", Severity::Ok, format!("trust DSCP ({evidence})"));
+            let trust_finding = finding(
+                "qos-trust",
+                Severity::Ok,
+                format!("trust DSCP ({evidence})"),
+            );
             match answer.dscp_priority(dscp) {
                 DscpLookup::Priority(priority) => (
                     vec![
@@ -244,9 +247,7 @@ pub fn check_trust(
                         finding(
                             "roce-priority",
                             Severity::Ok,
-                            format!(
-                                "RoCE {class} -> priority {priority} (DCB netlink APP table)"
-                            ),
+                            format!("RoCE {class} -> priority {priority} (DCB netlink APP table)"),
                         ),
                     ],
                     Some(RocePriority {
@@ -340,10 +341,7 @@ mod tests {
             })
         );
         let with_rule = "Global tclass=106\nsrc_ip=0.0.0.0,dst_ip=10.0.0.0/8,tclass=160\n";
-        assert_eq!(
-            parse_ofed_traffic_class(with_rule).map(|t| t.rules),
-            Ok(1)
-        );
+        assert_eq!(parse_ofed_traffic_class(with_rule).map(|t| t.rules), Ok(1));
         assert!(parse_ofed_traffic_class("Global tclass=300\n").is_err());
         assert!(parse_ofed_traffic_class("garbage\n").is_err());
     }
@@ -396,13 +394,17 @@ mod tests {
             check_trust(&Ok(default_map()), &tclass(106), "mlx5_0", 1, "eth0", false);
         assert_eq!(priority.map(|p| p.priority), Some(3));
         assert!(findings.iter().all(|f| f.severity == Severity::Ok));
-        assert!(findings[1].message.contains("DSCP 26 -> priority 3"), "{findings:?}");
+        assert!(
+            findings[1].message.contains("DSCP 26 -> priority 3"),
+            "{findings:?}"
+        );
     }
 
     #[test]
     fn trust_pcp_with_dscp_marking_is_a_warning_but_not_on_a_vf() {
         let pcp = DcbAnswer::default();
-        let (findings, priority) = check_trust(&Ok(pcp.clone()), &tclass(106), "m", 1, "eth0", false);
+        let (findings, priority) =
+            check_trust(&Ok(pcp.clone()), &tclass(106), "m", 1, "eth0", false);
         assert_eq!(priority, None);
         assert_eq!(findings[0].severity, Severity::Warn);
         assert!(findings[0].fix.as_deref().unwrap().contains("--trust dscp"));
@@ -421,6 +423,9 @@ mod tests {
         let (findings, priority) = check_trust(&err, &tclass(106), "m", 1, "veth0", false);
         assert_eq!(priority, None);
         assert_eq!(findings[0].severity, Severity::Info);
-        assert!(findings[0].message.contains("no DCB support"), "{findings:?}");
+        assert!(
+            findings[0].message.contains("no DCB support"),
+            "{findings:?}"
+        );
     }
 }

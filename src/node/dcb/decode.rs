@@ -30,7 +30,9 @@ pub fn answer(buf: &[u8], seq: Option<u32>, netdev: &str) -> Result<DcbAnswer, D
             _ => continue,
         }
     }
-    Err(DcbError::Malformed("no RTM_GETDCB message in the answer".into()))
+    Err(DcbError::Malformed(
+        "no RTM_GETDCB message in the answer".into(),
+    ))
 }
 
 /// The errors `dcb_doit` returns, as the user needs to read them.
@@ -174,7 +176,10 @@ mod tests {
         assert_eq!(pfc.requests[0], 0);
         assert_eq!(answer.prio_tc, Some([1, 0, 2, 3, 4, 5, 6, 7]));
         assert_eq!(answer.apps.len(), 64);
-        assert_eq!(answer.trust(), (Trust::Dscp, TrustEvidence::DscpEntries(64)));
+        assert_eq!(
+            answer.trust(),
+            (Trust::Dscp, TrustEvidence::DscpEntries(64))
+        );
         assert_eq!(answer.dscp_priority(26), DscpLookup::Priority(3));
         assert_eq!(answer.dscp_priority(0), DscpLookup::Priority(0));
         assert_eq!(answer.dscp_priority(63), DscpLookup::Priority(7));
@@ -282,7 +287,10 @@ mod tests {
         let mut built = Answer::mlx5_trust_dscp(0b1000);
         built.short_app = true;
         let err = decode(&built.bytes()).unwrap_err();
-        assert!(err.to_string().contains("DCB_ATTR_IEEE_APP: 2 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("DCB_ATTR_IEEE_APP: 2 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

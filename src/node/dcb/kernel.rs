@@ -123,9 +123,7 @@ mod tests {
     #[test]
     fn the_request_is_what_iproute2_sends() {
         let request = encode_request(7, "lo");
-        let messages: Vec<_> = wire::messages(&request)
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let messages: Vec<_> = wire::messages(&request).collect::<Result<_, _>>().unwrap();
         assert_eq!(messages.len(), 1);
         let header = messages[0].header;
         assert_eq!(
@@ -144,7 +142,15 @@ mod tests {
 
     #[test]
     fn names_the_kernel_could_not_hold_are_refused_before_any_socket() {
-        for name in ["", "a/b", ".", "..", "sixteen-chars-xx", "with space", "eth0:1"] {
+        for name in [
+            "",
+            "a/b",
+            ".",
+            "..",
+            "sixteen-chars-xx",
+            "with space",
+            "eth0:1",
+        ] {
             assert!(
                 matches!(check_name(name), Err(DcbError::BadName { .. })),
                 "{name:?}"

@@ -193,16 +193,16 @@ impl DcbSource for AnswerFiles {
     fn ieee(&self, netdev: &str) -> Result<DcbAnswer, DcbError> {
         kernel::check_name(netdev)?;
         let path = self.dir.join(format!("{netdev}.bin"));
-        let bytes = crate::bounded_read::read(&path, MAX_ANSWER_FILE_BYTES).map_err(|e| {
-            match e.kind() {
-                std::io::ErrorKind::NotFound => DcbError::NotSupported {
-                    netdev: netdev.to_string(),
-                },
-                _ => DcbError::File {
-                    path: path.clone(),
-                    source: Arc::new(e),
-                },
-            }
+        let bytes = crate::bounded_read::read(&path, MAX_ANSWER_FILE_BYTES).map_err(|e| match e
+            .kind()
+        {
+            std::io::ErrorKind::NotFound => DcbError::NotSupported {
+                netdev: netdev.to_string(),
+            },
+            _ => DcbError::File {
+                path: path.clone(),
+                source: Arc::new(e),
+            },
         })?;
         decode::answer(&bytes, None, netdev)
     }
@@ -255,9 +255,16 @@ mod tests {
             files.ieee("ens1f0np0"),
             Err(DcbError::NotSupported { .. })
         ));
-        std::fs::write(dir.path().join("ens1f0np0.bin"), test_answers::Answer::mlx5_trust_dscp(8).bytes()).unwrap();
+        std::fs::write(
+            dir.path().join("ens1f0np0.bin"),
+            test_answers::Answer::mlx5_trust_dscp(8).bytes(),
+        )
+        .unwrap();
         assert_eq!(files.ieee("ens1f0np0").unwrap().pfc.unwrap().pfc_en, 8);
         std::fs::write(dir.path().join("ens2f0np0.bin"), b"garbage").unwrap();
-        assert!(matches!(files.ieee("ens2f0np0"), Err(DcbError::Malformed(_))));
+        assert!(matches!(
+            files.ieee("ens2f0np0"),
+            Err(DcbError::Malformed(_))
+        ));
     }
 }
