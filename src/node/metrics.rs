@@ -594,7 +594,7 @@ fn add_ethtool<'a>(
             ),
         }
     }
-    per_priority.add_metrics(families, &base_labels, pause_names_show_pfc(driver));
+    per_priority.add_metrics(families, base_labels, pause_names_show_pfc(driver));
 }
 
 /// The fast PFC storm sampler's findings since the previous scrape, and its own health.
