@@ -165,6 +165,16 @@ impl<'a> Families<'a> {
         self.families.is_empty()
     }
 
+    /// Every sample as (exposed name, labels, value), families in the order they were created.
+    pub fn samples(&self) -> impl Iterator<Item = (&str, &Labels<'a>, Value)> {
+        self.families.iter().flat_map(|family| {
+            family
+                .samples
+                .iter()
+                .map(move |(labels, value)| (family.exposed.as_str(), labels, *value))
+        })
+    }
+
     /// Encodes every family, sorted by exposed name.
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut order: Vec<&Family> = self.families.iter().collect();

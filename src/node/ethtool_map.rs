@@ -6,7 +6,9 @@
 //! Sources: mlx5 `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c` and `counters.rst`;
 //! bnxt_en/bng_en `bnxt_ethtool.c` (`BNXT_RX_STATS_EXT_PFC_ENTRY`, `tx_pfc_ena_frames_pri*`);
 //! ice and i40e `*_ethtool.c` (`rx_priority_%u_xoff`, `.nic` and `port.` prefixes); ionic as
-//! AMD's device-metrics-exporter shows it (`rx_pripause_<p>_1us_count`).
+//! AMD's device-metrics-exporter shows it (`rx_pripause_<p>_1us_count`). Per-priority traffic:
+//! mlx5 `pport_per_prio_traffic_stats_desc` (`rx_prio%d_bytes`), ionic `ionic_stats.c`
+//! (`frames_rx_pri_<p>`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -49,6 +51,16 @@ pub enum TypedStat {
     },
     PriorityEcnMarked {
         priority: u8,
+    },
+    /// Octets of the frames of one priority on the wire.
+    PriorityBytes {
+        priority: u8,
+        direction: Direction,
+    },
+    /// Frames of one priority on the wire.
+    PriorityPackets {
+        priority: u8,
+        direction: Direction,
     },
     PhyDiscards {
         direction: Direction,
@@ -96,6 +108,8 @@ enum Meaning {
     PriorityBufferDiscards,
     PriorityCongestionDiscards,
     PriorityEcnMarked,
+    PriorityBytes(Direction),
+    PriorityPackets(Direction),
     PhyDiscards(Direction),
     RxOutOfBuffer,
     LinkDownEvents,
@@ -135,6 +149,14 @@ impl Meaning {
                 TypedStat::PriorityCongestionDiscards { priority: p()? }
             }
             M::PriorityEcnMarked => TypedStat::PriorityEcnMarked { priority: p()? },
+            M::PriorityBytes(direction) => TypedStat::PriorityBytes {
+                priority: p()?,
+                direction,
+            },
+            M::PriorityPackets(direction) => TypedStat::PriorityPackets {
+                priority: p()?,
+                direction,
+            },
             M::PhyDiscards(direction) => TypedStat::PhyDiscards { direction },
             M::RxOutOfBuffer => TypedStat::RxOutOfBuffer,
             M::LinkDownEvents => TypedStat::LinkDownEvents,
@@ -152,6 +174,10 @@ impl Meaning {
 pub struct DriverStats {
     pub drivers: &'static [&'static str],
     names: &'static [(&'static str, Meaning)],
+    /// The driver lists per-priority pause statistics only for priorities with PFC enabled, so
+    /// their presence tells which priorities have PFC. mlx5 does (`mlx5e_query_pfc_combined`:
+    /// enabled for rx or tx); the others list all eight priorities whatever PFC does.
+    pause_names_show_pfc: bool,
 }
 
 use Direction::{Rx, Tx};
@@ -159,7 +185,12 @@ use Meaning as M;
 
 const MLX5: DriverStats = DriverStats {
     drivers: &["mlx5_core"],
+    pause_names_show_pfc: true,
     names: &[
+        ("rx_prio{p}_bytes", M::PriorityBytes(Rx)),
+        ("tx_prio{p}_bytes", M::PriorityBytes(Tx)),
+        ("rx_prio{p}_packets", M::PriorityPackets(Rx)),
+        ("tx_prio{p}_packets", M::PriorityPackets(Tx)),
         ("rx_prio{p}_pause", M::PfcPauseFrames(Rx)),
         ("tx_prio{p}_pause", M::PfcPauseFrames(Tx)),
         ("rx_prio{p}_pause_duration", M::PfcPauseDurationMicros(Rx)),
@@ -194,9 +225,12 @@ const MLX5: DriverStats = DriverStats {
     ],
 };
 
-/// Broadcom NetXtreme-C/E and its successor (Thor, Thor2).
+/// Broadcom NetXtreme-C/E and its successor (Thor, Thor2). Its `{rx,tx}_{bytes,packets}_pri<p>`
+/// are not per-priority traffic: each is the counter of the CoS queue the priority maps to
+/// (`pri2cos_idx`), so priorities sharing a queue repeat one value; they stay untyped.
 const BNXT: DriverStats = DriverStats {
     drivers: &["bnxt_en", "bng_en"],
+    pause_names_show_pfc: false,
     names: &[
         ("rx_pfc_ena_frames_pri{p}", M::PfcPauseFrames(Rx)),
         ("tx_pfc_ena_frames_pri{p}", M::PfcPauseFrames(Tx)),
@@ -212,6 +246,7 @@ const BNXT: DriverStats = DriverStats {
 /// Intel E810 (ice, RDMA through irdma). XOFF frames are the pauses; XON frames end them.
 const ICE: DriverStats = DriverStats {
     drivers: &["ice"],
+    pause_names_show_pfc: false,
     names: &[
         ("rx_priority_{p}_xoff.nic", M::PfcPauseFrames(Rx)),
         ("tx_priority_{p}_xoff.nic", M::PfcPauseFrames(Tx)),
@@ -224,6 +259,7 @@ const ICE: DriverStats = DriverStats {
 /// Intel X710/XL710 (i40e).
 const I40E: DriverStats = DriverStats {
     drivers: &["i40e"],
+    pause_names_show_pfc: false,
     names: &[
         ("port.rx_priority_{p}_xoff", M::PfcPauseFrames(Rx)),
         ("port.tx_priority_{p}_xoff", M::PfcPauseFrames(Tx)),
@@ -233,10 +269,14 @@ const I40E: DriverStats = DriverStats {
     ],
 };
 
-/// AMD Pensando (ionic): pause time per priority in microseconds.
+/// AMD Pensando (ionic): pause time per priority in microseconds, frames per priority (port
+/// MAC counters; no per-priority octets).
 const IONIC: DriverStats = DriverStats {
     drivers: &["ionic"],
+    pause_names_show_pfc: false,
     names: &[
+        ("frames_rx_pri_{p}", M::PriorityPackets(Rx)),
+        ("frames_tx_pri_{p}", M::PriorityPackets(Tx)),
         ("rx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Rx)),
         ("tx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Tx)),
         ("rx_pause_1us_count", M::GlobalPauseDurationMicros(Rx)),
@@ -279,6 +319,16 @@ fn expand(table: &DriverStats) -> HashMap<String, TypedStat> {
         }
     }
     names
+}
+
+/// Whether the statistics of the netdev's `driver` tell which priorities have PFC enabled (by
+/// listing pause statistics only for those). An unknown driver tells nothing.
+pub fn pause_names_show_pfc(driver: Option<&str>) -> bool {
+    driver.is_some_and(|d| {
+        DRIVERS
+            .iter()
+            .any(|table| table.pause_names_show_pfc && table.drivers.contains(&d))
+    })
 }
 
 /// The typed meaning of a statistic name, whatever the driver (names of different families do
@@ -332,8 +382,8 @@ mod tests {
     #[test]
     fn not_typed() {
         for name in [
-            "rx_prio3_bytes",
-            "rx_prio3_packets",
+            "rx_prio8_bytes",
+            "rx_prio3_bytes_phy",
             "rx_prio8_pause",
             "rx_prio33_pause",
             "tx_prio3_discards",
@@ -410,5 +460,93 @@ mod tests {
         );
         assert_eq!(classify_for(None, "rx_prio3_pause"), pfc(3, Direction::Rx));
         assert_eq!(classify("rx_pfc_ena_frames_pri8"), None);
+    }
+
+    #[test]
+    fn per_priority_traffic_of_mlx5() {
+        let mlx5 = |name| classify_for(Some("mlx5_core"), name);
+        assert_eq!(
+            mlx5("rx_prio3_bytes"),
+            Some(TypedStat::PriorityBytes {
+                priority: 3,
+                direction: Direction::Rx
+            })
+        );
+        assert_eq!(
+            mlx5("tx_prio0_bytes"),
+            Some(TypedStat::PriorityBytes {
+                priority: 0,
+                direction: Direction::Tx
+            })
+        );
+        assert_eq!(
+            mlx5("rx_prio7_packets"),
+            Some(TypedStat::PriorityPackets {
+                priority: 7,
+                direction: Direction::Rx
+            })
+        );
+        assert_eq!(
+            mlx5("tx_prio6_packets"),
+            Some(TypedStat::PriorityPackets {
+                priority: 6,
+                direction: Direction::Tx
+            })
+        );
+        // The port totals and the vport (RDMA-only) counters are not per priority.
+        for name in [
+            "rx_bytes_phy",
+            "tx_vport_rdma_unicast_bytes",
+            "rx_prio_bytes",
+        ] {
+            assert_eq!(mlx5(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn per_priority_frames_of_ionic() {
+        assert_eq!(
+            classify_for(Some("ionic"), "frames_rx_pri_3"),
+            Some(TypedStat::PriorityPackets {
+                priority: 3,
+                direction: Direction::Rx
+            })
+        );
+        assert_eq!(
+            classify_for(Some("ionic"), "frames_tx_pri_0"),
+            Some(TypedStat::PriorityPackets {
+                priority: 0,
+                direction: Direction::Tx
+            })
+        );
+        // ionic counts no octets per priority, and its all-priority frames are not typed.
+        assert_eq!(classify_for(Some("ionic"), "rx_prio3_bytes"), None);
+        assert_eq!(classify_for(Some("ionic"), "frames_rx_pripause"), None);
+        assert_eq!(classify_for(Some("ionic"), "frames_rx_pri_8"), None);
+    }
+
+    #[test]
+    fn per_cos_counters_of_bnxt_are_not_per_priority_traffic() {
+        for name in [
+            "rx_bytes_pri3",
+            "tx_bytes_pri3",
+            "rx_packets_pri0",
+            "tx_packets_pri7",
+            "rx_bytes_cos0",
+        ] {
+            assert_eq!(classify_for(Some("bnxt_en"), name), None, "{name}");
+        }
+        // Intel's drivers count no traffic per priority, only XON/XOFF frames.
+        assert_eq!(classify_for(Some("ice"), "rx_bytes.nic"), None);
+        assert_eq!(classify_for(Some("i40e"), "port.rx_bytes"), None);
+    }
+
+    #[test]
+    fn only_mlx5_tells_pfc_by_its_pause_names() {
+        assert!(pause_names_show_pfc(Some("mlx5_core")));
+        for driver in ["bnxt_en", "bng_en", "ice", "i40e", "ionic", "acme"] {
+            assert!(!pause_names_show_pfc(Some(driver)), "{driver}");
+        }
+        assert!(!pause_names_show_pfc(None));
     }
 }

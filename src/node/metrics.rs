@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use regex::Regex;
 
-use super::ethtool_map::{classify_for, TypedStat};
+use super::ethtool_map::{classify_for, pause_names_show_pfc, TypedStat};
+use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
 use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
@@ -453,9 +454,11 @@ fn add_ethtool<'a>(
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
     let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = HashSet::new();
+    let driver = port.netdev_driver.as_deref();
+    let mut per_priority = PriorityTraffic::default();
     for (name, raw) in &port.ethtool {
         let raw = *raw;
-        let Some(stat) = classify_for(port.netdev_driver.as_deref(), name) else {
+        let Some(stat) = classify_for(driver, name) else {
             if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name.as_str()) {
                 let added = families.add(
                     "rdma_ethtool_stat",
@@ -474,7 +477,13 @@ fn add_ethtool<'a>(
             }
             continue;
         };
+        // Per-priority traffic is exported after the loop, once every priority's counters are
+        // known (idle priorities are left out).
+        if per_priority.note(stat, raw) {
+            continue;
+        }
         match stat {
+            TypedStat::PriorityBytes { .. } | TypedStat::PriorityPackets { .. } => {}
             TypedStat::PfcPauseFrames { priority, direction } => families.counter(
                 "rdma_pfc_pause_frames_total",
                 "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
@@ -585,6 +594,7 @@ fn add_ethtool<'a>(
             ),
         }
     }
+    per_priority.add_metrics(families, base_labels, pause_names_show_pfc(driver));
 }
 
 /// The fast PFC storm sampler's findings since the previous scrape, and its own health.

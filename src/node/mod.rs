@@ -9,6 +9,7 @@ pub mod ethtool_map;
 pub mod metrics;
 pub mod netlink_collector;
 pub mod parse;
+pub mod priority_traffic;
 pub mod rdma_netlink;
 pub mod reason;
 pub mod saturation;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use rdma_fabric_exporter::sim::sysfs_tree::{
-    connectx7_node, write_ethtool_files, write_tree, NicSpec,
+    connectx7_node, write_ethtool_files, write_tree, LinkLayer, NicSpec,
 };
 
 /// The bundled node: 8 RoCE GPU NICs, one InfiniBand NDR port, one front-end RoCE port.
@@ -257,6 +257,72 @@ fn values_and_units_match_the_hardware_model() {
             .any(|s| s.name == "rdma_exporter_read_errors_total"),
         "unexpected read errors"
     );
+}
+
+#[test]
+fn per_priority_traffic_and_pfc_priorities() {
+    let samples = parse_exposition(&serve_cx7().metrics());
+    let nics = nics();
+    let roce = &nics[0];
+    let netdev = roce.netdev.as_deref().unwrap();
+    let at = |priority: &'static str, direction: &'static str| {
+        [
+            ("device", roce.name.as_str()),
+            ("port", "1"),
+            ("netdev", netdev),
+            ("priority", priority),
+            ("direction", direction),
+        ]
+    };
+    // The driver's per-priority counters, as they are.
+    for (priority, direction) in [("3", "tx"), ("3", "rx"), ("0", "tx"), ("6", "rx")] {
+        let stat = format!("{direction}_prio{priority}_bytes");
+        assert_eq!(
+            value_of(
+                &samples,
+                "rdma_priority_bytes_total",
+                &at(priority, direction)
+            ),
+            Some(roce.ethtool_stat(&stat).unwrap() as f64),
+            "{stat}"
+        );
+        let stat = format!("{direction}_prio{priority}_packets");
+        assert_eq!(
+            value_of(
+                &samples,
+                "rdma_priority_packets_total",
+                &at(priority, direction)
+            ),
+            Some(roce.ethtool_stat(&stat).unwrap() as f64),
+            "{stat}"
+        );
+    }
+    // Priorities that never carried a frame and have no PFC have no series.
+    assert_eq!(roce.ethtool_stat("tx_prio1_bytes"), Some(0));
+    assert_eq!(
+        value_of(&samples, "rdma_priority_bytes_total", &at("1", "tx")),
+        None
+    );
+    // mlx5 lists pause statistics for priority 3 only: PFC is on there and nowhere else.
+    let pfc: Vec<&str> = samples
+        .iter()
+        .filter(|s| s.name == "rdma_pfc_enabled" && s.labels["device"] == roce.name)
+        .map(|s| s.labels["priority"].as_str())
+        .collect();
+    assert_eq!(pfc, ["3"]);
+    // The InfiniBand port has neither.
+    let ib = nics
+        .iter()
+        .find(|n| n.link_layer == LinkLayer::InfiniBand)
+        .unwrap();
+    let families = [
+        "rdma_pfc_enabled",
+        "rdma_priority_bytes_total",
+        "rdma_priority_packets_total",
+    ];
+    assert!(!samples
+        .iter()
+        .any(|s| families.contains(&s.name.as_str()) && s.labels["device"] == ib.name));
 }
 
 #[test]

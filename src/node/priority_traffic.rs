@@ -1,0 +1,251 @@
+//! Per-priority traffic of a port (bytes and frames per 802.1p priority) and the priorities
+//! with PFC enabled, gathered over one read of its driver statistics and exported at the end.
+//!
+//! A priority gets series only when it carried a frame since the counters started, or has PFC
+//! enabled: mlx5 lists all eight priorities, and eight mostly idle priorities of four counters
+//! each would take an 8-NIC node over its series budget. A counter only grows, so a priority
+//! that has series keeps them until the driver's counters restart.
+
+use std::borrow::Cow;
+
+use super::ethtool_map::{Direction, TypedStat};
+use crate::exposition::{Families, Labels, Value};
+
+/// `priority` label values.
+const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+
+/// One priority's traffic counters, as far as the driver has them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    rx_bytes: Option<u64>,
+    tx_bytes: Option<u64>,
+    rx_packets: Option<u64>,
+    tx_packets: Option<u64>,
+}
+
+impl Counters {
+    fn carried_traffic(&self) -> bool {
+        [
+            self.rx_bytes,
+            self.tx_bytes,
+            self.rx_packets,
+            self.tx_packets,
+        ]
+        .into_iter()
+        .any(|v| v.is_some_and(|v| v > 0))
+    }
+}
+
+/// What one port's statistics say per priority.
+#[derive(Debug, Default)]
+pub struct PriorityTraffic {
+    counters: [Counters; 8],
+    /// A per-priority pause statistic was listed for the priority.
+    pause_listed: [bool; 8],
+}
+
+impl PriorityTraffic {
+    /// Takes note of a typed statistic; returns whether it was a traffic counter (which this
+    /// collector exports, at [`PriorityTraffic::add_metrics`]).
+    pub fn note(&mut self, stat: TypedStat, value: u64) -> bool {
+        let slot = |p: u8| usize::from(p).min(7);
+        match stat {
+            TypedStat::PriorityBytes {
+                priority,
+                direction,
+            } => {
+                let c = &mut self.counters[slot(priority)];
+                match direction {
+                    Direction::Rx => c.rx_bytes = Some(value),
+                    Direction::Tx => c.tx_bytes = Some(value),
+                }
+                true
+            }
+            TypedStat::PriorityPackets {
+                priority,
+                direction,
+            } => {
+                let c = &mut self.counters[slot(priority)];
+                match direction {
+                    Direction::Rx => c.rx_packets = Some(value),
+                    Direction::Tx => c.tx_packets = Some(value),
+                }
+                true
+            }
+            TypedStat::PfcPauseFrames { priority, .. }
+            | TypedStat::PfcPauseDurationMicros { priority, .. }
+            | TypedStat::PfcPauseTransitions { priority, .. } => {
+                self.pause_listed[slot(priority)] = true;
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds the per-priority series. `pfc_shown`: the driver lists pause statistics only for
+    /// priorities with PFC enabled (mlx5), so a listed one means PFC is on there.
+    pub fn add_metrics<'a>(
+        &self,
+        families: &mut Families<'a>,
+        port_labels: impl Fn() -> Labels<'a>,
+        pfc_shown: bool,
+    ) {
+        for (priority, counters) in self.counters.iter().enumerate() {
+            let pfc_enabled = pfc_shown && self.pause_listed[priority];
+            if !counters.carried_traffic() && !pfc_enabled {
+                continue;
+            }
+            let labels = |direction: Option<Direction>| {
+                let mut labels = port_labels();
+                labels.push(("priority", Cow::Borrowed(PRIORITIES[priority])));
+                if let Some(d) = direction {
+                    labels.push(("direction", Cow::Borrowed(d.as_label())));
+                }
+                labels
+            };
+            let samples = [
+                (counters.rx_bytes, Direction::Rx, true),
+                (counters.tx_bytes, Direction::Tx, true),
+                (counters.rx_packets, Direction::Rx, false),
+                (counters.tx_packets, Direction::Tx, false),
+            ];
+            for (value, direction, bytes) in samples {
+                let Some(value) = value else { continue };
+                if bytes {
+                    families.counter(
+                        "rdma_priority_bytes_total",
+                        "Octets of the frames of one 802.1p priority on the wire (the NIC's per-priority port counters); rx = received, tx = sent. Only priorities that carried traffic or have PFC enabled.",
+                        labels(Some(direction)),
+                        Value::U64(value),
+                    );
+                } else {
+                    families.counter(
+                        "rdma_priority_packets_total",
+                        "Frames of one 802.1p priority on the wire (the NIC's per-priority port counters); rx = received, tx = sent. Only priorities that carried traffic or have PFC enabled.",
+                        labels(Some(direction)),
+                        Value::U64(value),
+                    );
+                }
+            }
+            if pfc_enabled {
+                families.gauge(
+                    "rdma_pfc_enabled",
+                    "1 for each priority with PFC enabled (rx or tx), where the driver tells it (mlx5 lists pause statistics only for those priorities); no series: PFC off there, or not known.",
+                    labels(None),
+                    Value::U64(1),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::ethtool::parse_ethtool_text;
+    use crate::node::ethtool_map::{classify_for, pause_names_show_pfc};
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    /// The per-priority series of a statistics listing of `driver`, as `name{priority,direction}
+    /// value` lines (the port labels left out).
+    fn exported(driver: &str, stats: &[(String, u64)]) -> BTreeSet<String> {
+        let mut traffic = PriorityTraffic::default();
+        for (name, value) in stats {
+            if let Some(stat) = classify_for(Some(driver), name) {
+                traffic.note(stat, *value);
+            }
+        }
+        let mut families = Families::default();
+        traffic.add_metrics(&mut families, Vec::new, pause_names_show_pfc(Some(driver)));
+        families
+            .samples()
+            .map(|(name, labels, value)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let value = match value {
+                    Value::U64(v) => v.to_string(),
+                    Value::F64(v) => v.to_string(),
+                };
+                format!("{name}{{{}}} {value}", labels.join(","))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn idle_priorities_are_left_out_and_pfc_ones_kept() {
+        let mut list = Vec::new();
+        for p in 0..8 {
+            let traffic = if p == 0 { 10 } else { 0 };
+            list.push((format!("rx_prio{p}_bytes"), traffic));
+            list.push((format!("tx_prio{p}_bytes"), traffic));
+            list.push((format!("rx_prio{p}_packets"), traffic));
+            list.push((format!("tx_prio{p}_packets"), traffic));
+        }
+        // PFC on 3, which carried nothing (the RoCE traffic runs on 0).
+        list.push(("rx_prio3_pause".into(), 0));
+        list.push(("tx_prio3_pause".into(), 0));
+        let got = exported("mlx5_core", &list);
+        let priorities: BTreeSet<&str> = got
+            .iter()
+            .filter_map(|l| l.split("priority=").nth(1))
+            .map(|rest| &rest[..1])
+            .collect();
+        assert_eq!(priorities, BTreeSet::from(["0", "3"]), "{got:#?}");
+        assert!(got.contains("rdma_pfc_enabled{priority=3} 1"), "{got:#?}");
+        assert!(got.contains("rdma_priority_bytes_total{priority=3,direction=tx} 0"));
+        assert!(got.contains("rdma_priority_bytes_total{priority=0,direction=tx} 10"));
+        assert!(!got
+            .iter()
+            .any(|l| l.starts_with("rdma_pfc_enabled{priority=0")));
+    }
+
+    #[test]
+    fn pause_names_of_other_drivers_say_nothing_about_pfc() {
+        // bnxt lists PFC frames for all eight priorities whatever PFC does.
+        let list: Vec<(String, u64)> = (0..8)
+            .map(|p| (format!("rx_pfc_ena_frames_pri{p}"), 0))
+            .collect();
+        assert!(exported("bnxt_en", &list).is_empty());
+    }
+
+    /// A corpus sample's expected per-priority series: `driver: <name>` then the lines.
+    fn expected_of(path: &Path) -> (String, BTreeSet<String>) {
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut lines = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'));
+        let driver = lines
+            .next()
+            .and_then(|l| l.strip_prefix("driver: "))
+            .unwrap_or_else(|| panic!("{}: first line must be `driver: <name>`", path.display()))
+            .to_string();
+        (driver, lines.map(str::to_string).collect())
+    }
+
+    /// Every real `ethtool -S` sample of tests/corpus/ethtool-priority/ gives the per-priority
+    /// series its `.expected` file states.
+    #[test]
+    fn corpus_samples_give_their_expected_series() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/ethtool-priority");
+        let mut samples: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+            .collect();
+        samples.sort();
+        assert!(samples.len() >= 3, "{samples:?}");
+        for sample in samples {
+            let (driver, expected) = expected_of(&sample.with_extension("expected"));
+            let bytes = std::fs::read(&sample).unwrap();
+            let stats = parse_ethtool_text(&sample, &bytes)
+                .unwrap_or_else(|e| panic!("{}: {e}", sample.display()));
+            assert!(
+                stats.len() > 20,
+                "{}: {} statistics",
+                sample.display(),
+                stats.len()
+            );
+            assert_eq!(exported(&driver, &stats), expected, "{}", sample.display());
+        }
+    }
+}
