@@ -38,6 +38,10 @@ use super::workload::{self, SimNetlink};
 pub const SWITCH_PROFILE: &str = "arista_eos";
 pub const COMMUNITY: &str = "demo";
 
+/// At most this much wall time is caught up in one advance: after the process was stopped (a
+/// debugger, SIGSTOP, a suspended laptop), the fabric resumes rather than replaying the gap.
+const MAX_CATCH_UP: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
     pub scenario: ScenarioName,
@@ -251,10 +255,20 @@ impl Demo {
         crate::server::routes(self.state.clone()).merge(demo_routes)
     }
 
-    /// Advances the model one tick and publishes it: trees rewritten, switch tables replaced.
-    pub fn advance(&self) -> Result<(), DemoError> {
+    /// Advances the model by `wall` (the real time since the last advance) and publishes it:
+    /// trees rewritten, switch tables replaced. The model moves in steps of at most one tick,
+    /// however late this call comes, so simulated time keeps pace with the wall clock on a
+    /// loaded machine (a late tick used to lose its time: rates read by a scraper fell behind
+    /// the speed it was promised), and the files are written once per call.
+    pub fn advance(&self, wall: Duration) -> Result<(), DemoError> {
         let mut fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
-        fabric.step(self.options.tick.as_secs_f64() * self.options.speed);
+        let step = self.options.tick.as_secs_f64() * self.options.speed;
+        let mut left = wall.min(MAX_CATCH_UP).as_secs_f64() * self.options.speed;
+        while left > 1e-9 {
+            let dt = left.min(step);
+            fabric.step(dt);
+            left -= dt;
+        }
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         let mut host_files = self.host_files.lock().unwrap_or_else(|p| p.into_inner());
         for (index, (host, before)) in fabric.hosts.iter().zip(written.iter_mut()).enumerate() {
@@ -289,12 +303,14 @@ impl Demo {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(demo.options.tick);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
+            let mut last = ticker.tick().await;
             let mut failing = false;
             loop {
-                ticker.tick().await;
+                let now = ticker.tick().await;
+                let wall = now.duration_since(last);
+                last = now;
                 let step = demo.clone();
-                match tokio::task::spawn_blocking(move || step.advance()).await {
+                match tokio::task::spawn_blocking(move || step.advance(wall)).await {
                     Ok(Ok(())) => failing = false,
                     Ok(Err(e)) if !failing => {
                         failing = true;
