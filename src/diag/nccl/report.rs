@@ -95,7 +95,13 @@ fn triage_text(out: &mut String, triage: &ProtoTriage) {
                 None => String::new(),
             },
         };
-        let state = if run.failed { "FAILS" } else { "works" };
+        let state = if !run.nccl_lines {
+            "no NCCL line in it, left out (was NCCL_DEBUG set?)"
+        } else if run.failed {
+            "FAILS"
+        } else {
+            "works"
+        };
         let _ = writeln!(out, "  {kind} {}{why}: {state}", run.name);
         for summary in &run.summary {
             let _ = writeln!(out, "    {summary}");

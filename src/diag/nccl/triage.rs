@@ -16,6 +16,8 @@ use super::verdict::{jobs, Job};
 
 /// Evidence lines quoted per run: enough to show what broke, short enough to read.
 const MAX_RUN_EVIDENCE: usize = 6;
+/// The version banner, printed at every NCCL_DEBUG level from VERSION up.
+const BANNER: &[u8] = b"NCCL version ";
 
 /// How a run was known to use only the Simple protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,6 +34,10 @@ pub enum SimpleBy {
 pub struct Run {
     /// The FILE argument as given.
     pub name: String,
+    /// Whether its log holds any NCCL line (a record or the version banner, all that
+    /// NCCL_DEBUG=WARN prints for a run that works). A run without is left out of the
+    /// comparison: an empty or wrong file must not pass for a run that works.
+    pub nccl_lines: bool,
     /// The `NCCL_PROTO` value its log echoes, if any.
     pub proto: Option<String>,
     pub simple: bool,
@@ -100,8 +106,10 @@ pub fn run<'a>(
     named_simple: bool,
 ) -> Run {
     let mut parser = LogParser::new();
+    let mut banner = false;
     for (source, bytes) in inputs {
         parser.feed(source, bytes);
+        banner |= bytes.windows(BANNER.len()).any(|w| w == BANNER);
     }
     let processes = parser.finish();
     let setting = processes
@@ -146,6 +154,7 @@ pub fn run<'a>(
     };
     Run {
         name: name.to_string(),
+        nccl_lines: banner || !processes.is_empty(),
         proto,
         simple: simple_by.is_some(),
         simple_by,
@@ -184,10 +193,11 @@ fn network_evidence(job: &Job) -> Vec<Evidence> {
 /// The triage over all runs; `None` when no run failed and none was a Simple run (nothing to
 /// say, the report stays as it was).
 pub fn triage(runs: Vec<Run>) -> Option<ProtoTriage> {
-    let simple_failed = runs.iter().any(|r| r.simple && r.failed);
-    let simple_ok = runs.iter().any(|r| r.simple && !r.failed);
-    let default_failed_on_rdma = runs.iter().any(|r| !r.simple && r.failed && r.rdma);
-    let default_fell_back = runs.iter().any(|r| !r.simple && r.failed && !r.rdma);
+    let read = || runs.iter().filter(|r| r.nccl_lines);
+    let simple_failed = read().any(|r| r.simple && r.failed);
+    let simple_ok = read().any(|r| r.simple && !r.failed);
+    let default_failed_on_rdma = read().any(|r| !r.simple && r.failed && r.rdma);
+    let default_fell_back = read().any(|r| !r.simple && r.failed && !r.rdma);
     let conclusion = if simple_failed {
         Conclusion::RdmaConnectivity
     } else if simple_ok && default_failed_on_rdma {
@@ -280,6 +290,17 @@ mod tests {
             Some(Conclusion::NothingToCompare)
         );
         assert_eq!(conclusion(vec![one("d", IB_OK, false)]), None);
+        // NCCL_DEBUG=WARN prints only the banner for a run that works; a file without any
+        // NCCL line is no run that works.
+        let warn_level = "NCCL version 2.21.5+cuda12.4\n";
+        assert_eq!(
+            conclusion(vec![one("d", IB_FAILS, false), one("s", warn_level, true)]),
+            Some(Conclusion::AdvancedPath)
+        );
+        assert_eq!(
+            conclusion(vec![one("d", IB_FAILS, false), one("s", "Epoch 1 loss 0.3\n", true)]),
+            Some(Conclusion::RerunWithSimple)
+        );
         // Sockets: the Simple comparison has no RDMA path to judge, even beside a Simple run.
         let socket = "h:1:1 [0] NCCL INFO NET/IB : No device found.\n\
             h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n\
