@@ -179,9 +179,11 @@ pub fn nccl_log(data: &[u8]) {
         processes.len(),
         "every process belongs to exactly one job"
     );
-    let proto_triage = crate::diag::nccl::triage::triage(vec![
-        crate::diag::nccl::triage::run("fuzz.log", [("fuzz.log", data)], false),
-    ]);
+    let proto_triage = crate::diag::nccl::triage::triage(vec![crate::diag::nccl::triage::run(
+        "fuzz.log",
+        [("fuzz.log", data)],
+        false,
+    )]);
     let report = Report {
         jobs,
         proto_triage,

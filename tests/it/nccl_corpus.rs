@@ -40,7 +40,13 @@ fn warnings(report: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|w| format!("{}={}", w["setting"].as_str().unwrap(), w["value"].as_str().unwrap()))
+        .map(|w| {
+            format!(
+                "{}={}",
+                w["setting"].as_str().unwrap(),
+                w["value"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -81,7 +87,10 @@ const TABLE: &[Expected] = &[
             assert_eq!(chosen[0]["network"], "AWS Libfabric");
             assert_eq!(setting(chosen[0], "NCCL_PROTO"), Some("simple"));
             assert_eq!(r["proto_triage"]["runs"][0]["simple_by"], "setting");
-            assert!(warnings(r).contains(&"NCCL_PROTO=simple".to_string()), "{r}");
+            assert!(
+                warnings(r).contains(&"NCCL_PROTO=simple".to_string()),
+                "{r}"
+            );
         },
     },
     Expected {
@@ -101,7 +110,10 @@ const TABLE: &[Expected] = &[
         triage: Some("no_rdma_path"),
         // `NCCL_IB_DISABLE set by environment to 1.`: the integer's period is not its value.
         check: |r| {
-            assert!(warnings(r).contains(&"NCCL_IB_DISABLE=1".to_string()), "{r}");
+            assert!(
+                warnings(r).contains(&"NCCL_IB_DISABLE=1".to_string()),
+                "{r}"
+            );
             assert_eq!(processes(r)[0]["socket_interfaces"][0], "lo:127.0.0.1<0>");
         },
     },
@@ -139,7 +151,10 @@ const TABLE: &[Expected] = &[
         triage: None,
         check: |r| {
             let p = &processes(r)[0];
-            assert_eq!((p["link_layer"].as_str(), p["gdr"].as_str()), (Some("RoCE"), Some("disabled")));
+            assert_eq!(
+                (p["link_layer"].as_str(), p["gdr"].as_str()),
+                (Some("RoCE"), Some("disabled"))
+            );
             assert_eq!(job(r)["comm_id"], "0x65e0bd6ee7449db4");
         },
     },
@@ -240,7 +255,10 @@ const TABLE: &[Expected] = &[
         exit: 1,
         triage: Some("no_rdma_path"),
         check: |r| {
-            assert!(job(r)["summary"].as_str().unwrap().contains("SOCKET FALLBACK"));
+            assert!(job(r)["summary"]
+                .as_str()
+                .unwrap()
+                .contains("SOCKET FALLBACK"));
             assert_eq!(processes(r)[0]["nccl_version"], "2.10.3+cuda11.3");
         },
     },
@@ -251,7 +269,10 @@ const TABLE: &[Expected] = &[
         triage: Some("rerun_with_simple"),
         // The older `with error 4, opcode ...` wording; a local protection error.
         check: |r| {
-            assert_eq!(failures(r), ["work completion status 4 (IBV_WC_LOC_PROT_ERR)"]);
+            assert_eq!(
+                failures(r),
+                ["work completion status 4 (IBV_WC_LOC_PROT_ERR)"]
+            );
             assert!(job(r)["failures"][0]["hint"]
                 .as_str()
                 .unwrap()
@@ -265,7 +286,10 @@ const TABLE: &[Expected] = &[
         triage: None,
         // v2.4 prints `NET/Socket : Using` for bootstrap before IB starts: no fallback.
         check: |r| {
-            assert!(processes(r).iter().all(|p| p["transport"] != "socket"), "{r}");
+            assert!(
+                processes(r).iter().all(|p| p["transport"] != "socket"),
+                "{r}"
+            );
             let ib = processes(r)
                 .iter()
                 .filter(|p| p["transport"] == "rdma")
@@ -299,8 +323,12 @@ fn every_corpus_log_gets_its_expected_verdict() {
     files.sort();
     let mut listed: Vec<&str> = TABLE.iter().map(|e| e.file).collect();
     listed.sort_unstable();
-    assert_eq!(files, listed, "every corpus file needs a row, every row a file");
-    let provenance = std::fs::read_to_string(project_root().join("tests/corpus/README.md")).unwrap();
+    assert_eq!(
+        files, listed,
+        "every corpus file needs a row, every row a file"
+    );
+    let provenance =
+        std::fs::read_to_string(project_root().join("tests/corpus/README.md")).unwrap();
     for expected in TABLE {
         assert!(
             provenance.contains(expected.file),
@@ -311,8 +339,18 @@ fn every_corpus_log_gets_its_expected_verdict() {
         let (code, stdout, stderr) = run(&["nccl", "--output", "json", path_str(&path)]);
         let report: Value = serde_json::from_str(&stdout)
             .unwrap_or_else(|e| panic!("{}: {e}: {stdout}{stderr}", expected.file));
-        assert_eq!(report["jobs"].as_array().unwrap().len(), 1, "{}: {report}", expected.file);
-        assert_eq!(job(&report)["verdict"], expected.verdict, "{}: {report}", expected.file);
+        assert_eq!(
+            report["jobs"].as_array().unwrap().len(),
+            1,
+            "{}: {report}",
+            expected.file
+        );
+        assert_eq!(
+            job(&report)["verdict"],
+            expected.verdict,
+            "{}: {report}",
+            expected.file
+        );
         assert_eq!(code, expected.exit, "{}: {report}", expected.file);
         let conclusion = report["proto_triage"]["conclusion"].as_str();
         assert_eq!(conclusion, expected.triage, "{}: {report}", expected.file);

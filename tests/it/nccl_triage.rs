@@ -15,10 +15,7 @@ fn nccl(args: &[&str]) -> (i32, String) {
     let mut all = vec!["nccl"];
     all.extend_from_slice(args);
     let (code, stdout, stderr) = run(&all);
-    assert!(
-        !stderr.contains("panicked"),
-        "{stderr}"
-    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
     (code, stdout)
 }
 
@@ -50,10 +47,16 @@ fn simple_works_where_the_default_fails_blames_the_advanced_path() {
     let runs = t["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0]["name"], default.as_str());
-    assert_eq!((runs[0]["simple"].clone(), runs[0]["failed"].clone()), (false.into(), true.into()));
+    assert_eq!(
+        (runs[0]["simple"].clone(), runs[0]["failed"].clone()),
+        (false.into(), true.into())
+    );
     // The completion error (status 4) is the default side's evidence.
     assert_eq!(lines(&runs[0]["evidence"]), [11], "{t}");
-    assert_eq!((runs[1]["simple"].clone(), runs[1]["failed"].clone()), (true.into(), false.into()));
+    assert_eq!(
+        (runs[1]["simple"].clone(), runs[1]["failed"].clone()),
+        (true.into(), false.into())
+    );
     assert_eq!(runs[1]["simple_by"], "setting");
     assert_eq!(runs[1]["proto"], "Simple");
     assert_eq!(runs[1]["simple_evidence"]["line"], 3);
@@ -64,17 +67,24 @@ fn simple_works_where_the_default_fails_blames_the_advanced_path() {
         text.contains("NCCL_PROTO=Simple triage: advanced path at fault (GPUDirect RDMA, LL/LL128 protocols, driver/firmware compatibility)"),
         "{text}"
     );
-    assert!(text.contains(&format!("  default run {default}: FAILS")), "{text}");
+    assert!(
+        text.contains(&format!("  default run {default}: FAILS")),
+        "{text}"
+    );
     assert!(
         text.contains(&format!("{default}:11: [2026-03-03 12:11:38] gpu-a:3101:3150 [0] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion")),
         "{text}"
     );
     assert!(
-        text.contains(&format!("  Simple run {simple} (NCCL_PROTO=Simple at {simple}:3): works")),
+        text.contains(&format!(
+            "  Simple run {simple} (NCCL_PROTO=Simple at {simple}:3): works"
+        )),
         "{text}"
     );
     assert!(
-        text.contains(&format!("{simple}:3: gpu-a:5101:5140 [0] NCCL INFO NCCL_PROTO set by environment to Simple")),
+        text.contains(&format!(
+            "{simple}:3: gpu-a:5101:5140 [0] NCCL INFO NCCL_PROTO set by environment to Simple"
+        )),
         "{text}"
     );
     // The job's own report says what the completion status means.
@@ -96,16 +106,27 @@ fn simple_failing_too_blames_rdma_connectivity() {
     assert_eq!(lines(&runs[1]["evidence"]), [9], "{t}");
     let (_, text) = nccl(&[&default, &simple]);
     assert!(
-        text.contains("NCCL_PROTO=Simple triage: RDMA connectivity itself (driver, subnet manager, PFC/ECN)"),
+        text.contains(
+            "NCCL_PROTO=Simple triage: RDMA connectivity itself (driver, subnet manager, PFC/ECN)"
+        ),
         "{text}"
     );
-    assert!(text.contains(&format!("  Simple run {simple} (NCCL_PROTO=simple at {simple}:2): FAILS")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  Simple run {simple} (NCCL_PROTO=simple at {simple}:2): FAILS"
+        )),
+        "{text}"
+    );
     assert!(text.contains(&format!("{simple}:9: ")), "{text}");
     assert!(text.contains("IBV_WC_RETRY_EXC_ERR"), "{text}");
 
     // A Simple run that fails is enough on its own.
     let (code, t) = triage(&[&simple]);
-    assert_eq!((code, t["conclusion"].clone()), (1, "rdma_connectivity".into()), "{t}");
+    assert_eq!(
+        (code, t["conclusion"].clone()),
+        (1, "rdma_connectivity".into()),
+        "{t}"
+    );
 }
 
 /// At NCCL_DEBUG=WARN a run that works prints only the banner: `--simple` names it.
@@ -118,7 +139,12 @@ fn the_flag_names_a_simple_run_whose_log_does_not_show_it() {
     assert_eq!(t["runs"][1]["simple_by"], "flag");
     assert_eq!(t["runs"][1]["simple_evidence"], Value::Null);
     let (_, text) = nccl(&[&default, "--simple", &simple]);
-    assert!(text.contains(&format!("  Simple run {simple} (named with --simple): works")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  Simple run {simple} (named with --simple): works"
+        )),
+        "{text}"
+    );
     // Without the flag the same log is no Simple run: the suggestion instead.
     let (_, t) = triage(&[&default, &simple]);
     assert_eq!(t["conclusion"], "rerun_with_simple", "{t}");
@@ -135,7 +161,10 @@ fn the_flag_names_a_simple_run_whose_log_does_not_show_it() {
     assert!(text.contains("no NCCL line in it, left out"), "{text}");
     // `--simple` alone is enough arguments.
     let (code, t) = triage(&["--simple", &log("simple-fails.log")]);
-    assert_eq!((code, t["conclusion"].clone()), (1, "rdma_connectivity".into()));
+    assert_eq!(
+        (code, t["conclusion"].clone()),
+        (1, "rdma_connectivity".into())
+    );
 }
 
 #[test]
@@ -143,7 +172,10 @@ fn a_lone_failing_run_gets_the_suggestion() {
     let (code, t) = triage(&[&log("default-fails.log")]);
     assert_eq!(code, 1);
     assert_eq!(t["conclusion"], "rerun_with_simple", "{t}");
-    assert!(t["message"].as_str().unwrap().starts_with("re-run with NCCL_PROTO=Simple"));
+    assert!(t["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("re-run with NCCL_PROTO=Simple"));
 }
 
 /// NCCL_PROTO does not choose the transport: a socket fallback is no case for the comparison.
@@ -194,5 +226,8 @@ fn warn_errors_fail_a_run_non_fatal_port_events_do_not() {
     assert_eq!(t["conclusion"], "rerun_with_simple", "{t}");
     assert_eq!(lines(&t["runs"][0]["evidence"]), [4], "{t}");
     let (_, text) = nccl(&[path_str(&refused)]);
-    assert!(text.contains("error: NCCL WARN (") && text.contains("refused.log:4)"), "{text}");
+    assert!(
+        text.contains("error: NCCL WARN (") && text.contains("refused.log:4)"),
+        "{text}"
+    );
 }

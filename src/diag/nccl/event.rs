@@ -95,7 +95,8 @@ static SETTING: LazyLock<Regex> = LazyLock::new(|| {
 /// `with status=12 opcode=...` (v2.19+) or `with error 12, opcode ...` (older), with or without
 /// the peer (`from peer 10.0.0.2<4242> `).
 static COMPLETION: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"Got completion (?:from peer \S+ )?with (?:status=|error )(\d{1,5})").expect("static")
+    Regex::new(r"Got completion (?:from peer \S+ )?with (?:status=|error )(\d{1,5})")
+        .expect("static")
 });
 /// aws-ofi-nccl sets NCCL_PROTO itself where the fabric cannot do LL/LL128:
 /// `NET/OFI Setting NCCL_PROTO to "simple"` (v1.13), `Setting NCCL_PROTO='simple' to ...`.
@@ -105,12 +106,12 @@ static PLUGIN_PROTO: LazyLock<Regex> = LazyLock::new(|| {
 /// A per-device line of the IB transport: `NET/IB: [0] mlx5_3:1/IB` (v2.3),
 /// `NET/IB: [2] mlx5_2:uverbs2:1/RoCE provider=Mlx5 ...` (v2.27).
 static IB_DEVICE_LINE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^\[(\d+)\] ?([^\s:\[\]]+):(?:uverbs\d+:)?(\d+)/(IB|RoCE|UNSPECIFIED)\b").expect("static")
+    Regex::new(r"^\[(\d+)\] ?([^\s:\[\]]+):(?:uverbs\d+:)?(\d+)/(IB|RoCE|UNSPECIFIED)\b")
+        .expect("static")
 });
 /// Ray's log deduplication appends ` [repeated 15x across cluster]` to a line.
-static RAY_REPEATED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\s*\[repeated \d+x across cluster\]$").expect("static")
-});
+static RAY_REPEATED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\s*\[repeated \d+x across cluster\]$").expect("static"));
 
 /// Verbs calls whose failure NCCL reports; QP and memory registration failures point at
 /// memlock, the RDMA cgroup or the NIC's QP limits.
@@ -502,11 +503,17 @@ mod tests {
             );
         }
         assert_eq!(
-            classify("NET/IB : mlx5_0:1 async fatal event: local catastrophic error", true),
+            classify(
+                "NET/IB : mlx5_0:1 async fatal event: local catastrophic error",
+                true
+            ),
             Some(Event::IbFatalEvent)
         );
         assert_eq!(
-            classify("NET/IB : mlx5_1:1 Got non-fatal async event: port error(10)", true),
+            classify(
+                "NET/IB : mlx5_1:1 Got non-fatal async event: port error(10)",
+                true
+            ),
             Some(Event::IbEvent)
         );
     }

@@ -39,7 +39,16 @@ mod tests {
 
     #[test]
     fn simple_alone_in_any_case_and_form() {
-        for value in ["Simple", "simple", "SIMPLE", " simple ", "\"simple\"", "^LL,LL128", "^ll128,ll", "Simple,Simple"] {
+        for value in [
+            "Simple",
+            "simple",
+            "SIMPLE",
+            " simple ",
+            "\"simple\"",
+            "^LL,LL128",
+            "^ll128,ll",
+            "Simple,Simple",
+        ] {
             assert!(only_simple(value), "{value}");
         }
     }

@@ -53,7 +53,11 @@ pub fn text(report: &Report) -> String {
             }
         }
         for f in &job.failures {
-            let detail = f.detail.as_deref().map(|d| format!(", {d}")).unwrap_or_default();
+            let detail = f
+                .detail
+                .as_deref()
+                .map(|d| format!(", {d}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  failed: {}{detail} ({}:{}); check {}",
@@ -81,7 +85,11 @@ pub fn text(report: &Report) -> String {
 fn triage_text(out: &mut String, triage: &ProtoTriage) {
     let _ = writeln!(out, "NCCL_PROTO=Simple triage: {}", triage.message);
     for run in &triage.runs {
-        let kind = if run.simple { "Simple run" } else { "default run" };
+        let kind = if run.simple {
+            "Simple run"
+        } else {
+            "default run"
+        };
         let why = match (run.simple_by, &run.simple_evidence) {
             (Some(SimpleBy::Setting), Some(e)) => format!(
                 " (NCCL_PROTO={} at {}:{})",

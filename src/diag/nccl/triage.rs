@@ -222,7 +222,8 @@ pub fn triage(runs: Vec<Run>) -> Option<ProtoTriage> {
 mod tests {
     use super::*;
 
-    const IB_OK: &str = "h1:10:10 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n\
+    const IB_OK: &str =
+        "h1:10:10 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n\
         h1:10:10 [0] NCCL INFO Using network IB\n\
         h1:10:12 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n";
     const IB_FAILS: &str = "h1:10:10 [0] NCCL INFO Using network IB\n\
@@ -245,7 +246,11 @@ mod tests {
         let default = one("d.log", IB_OK, false);
         assert!(!default.simple && default.proto.is_none());
         // NCCL_PROTO set to something else is a default run for the triage.
-        let ll = one("ll.log", "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL128\n", false);
+        let ll = one(
+            "ll.log",
+            "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL128\n",
+            false,
+        );
         assert!(!ll.simple);
         assert_eq!(ll.proto.as_deref(), Some("LL128"));
     }
@@ -259,7 +264,11 @@ mod tests {
         assert!(failed.evidence[0].text.contains("Got completion"));
         let ok = one("s.log", IB_OK, false);
         assert!(!ok.failed);
-        assert!(ok.evidence[0].text.contains("NET/IB : Using"), "{:?}", ok.evidence);
+        assert!(
+            ok.evidence[0].text.contains("NET/IB : Using"),
+            "{:?}",
+            ok.evidence
+        );
     }
 
     #[test]
@@ -298,7 +307,10 @@ mod tests {
             Some(Conclusion::AdvancedPath)
         );
         assert_eq!(
-            conclusion(vec![one("d", IB_FAILS, false), one("s", "Epoch 1 loss 0.3\n", true)]),
+            conclusion(vec![
+                one("d", IB_FAILS, false),
+                one("s", "Epoch 1 loss 0.3\n", true)
+            ]),
             Some(Conclusion::RerunWithSimple)
         );
         // Sockets: the Simple comparison has no RDMA path to judge, even beside a Simple run.
