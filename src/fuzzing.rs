@@ -179,7 +179,16 @@ pub fn nccl_log(data: &[u8]) {
         processes.len(),
         "every process belongs to exactly one job"
     );
-    let report = Report { jobs, exit_code: 0 };
+    let proto_triage = crate::diag::nccl::triage::triage(vec![crate::diag::nccl::triage::run(
+        "fuzz.log",
+        [("fuzz.log", data)],
+        false,
+    )]);
+    let report = Report {
+        jobs,
+        proto_triage,
+        exit_code: 0,
+    };
     report::text(&report);
     serde_json::to_string(&report).expect("a report serializes");
 }

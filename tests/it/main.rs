@@ -26,6 +26,8 @@ mod hot_unplug;
 mod http;
 mod hung_reads;
 mod nccl;
+mod nccl_corpus;
+mod nccl_triage;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod pods;

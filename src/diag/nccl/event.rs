@@ -32,6 +32,14 @@ pub enum Event {
     IbNoDevice,
     /// A verbs call failed (`ibv_create_qp`, `ibv_modify_qp`, `ibv_reg_mr`, ...): its name.
     VerbsFailure(String),
+    /// `NET/IB : Got completion from peer ... with status=12 ...` (older: `with error 12,`): a
+    /// work request completed with an error status (`ibv_wc_status`), the transfer is lost.
+    CompletionError { status: u32 },
+    /// `NET/IB : mlx5_0:1 async fatal event: ...`: the HCA reported a fatal error.
+    IbFatalEvent,
+    /// `Got non-fatal async event: port error(10)`, `GID table changed`: a disturbance of the
+    /// port NCCL survives; evidence, not a failure.
+    IbEvent,
     /// `NET/Socket : Using [0]eth0:10.0.0.1<0>`: the interfaces.
     SocketInterfaces(Vec<String>),
     /// `Failed to initialize NET plugin X` / `Failed to initialize any NET plugin`.
@@ -84,6 +92,26 @@ static COMM_RANK: LazyLock<Regex> = LazyLock::new(|| {
 static SETTING: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*)$").expect("static")
 });
+/// `with status=12 opcode=...` (v2.19+) or `with error 12, opcode ...` (older), with or without
+/// the peer (`from peer 10.0.0.2<4242> `).
+static COMPLETION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"Got completion (?:from peer \S+ )?with (?:status=|error )(\d{1,5})")
+        .expect("static")
+});
+/// aws-ofi-nccl sets NCCL_PROTO itself where the fabric cannot do LL/LL128:
+/// `NET/OFI Setting NCCL_PROTO to "simple"` (v1.13), `Setting NCCL_PROTO='simple' to ...`.
+static PLUGIN_PROTO: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"Setting NCCL_PROTO(?: to |=)["']?([A-Za-z0-9^,;:]+)"#).expect("static")
+});
+/// A per-device line of the IB transport: `NET/IB: [0] mlx5_3:1/IB` (v2.3),
+/// `NET/IB: [2] mlx5_2:uverbs2:1/RoCE provider=Mlx5 ...` (v2.27).
+static IB_DEVICE_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\[(\d+)\] ?([^\s:\[\]]+):(?:uverbs\d+:)?(\d+)/(IB|RoCE|UNSPECIFIED)\b")
+        .expect("static")
+});
+/// Ray's log deduplication appends ` [repeated 15x across cluster]` to a line.
+static RAY_REPEATED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\s*\[repeated \d+x across cluster\]$").expect("static"));
 
 /// Verbs calls whose failure NCCL reports; QP and memory registration failures point at
 /// memlock, the RDMA cgroup or the NIC's QP limits.
@@ -113,6 +141,10 @@ fn net_message(message: &str) -> Option<(&str, &str)> {
 /// Classifies one message; `None` for the many lines that say nothing we use.
 pub fn classify(message: &str, warn: bool) -> Option<Event> {
     let message = message.trim();
+    let message = match RAY_REPEATED.find(message) {
+        Some(suffix) => &message[..suffix.start()],
+        None => message,
+    };
     // `NCCL version 2.18.5+cuda12.2`; RCCL: `RCCL version : 2.22.3-HEAD:271856d`.
     if let Some(rest) = message
         .strip_prefix("NCCL version ")
@@ -126,7 +158,11 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
     }
     // The whole rest: plugin names may hold a space (`Using network AWS Libfabric`), and the
     // channel lines name the net the same way.
-    if let Some(net) = message.strip_prefix("Using network ") {
+    // v2.3 said `Using internal Network IB`.
+    if let Some(net) = message
+        .strip_prefix("Using network ")
+        .or_else(|| message.strip_prefix("Using internal Network "))
+    {
         let net = net.trim();
         if net.is_empty() {
             return None;
@@ -136,8 +172,20 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
     if let Some(event) = net_event(message) {
         return Some(event);
     }
-    if message.contains("Could not find a usable IB device") {
+    // Without libibverbs (a container without the RDMA userspace) IB cannot start.
+    if message.contains("Could not find a usable IB device")
+        || message.contains("Failed to open libibverbs")
+    {
         return Some(Event::IbNoDevice);
+    }
+    if let Some(status) = completion_status(message) {
+        return Some(Event::CompletionError { status });
+    }
+    if message.contains("async fatal event") {
+        return Some(Event::IbFatalEvent);
+    }
+    if message.contains("Got non-fatal async event") || message.contains("GID table changed") {
+        return Some(Event::IbEvent);
     }
     if let Some(call) = VERBS_CALLS.iter().find(|call| {
         message.find(**call).is_some_and(|at| {
@@ -182,7 +230,15 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
         if let Some(c) = SETTING.captures(message) {
             return Some(Event::Setting {
                 name: c.get(1)?.as_str().to_string(),
-                value: c.get(2)?.as_str().trim().to_string(),
+                value: setting_value(c.get(2)?.as_str()).to_string(),
+            });
+        }
+    }
+    if message.contains("Setting NCCL_PROTO") {
+        if let Some(c) = PLUGIN_PROTO.captures(message) {
+            return Some(Event::Setting {
+                name: "NCCL_PROTO".to_string(),
+                value: c.get(1)?.as_str().to_string(),
             });
         }
     }
@@ -200,6 +256,14 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
         return Some(Event::Warning(message.to_string()));
     }
     None
+}
+
+/// The `ibv_wc_status` of a `Got completion ... with status=N` line, anywhere in `text`.
+pub fn completion_status(text: &str) -> Option<u32> {
+    if !text.contains("Got completion ") {
+        return None;
+    }
+    COMPLETION.captures(text)?.get(1)?.as_str().parse().ok()
 }
 
 /// What a `NET/<name> : ...` message says about that transport.
@@ -225,14 +289,35 @@ fn net_event(message: &str) -> Option<Event> {
             .collect();
         return Some(Event::SocketInterfaces(interfaces));
     }
-    if rest.starts_with("Using") {
+    if let Some(list) = rest.strip_prefix("Using") {
+        // `NET/IB : Using [RO]; OOB eth0:...` follows `No device found.` (v2.27): no device.
+        let devices = list.split(';').next().unwrap_or_default().trim();
+        if devices.is_empty() || devices == "[RO]" {
+            return None;
+        }
         let hcas = IB_HCA.captures_iter(rest).filter_map(hca).collect();
         return Some(Event::NetDevices {
             net: net.to_string(),
             hcas,
         });
     }
+    if let Some(c) = IB_DEVICE_LINE.captures(rest) {
+        return Some(Event::NetDevices {
+            net: net.to_string(),
+            hcas: hca(c).into_iter().collect(),
+        });
+    }
     None
+}
+
+/// A value as NCCL echoes it: integer parameters end with a period (`"%s set by environment
+/// to %lld."`), string ones do not (`NCCL_SOCKET_IFNAME ... to eth0`).
+fn setting_value(raw: &str) -> &str {
+    let value = raw.trim();
+    match value.strip_suffix('.') {
+        Some(number) if number.parse::<i64>().is_ok() => number,
+        _ => value,
+    }
 }
 
 fn hca(c: regex::Captures<'_>) -> Option<Hca> {
@@ -366,6 +451,107 @@ mod tests {
                 rank: 1,
                 comm_id: None
             })
+        );
+    }
+
+    #[test]
+    fn integer_settings_lose_their_period_strings_keep_theirs() {
+        let setting = |m: &str| match classify(m, false) {
+            Some(Event::Setting { name, value }) => (name, value),
+            other => panic!("{m}: {other:?}"),
+        };
+        assert_eq!(
+            setting("NCCL_IB_DISABLE set by environment to 1."),
+            ("NCCL_IB_DISABLE".into(), "1".into())
+        );
+        assert_eq!(
+            setting("NCCL_SOCKET_IFNAME set by environment to ^docker,lo,veth"),
+            ("NCCL_SOCKET_IFNAME".into(), "^docker,lo,veth".into())
+        );
+        assert_eq!(
+            setting("NCCL_PROTO set by environment to simple"),
+            ("NCCL_PROTO".into(), "simple".into())
+        );
+        // Ray's deduplication suffix is not part of the value.
+        assert_eq!(
+            setting("NCCL_CUMEM_ENABLE set by environment to 0. [repeated 15x across cluster]"),
+            ("NCCL_CUMEM_ENABLE".into(), "0".into())
+        );
+        // aws-ofi-nccl sets NCCL_PROTO itself on fabrics without LL/LL128 (two wordings).
+        assert_eq!(
+            setting("NET/OFI Setting NCCL_PROTO to \"simple\""),
+            ("NCCL_PROTO".into(), "simple".into())
+        );
+        assert_eq!(
+            setting("NET/OFI Setting NCCL_PROTO='simple' to prevent data corruption (reason: byte delivery ordering not supported)"),
+            ("NCCL_PROTO".into(), "simple".into())
+        );
+    }
+
+    #[test]
+    fn completion_errors_of_every_wording() {
+        for (message, status) in [
+            ("NET/IB : Got completion from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid fd00::1 remoteGidsfd00::2", 12),
+            ("NET/IB: Got completion from peer 10.99.91.63<51161> with status=4 opcode=32614 len=32614 vendor err 81 (Send) localGid ::ffff:10.99.92.59 remoteGids::ffff:10.99.91.63 hca mlx5_1", 4),
+            ("NET/IB : Got completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)", 4),
+            ("NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129", 12),
+        ] {
+            assert_eq!(
+                classify(message, true),
+                Some(Event::CompletionError { status }),
+                "{message}"
+            );
+        }
+        assert_eq!(
+            classify(
+                "NET/IB : mlx5_0:1 async fatal event: local catastrophic error",
+                true
+            ),
+            Some(Event::IbFatalEvent)
+        );
+        assert_eq!(
+            classify(
+                "NET/IB : mlx5_1:1 Got non-fatal async event: port error(10)",
+                true
+            ),
+            Some(Event::IbEvent)
+        );
+    }
+
+    #[test]
+    fn ib_device_forms_old_and_new() {
+        // v2.27 after `No device found.`: no device at all.
+        assert_eq!(
+            classify("NET/IB : Using [RO]; OOB eth0:192.168.69.159<0>", false),
+            None
+        );
+        // v2.3 per-device lines and the v2.27 detail line.
+        for (message, name, layer) in [
+            ("NET/IB: [0] mlx5_3:1/IB", "mlx5_3", "IB"),
+            (
+                "NET/IB: [2] mlx5_2:uverbs2:1/RoCE provider=Mlx5 speed=400000 context=0x5563d0080110 ar=0",
+                "mlx5_2",
+                "RoCE",
+            ),
+        ] {
+            let Some(Event::NetDevices { net, hcas }) = classify(message, false) else {
+                panic!("{message}")
+            };
+            assert_eq!(net, "IB");
+            assert_eq!((hcas[0].name.as_str(), hcas[0].port, hcas[0].link_layer.as_str()), (name, 1, layer));
+        }
+        assert_eq!(
+            classify("Using internal Network IB", false),
+            Some(Event::NetworkChosen("IB".into()))
+        );
+        assert_eq!(
+            classify("Failed to open libibverbs.so[.1]", true),
+            Some(Event::IbNoDevice)
+        );
+        // A symbol probe of the mlx5 provider is not a failed verbs call.
+        assert_eq!(
+            classify("dlvsym failed on mlx5dv_reg_dmabuf_mr - /lib/x86_64-linux-gnu/libmlx5.so.1: undefined symbol: mlx5dv_reg_dmabuf_mr, version MLX5_1.25 version MLX5_1.25", false),
+            None
         );
     }
 

@@ -4,14 +4,17 @@
 //!
 //! line.rs (record prefixes) -> event.rs (what a message says) -> process.rs (per host:pid)
 //! -> verdict.rs (per job) -> report.rs (text, JSON); input.rs reads the arguments and
-//! collector.rs serves processes as metrics.
+//! collector.rs serves processes as metrics. triage.rs compares runs with and without
+//! `NCCL_PROTO=Simple` (proto.rs reads the value).
 
 pub mod collector;
 pub mod event;
 pub mod input;
 pub mod line;
 pub mod process;
+pub mod proto;
 pub mod report;
+pub mod triage;
 pub mod verdict;
 
 use std::path::PathBuf;
@@ -20,9 +23,10 @@ use std::process::ExitCode;
 pub use process::{Evidence, LogParser, ProcessLog};
 pub use verdict::{jobs, Job, VerdictKind};
 
-/// Exit codes: 0 no fallback, 1 a socket fallback (or a rank without network, or a failed
-/// verbs call), 2 unreadable input, 3 no NCCL line in the input (a CI gate on an empty or
-/// wrong file must not pass).
+/// Exit codes: 0 no fallback, 1 a failed run (a socket fallback, a rank without network, a
+/// failed verbs call or work completion, an NCCL WARN error), 2 unreadable input, 3 no NCCL
+/// line in the input (a CI gate on an empty or wrong file must not pass). The Simple triage
+/// adds no code of its own: it explains a 1.
 const EXIT_FALLBACK: u8 = 1;
 const EXIT_INPUT: u8 = 2;
 const EXIT_NO_NCCL_LINES: u8 = 3;
@@ -37,40 +41,84 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct NcclArgs {
     /// NCCL debug log files, directories (every file inside) or globs (`-` for standard input).
-    #[arg(value_name = "FILE", required = true)]
+    /// Each argument is one run for the NCCL_PROTO=Simple triage.
+    #[arg(value_name = "FILE", required_unless_present = "simple")]
     pub files: Vec<PathBuf>,
+    /// A run made with NCCL_PROTO=Simple whose log does not show it (NCCL_DEBUG=WARN echoes no
+    /// setting): compared with the FILE runs. Repeatable.
+    #[arg(long = "simple", value_name = "FILE")]
+    pub simple: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
 }
 
-/// Parses every input and judges the jobs found.
-pub fn analyze(inputs: &[input::Input]) -> Vec<Job> {
-    let mut parser = LogParser::new();
-    for input in inputs {
-        parser.feed(&input.name, &input.bytes);
-    }
-    jobs(&parser.finish())
+/// One FILE argument's inputs, and whether it was named with `--simple`.
+struct RunInputs {
+    name: String,
+    inputs: Vec<input::Input>,
+    named_simple: bool,
 }
 
-/// Runs the command; the exit code says whether any rank fell back to sockets.
+fn read_runs(args: &NcclArgs) -> Result<Vec<RunInputs>, input::InputError> {
+    let named = args
+        .files
+        .iter()
+        .map(|path| (path, false))
+        .chain(args.simple.iter().map(|path| (path, true)));
+    let mut runs = Vec::new();
+    for (path, named_simple) in named {
+        runs.push(RunInputs {
+            name: path.display().to_string(),
+            inputs: input::read_all(std::slice::from_ref(path))?,
+            named_simple,
+        });
+    }
+    Ok(runs)
+}
+
+/// Runs the command; the exit code says whether any run failed (see the EXIT_ constants).
 pub fn main(args: &NcclArgs) -> ExitCode {
-    let inputs = match input::read_all(&args.files) {
-        Ok(inputs) => inputs,
+    let runs = match read_runs(args) {
+        Ok(runs) => runs,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_INPUT);
         }
     };
-    let jobs = analyze(&inputs);
+    // The jobs read all input together, as one job may span several files; the triage reads
+    // each run on its own.
+    let mut parser = LogParser::new();
+    for input in runs.iter().flat_map(|run| &run.inputs) {
+        parser.feed(&input.name, &input.bytes);
+    }
+    let jobs = jobs(&parser.finish());
+    let proto_triage = triage::triage(
+        runs.iter()
+            .map(|run| {
+                let inputs = run
+                    .inputs
+                    .iter()
+                    .map(|i| (i.name.as_str(), i.bytes.as_slice()));
+                triage::run(&run.name, inputs, run.named_simple)
+            })
+            .collect(),
+    );
+    let run_failed = proto_triage
+        .as_ref()
+        .is_some_and(|t| t.runs.iter().any(|r| r.failed));
     let exit_code = if jobs.is_empty() {
         EXIT_NO_NCCL_LINES
-    } else if jobs.iter().any(Job::failed) {
+    } else if run_failed || jobs.iter().any(Job::failed) {
         EXIT_FALLBACK
     } else {
         0
     };
-    let report = report::Report { jobs, exit_code };
+    let report = report::Report {
+        jobs,
+        proto_triage,
+        exit_code,
+    };
     match args.output {
         OutputFormat::Text => print!("{}", report::text(&report)),
         OutputFormat::Json => match serde_json::to_string_pretty(&report) {

@@ -37,6 +37,12 @@ pub enum SignalKind {
     IbNoDevice,
     /// A verbs call failed: QP creation or modification, memory registration.
     VerbsFailure,
+    /// A work request completed with an error status; the status is in the evidence text.
+    CompletionError,
+    /// The HCA reported an async fatal event.
+    IbFatalEvent,
+    /// A non-fatal async event of a port (port error, GID table change).
+    IbEvent,
     PluginInitFailed,
     PluginNotFound,
     SocketInUse,
@@ -268,6 +274,9 @@ impl ProcessLog {
             }
             Event::IbNoDevice => self.signal(SignalKind::IbNoDevice, evidence),
             Event::VerbsFailure(_) => self.signal(SignalKind::VerbsFailure, evidence),
+            Event::CompletionError { .. } => self.signal(SignalKind::CompletionError, evidence),
+            Event::IbFatalEvent => self.signal(SignalKind::IbFatalEvent, evidence),
+            Event::IbEvent => self.signal(SignalKind::IbEvent, evidence),
             Event::SocketInterfaces(interfaces) => {
                 for interface in interfaces {
                     if self.socket_interfaces.len() < MAX_PER_PROCESS

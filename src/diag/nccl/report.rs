@@ -2,11 +2,14 @@
 
 use std::fmt::Write;
 
+use super::triage::{ProtoTriage, SimpleBy};
 use super::verdict::{Job, Transport};
 
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
     pub jobs: Vec<Job>,
+    /// Present when a run failed or a run used only Simple.
+    pub proto_triage: Option<ProtoTriage>,
     pub exit_code: u8,
 }
 
@@ -50,11 +53,19 @@ pub fn text(report: &Report) -> String {
             }
         }
         for f in &job.failures {
+            let detail = f
+                .detail
+                .as_deref()
+                .map(|d| format!(", {d}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  failed: {} ({}:{}); check {}",
+                "  failed: {}{detail} ({}:{}); check {}",
                 f.call, f.evidence.file, f.evidence.line, f.hint
             );
+        }
+        for e in &job.errors {
+            let _ = writeln!(out, "  error: NCCL WARN ({}:{})", e.file, e.line);
         }
         for w in &job.warnings {
             let _ = writeln!(
@@ -64,5 +75,47 @@ pub fn text(report: &Report) -> String {
             );
         }
     }
+    if let Some(triage) = &report.proto_triage {
+        triage_text(&mut out, triage);
+    }
     out
+}
+
+/// The triage: the conclusion, then each run with the lines that decided its side.
+fn triage_text(out: &mut String, triage: &ProtoTriage) {
+    let _ = writeln!(out, "NCCL_PROTO=Simple triage: {}", triage.message);
+    for run in &triage.runs {
+        let kind = if run.simple {
+            "Simple run"
+        } else {
+            "default run"
+        };
+        let why = match (run.simple_by, &run.simple_evidence) {
+            (Some(SimpleBy::Setting), Some(e)) => format!(
+                " (NCCL_PROTO={} at {}:{})",
+                run.proto.as_deref().unwrap_or("Simple"),
+                e.file,
+                e.line
+            ),
+            (Some(SimpleBy::Flag), _) => " (named with --simple)".to_string(),
+            _ => match &run.proto {
+                Some(proto) => format!(" (NCCL_PROTO={proto})"),
+                None => String::new(),
+            },
+        };
+        let state = if !run.nccl_lines {
+            "no NCCL line in it, left out (was NCCL_DEBUG set?)"
+        } else if run.failed {
+            "FAILS"
+        } else {
+            "works"
+        };
+        let _ = writeln!(out, "  {kind} {}{why}: {state}", run.name);
+        for summary in &run.summary {
+            let _ = writeln!(out, "    {summary}");
+        }
+        for evidence in run.simple_evidence.iter().chain(&run.evidence) {
+            let _ = writeln!(out, "    {evidence}");
+        }
+    }
 }

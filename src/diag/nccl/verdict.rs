@@ -102,9 +102,15 @@ pub struct Warning {
 #[derive(Debug, Clone, Serialize)]
 pub struct Failure {
     pub call: String,
+    /// What failed beyond the call's name: the work completion status
+    /// (`status 12 (IBV_WC_RETRY_EXC_ERR)`), or `async fatal event`.
+    pub detail: Option<String>,
     pub hint: &'static str,
     pub evidence: Evidence,
 }
+
+/// NCCL WARN lines kept per job as errors: the first ones say what broke.
+const MAX_JOB_ERRORS: usize = 8;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Job {
@@ -114,14 +120,18 @@ pub struct Job {
     pub summary: String,
     pub processes: Vec<ProcessSummary>,
     pub warnings: Vec<Warning>,
-    /// Failed verbs calls (QP creation, memory registration): the job cannot have run as meant.
+    /// Failed verbs calls (QP creation, memory registration, work completions with an error
+    /// status, fatal HCA events): the job cannot have run as meant.
     pub failures: Vec<Failure>,
+    /// Other NCCL WARN lines (connection refused, CUDA errors, ...): NCCL prints WARN only
+    /// for errors. Non-fatal port events are evidence, not errors.
+    pub errors: Vec<Evidence>,
 }
 
 impl Job {
     /// Whether the command should exit 1 for it.
     pub fn failed(&self) -> bool {
-        self.verdict.is_failure() || !self.failures.is_empty()
+        self.verdict.is_failure() || !self.failures.is_empty() || !self.errors.is_empty()
     }
 }
 
@@ -129,11 +139,11 @@ pub fn summarize(process: &ProcessLog) -> ProcessSummary {
     let chosen = process.networks.last().map(|(net, _)| net.clone());
     // Before v2.18 there is no `Using network`: the channels' net name says it, and without
     // channels (a log cut short, an excerpt) the transport that initialised: IB's, else the
-    // sockets NCCL falls back to when IB is not usable.
-    let socket_in_use = process
-        .signals
-        .iter()
-        .any(|(kind, _)| *kind == SignalKind::SocketInUse);
+    // sockets NCCL falls back to when IB is not usable. `NET/Socket : Using` alone is no
+    // fallback: v2.4 prints it for the bootstrap network before IB starts.
+    let has = |kind: SignalKind| process.signals.iter().any(|(k, _)| *k == kind);
+    let socket_in_use = has(SignalKind::SocketInUse)
+        && (has(SignalKind::IbNoDevice) || has(SignalKind::PluginInitFailed));
     let network = chosen
         .or_else(|| {
             process
@@ -296,11 +306,21 @@ fn judge(comm_id: Option<String>, members: &[usize], processes: &[ProcessLog]) -
         .filter_map(|&i| processes.get(i))
         .flat_map(verbs_failures)
         .fold(Vec::<Failure>::new(), |mut all, f| {
-            if !all.iter().any(|x| x.call == f.call) {
+            if !all.iter().any(|x| x.call == f.call && x.detail == f.detail) {
                 all.push(f);
             }
             all
         });
+    let mut errors: Vec<Evidence> = members
+        .iter()
+        .filter_map(|&i| processes.get(i))
+        .flat_map(|p| &p.signals)
+        .filter(|(kind, _)| *kind == SignalKind::Warning)
+        .map(|(_, evidence)| evidence.clone())
+        .collect();
+    errors.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    errors.dedup();
+    errors.truncate(MAX_JOB_ERRORS);
     Job {
         comm_id,
         verdict,
@@ -308,6 +328,7 @@ fn judge(comm_id: Option<String>, members: &[usize], processes: &[ProcessLog]) -
         processes: summaries,
         warnings,
         failures,
+        errors,
     }
 }
 
@@ -327,7 +348,11 @@ fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
         |list: Vec<&ProcessSummary>| list.into_iter().map(who).collect::<Vec<_>>().join(", ");
     let socket: Vec<_> = of(Transport::Socket).collect();
     let rdma: Vec<_> = of(Transport::Rdma).collect();
-    let none: Vec<_> = of(Transport::None).collect();
+    // A process without network counts only once its log shows it joined a communicator
+    // (a rank): one that printed only settings or banners (an excerpt, a `grep`) says nothing.
+    let none: Vec<_> = of(Transport::None)
+        .filter(|p| !p.ranks.is_empty())
+        .collect();
     let total = processes.len();
     if !socket.is_empty() {
         let scope = if socket.len() == total {
@@ -422,6 +447,19 @@ fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
 
 /// The failed verbs calls of a process, each with the causes worth checking first.
 fn verbs_failures(process: &ProcessLog) -> Vec<Failure> {
+    let completions = process
+        .signals
+        .iter()
+        .filter_map(|(kind, evidence)| match kind {
+            SignalKind::CompletionError => Some(completion_failure(evidence)),
+            SignalKind::IbFatalEvent => Some(Failure {
+                call: "ibv_get_async_event".into(),
+                detail: Some("async fatal event".into()),
+                hint: "the HCA itself: its firmware and driver (dmesg, mlxlink/ibstat), then the cable or transceiver; the device needs a reset",
+                evidence: evidence.clone(),
+            }),
+            _ => None,
+        });
     process
         .signals
         .iter()
@@ -443,11 +481,67 @@ fn verbs_failures(process: &ProcessLog) -> Vec<Failure> {
             };
             Failure {
                 call: call.to_string(),
+                detail: None,
                 hint,
                 evidence: evidence.clone(),
             }
         })
+        .chain(completions)
         .collect()
+}
+
+/// `ibv_wc_status` names (verbs.h), by value.
+const WC_STATUS: &[&str] = &[
+    "IBV_WC_SUCCESS",
+    "IBV_WC_LOC_LEN_ERR",
+    "IBV_WC_LOC_QP_OP_ERR",
+    "IBV_WC_LOC_EEC_OP_ERR",
+    "IBV_WC_LOC_PROT_ERR",
+    "IBV_WC_WR_FLUSH_ERR",
+    "IBV_WC_MW_BIND_ERR",
+    "IBV_WC_BAD_RESP_ERR",
+    "IBV_WC_LOC_ACCESS_ERR",
+    "IBV_WC_REM_INV_REQ_ERR",
+    "IBV_WC_REM_ACCESS_ERR",
+    "IBV_WC_REM_OP_ERR",
+    "IBV_WC_RETRY_EXC_ERR",
+    "IBV_WC_RNR_RETRY_EXC_ERR",
+    "IBV_WC_LOC_RDD_VIOL_ERR",
+    "IBV_WC_REM_INV_RD_REQ_ERR",
+    "IBV_WC_REM_ABORT_ERR",
+    "IBV_WC_INV_EECN_ERR",
+    "IBV_WC_INV_EEC_STATE_ERR",
+    "IBV_WC_FATAL_ERR",
+    "IBV_WC_RESP_TIMEOUT_ERR",
+    "IBV_WC_GENERAL_ERR",
+];
+
+/// A work completion with an error status: what the status points at.
+fn completion_failure(evidence: &Evidence) -> Failure {
+    let status = super::event::completion_status(&evidence.text);
+    let name = status
+        .and_then(|s| WC_STATUS.get(usize::try_from(s).ok()?))
+        .copied()
+        .unwrap_or("unknown status");
+    let hint = match status {
+        Some(12 | 13 | 20) => {
+            "the path to the peer: packets were lost until the retries ran out. Links and their error counters on both ends, the GID index (NCCL_IB_GID_INDEX) and the peer's address, MTU, PFC/ECN on the RoCE priority (pause storms, drops), routing; ib_write_bw between the two hosts"
+        }
+        Some(4 | 8 | 10) => {
+            "memory access by the NIC: GPUDirect RDMA (nvidia_peermem or DMA-BUF, PCIe ACS and the IOMMU), memory registration; compare with NCCL_NET_GDR_LEVEL=0"
+        }
+        Some(5) => "a work request flushed after an earlier error on the same queue pair: look at the first completion error",
+        _ => "the link and the peer first (ibstat, the port's error counters), then the driver and firmware versions on both hosts",
+    };
+    Failure {
+        call: "ibv_poll_cq".into(),
+        detail: Some(match status {
+            Some(s) => format!("work completion status {s} ({name})"),
+            None => "work completion error".into(),
+        }),
+        hint,
+        evidence: evidence.clone(),
+    }
 }
 
 /// Settings meant for isolating faults that cost performance when left on.
@@ -456,7 +550,7 @@ fn debug_settings(process: &ProcessLog) -> Vec<Warning> {
     for (name, (value, evidence)) in &process.settings {
         let v = value.trim();
         let message = match name.as_str() {
-            "NCCL_PROTO" if v.eq_ignore_ascii_case("simple") => {
+            "NCCL_PROTO" if super::proto::only_simple(v) => {
                 "restricts NCCL to its slowest protocol (Simple); meant for isolating faults"
             }
             "NCCL_IB_DISABLE" if v == "1" => "disables IB/RoCE: NCCL uses TCP sockets",
