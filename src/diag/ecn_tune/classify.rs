@@ -181,12 +181,16 @@ pub fn classify(s: &Signals) -> Verdict {
         );
     }
     let why = if paused > PFC_SIGNIFICANT {
-        format!(
-            "paused {} of the time but ECN feedback flows ({}): PFC fires although ECN marks; look for a PFC storm (a receiver that pauses its switch) or a marking probability too low",
-            percent(paused),
-            s.feedback_on_sent
-                .map_or("no feedback series".into(), |f| format!("{f:.2e} per packet"))
-        )
+        match s.feedback_on_sent {
+            Some(f) => format!(
+                "paused {} of the time but ECN feedback flows ({f:.2e} per packet): PFC fires although ECN marks; look for a PFC storm (a receiver that pauses its switch) or a marking probability too low",
+                percent(paused)
+            ),
+            None => format!(
+                "paused {} of the time, and no ECN feedback series to tell whether ECN acts on this traffic",
+                percent(paused)
+            ),
+        }
     } else if paused >= PFC_NEAR_ZERO {
         format!(
             "some PFC (paused {}, between {} and {}) and throughput {} of line rate",
@@ -231,33 +235,113 @@ mod tests {
         use Class::*;
         let cases: &[(&str, Signals, Class)] = &[
             // The demo's three scenarios, as their counters make them.
-            ("healthy", signals(Some(0.0), Some(1e-4), Some(1e-4), Some(0.92)), Healthy),
-            ("ecn-too-high", signals(Some(0.15), Some(5e-8), Some(5e-8), Some(0.7)), TooHigh),
-            ("ecn-too-low", signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.35)), TooLow),
+            (
+                "healthy",
+                signals(Some(0.0), Some(1e-4), Some(1e-4), Some(0.92)),
+                Healthy,
+            ),
+            (
+                "ecn-too-high",
+                signals(Some(0.15), Some(5e-8), Some(5e-8), Some(0.7)),
+                TooHigh,
+            ),
+            (
+                "ecn-too-low",
+                signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.35)),
+                TooLow,
+            ),
             // Too high: both conditions, each just on the wrong side.
-            ("pause at the bound", signals(Some(0.05), Some(0.0), Some(0.0), Some(0.7)), NoClearPattern),
-            ("feedback at the bound", signals(Some(0.2), Some(1e-5), Some(1e-5), Some(0.7)), NoClearPattern),
-            ("too high whatever the throughput", signals(Some(0.9), Some(0.0), Some(0.0), Some(0.01)), TooHigh),
-            ("too high without a throughput series", signals(Some(0.3), Some(0.0), None, None), TooHigh),
+            (
+                "pause at the bound",
+                signals(Some(0.05), Some(0.0), Some(0.0), Some(0.7)),
+                NoClearPattern,
+            ),
+            (
+                "feedback at the bound",
+                signals(Some(0.2), Some(1e-5), Some(1e-5), Some(0.7)),
+                NoClearPattern,
+            ),
+            (
+                "too high whatever the throughput",
+                signals(Some(0.9), Some(0.0), Some(0.0), Some(0.01)),
+                TooHigh,
+            ),
+            (
+                "too high without a throughput series",
+                signals(Some(0.3), Some(0.0), None, None),
+                TooHigh,
+            ),
             // Too low: each of its four conditions just failing.
-            ("some pause", signals(Some(0.001), Some(4e-3), Some(4e-3), Some(0.35)), NoClearPattern),
-            ("feedback at the bound", signals(Some(0.0), Some(1e-3), Some(1e-3), Some(0.35)), NoClearPattern),
-            ("throughput at half", signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.5)), Healthy),
-            ("throughput at the floor", signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.05)), InsufficientTraffic),
+            (
+                "some pause",
+                signals(Some(0.001), Some(4e-3), Some(4e-3), Some(0.35)),
+                NoClearPattern,
+            ),
+            (
+                "feedback at the bound",
+                signals(Some(0.0), Some(1e-3), Some(1e-3), Some(0.35)),
+                NoClearPattern,
+            ),
+            (
+                "throughput at half",
+                signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.5)),
+                Healthy,
+            ),
+            (
+                "throughput at the floor",
+                signals(Some(0.0), Some(4e-3), Some(4e-3), Some(0.05)),
+                InsufficientTraffic,
+            ),
             // Idle and healthy.
-            ("idle", signals(Some(0.0), None, None, Some(0.0)), InsufficientTraffic),
-            ("idle without a pause series", signals(None, None, None, Some(0.01)), InsufficientTraffic),
-            ("healthy without marks", signals(Some(0.0), Some(0.0), Some(0.0), Some(0.95)), Healthy),
-            ("healthy at the pause bound", signals(Some(0.000_999), Some(1e-4), Some(1e-4), Some(0.9)), Healthy),
+            (
+                "idle",
+                signals(Some(0.0), None, None, Some(0.0)),
+                InsufficientTraffic,
+            ),
+            (
+                "idle without a pause series",
+                signals(None, None, None, Some(0.01)),
+                InsufficientTraffic,
+            ),
+            (
+                "healthy without marks",
+                signals(Some(0.0), Some(0.0), Some(0.0), Some(0.95)),
+                Healthy,
+            ),
+            (
+                "healthy at the pause bound",
+                signals(Some(0.000_999), Some(1e-4), Some(1e-4), Some(0.9)),
+                Healthy,
+            ),
             // What none of the rules covers.
-            ("pause despite ECN", signals(Some(0.3), Some(1e-3), Some(1e-3), Some(0.6)), NoClearPattern),
-            ("slow without congestion", signals(Some(0.0), Some(1e-4), Some(1e-4), Some(0.3)), NoClearPattern),
-            ("no throughput series", signals(Some(0.0), Some(1e-4), Some(1e-4), None), NoClearPattern),
-            ("no pause series", signals(None, Some(1e-4), Some(1e-4), Some(0.9)), NoClearPattern),
+            (
+                "pause despite ECN",
+                signals(Some(0.3), Some(1e-3), Some(1e-3), Some(0.6)),
+                NoClearPattern,
+            ),
+            (
+                "slow without congestion",
+                signals(Some(0.0), Some(1e-4), Some(1e-4), Some(0.3)),
+                NoClearPattern,
+            ),
+            (
+                "no throughput series",
+                signals(Some(0.0), Some(1e-4), Some(1e-4), None),
+                NoClearPattern,
+            ),
+            (
+                "no pause series",
+                signals(None, Some(1e-4), Some(1e-4), Some(0.9)),
+                NoClearPattern,
+            ),
         ];
         for (name, s, expected) in cases {
             let verdict = classify(s);
-            assert_eq!(verdict.class, *expected, "{name}: {s:?} -> {}", verdict.reason);
+            assert_eq!(
+                verdict.class, *expected,
+                "{name}: {s:?} -> {}",
+                verdict.reason
+            );
             assert!(!verdict.reason.is_empty(), "{name}");
         }
     }
@@ -284,7 +368,14 @@ mod tests {
 
     #[test]
     fn nan_free_inputs_never_panic_and_always_give_a_reason() {
-        let values = [None, Some(0.0), Some(1e-9), Some(0.5), Some(1.0), Some(f64::MAX)];
+        let values = [
+            None,
+            Some(0.0),
+            Some(1e-9),
+            Some(0.5),
+            Some(1.0),
+            Some(f64::MAX),
+        ];
         for p in values {
             for f in values {
                 for u in values {

@@ -107,7 +107,12 @@ impl NicRow {
             .get("cluster")
             .map(|c| format!("{c}/"))
             .unwrap_or_default();
-        format!("{cluster}{} {} port {}", get("instance"), get("device"), get("port"))
+        format!(
+            "{cluster}{} {} port {}",
+            get("instance"),
+            get("device"),
+            get("port")
+        )
     }
 }
 
@@ -174,7 +179,10 @@ pub struct Evidence {
 
 /// `{a="b",c=~"d"}` from fixed matchers and the user's selector.
 pub fn selector(fixed: &str, user: &str) -> String {
-    let parts: Vec<&str> = [fixed, user].into_iter().filter(|s| !s.is_empty()).collect();
+    let parts: Vec<&str> = [fixed, user]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
     if parts.is_empty() {
         String::new()
     } else {
@@ -224,8 +232,7 @@ fn by_key(samples: Vec<Sample>, detail: &[&str]) -> ByKey {
 
 /// One value per key: the first series' (there is one per port for these rules).
 fn single(map: &ByKey, key: &Labels) -> Option<f64> {
-    map.get(key)
-        .and_then(|v| v.iter().find_map(|s| s.value))
+    map.get(key).and_then(|v| v.iter().find_map(|s| s.value))
 }
 
 /// The sum over a key's series (switch queues of one port), `None` if none has a value.
@@ -236,7 +243,8 @@ fn sum(map: &ByKey, key: &Labels) -> Option<f64> {
 
 /// The most paused priority in `direction`: its average, the highest peak, and its name.
 fn most_paused(avg: &ByKey, max: &ByKey, key: &Labels, direction: &str) -> (Stat, Option<String>) {
-    let in_direction = |s: &&Sample| s.labels.get("direction").map(String::as_str) == Some(direction);
+    let in_direction =
+        |s: &&Sample| s.labels.get("direction").map(String::as_str) == Some(direction);
     let best = avg.get(key).and_then(|series| {
         series
             .iter()
@@ -259,7 +267,13 @@ fn most_paused(avg: &ByKey, max: &ByKey, key: &Labels, direction: &str) -> (Stat
             },
             priority.filter(|p| !p.is_empty()),
         ),
-        None => (Stat { avg: None, max: peak }, None),
+        None => (
+            Stat {
+                avg: None,
+                max: peak,
+            },
+            None,
+        ),
     }
 }
 
@@ -278,12 +292,12 @@ struct Queries<'a> {
 }
 
 impl Queries<'_> {
-    fn run(&self, function: &str, metric: &str, fixed: &str) -> Result<Vec<Sample>, QueryError> {
-        let expr = format!(
-            "{function}({metric}{}[{}])",
-            selector(fixed, self.ask.matchers),
-            self.ask.window.range()
-        );
+    /// `template` is the query written out, `%S` where the selector goes and `%W` for the
+    /// window's length.
+    fn run(&self, template: &str) -> Result<Vec<Sample>, QueryError> {
+        let expr = template
+            .replace("%S", &selector("", self.ask.matchers))
+            .replace("%W", &self.ask.window.range());
         self.source.query(&expr, self.ask.window.end)
     }
 }
@@ -291,22 +305,22 @@ impl Queries<'_> {
 /// Queries every rule the verdicts need and assembles a row per NIC and per switch port.
 pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
     let q = Queries { source, ask };
-    let nic = |function: &str, metric: &str| -> Result<ByKey, QueryError> {
-        Ok(by_key(q.run(function, metric, "")?, &NIC_DETAIL_LABELS))
+    let nic = |template: &str| -> Result<ByKey, QueryError> {
+        Ok(by_key(q.run(template)?, &NIC_DETAIL_LABELS))
     };
-    let pfc_avg = nic("avg_over_time", "rdma:nic_pfc_paused_ratio:rate1m")?;
-    let pfc_max = nic("max_over_time", "rdma:nic_pfc_paused_ratio:rate1m")?;
-    let util_avg = nic("avg_over_time", "rdma:nic_tx_utilization:ratio_rate1m")?;
-    let util_max = nic("max_over_time", "rdma:nic_tx_utilization:ratio_rate1m")?;
-    let marks = nic("avg_over_time", "rdma:nic_ecn_marked_per_second:rate5m")?;
-    let marks_pp = nic("avg_over_time", "rdma:nic_ecn_marked_per_packet:ratio_rate5m")?;
-    let sent = nic("avg_over_time", "rdma:nic_cnp_sent_per_second:rate5m")?;
-    let sent_pp = nic("avg_over_time", "rdma:nic_cnp_sent_per_packet:ratio_rate5m")?;
-    let handled = nic("avg_over_time", "rdma:nic_cnp_handled_per_second:rate5m")?;
-    let handled_pp = nic("avg_over_time", "rdma:nic_cnp_handled_per_packet:ratio_rate5m")?;
-    let ignored = nic("avg_over_time", "rdma:nic_cnp_ignored_per_second:rate5m")?;
-    let rate = nic("max_over_time", "rdma_port_rate_bytes_per_second")?;
-    let info = q.run("max_over_time", "rdma_port_info", "")?;
+    let pfc_avg = nic("avg_over_time(rdma:nic_pfc_paused_ratio:rate1m%S[%W])")?;
+    let pfc_max = nic("max_over_time(rdma:nic_pfc_paused_ratio:rate1m%S[%W])")?;
+    let util_avg = nic("avg_over_time(rdma:nic_tx_utilization:ratio_rate1m%S[%W])")?;
+    let util_max = nic("max_over_time(rdma:nic_tx_utilization:ratio_rate1m%S[%W])")?;
+    let marks = nic("avg_over_time(rdma:nic_ecn_marked_per_second:rate5m%S[%W])")?;
+    let marks_pp = nic("avg_over_time(rdma:nic_ecn_marked_per_packet:ratio_rate5m%S[%W])")?;
+    let sent = nic("avg_over_time(rdma:nic_cnp_sent_per_second:rate5m%S[%W])")?;
+    let sent_pp = nic("avg_over_time(rdma:nic_cnp_sent_per_packet:ratio_rate5m%S[%W])")?;
+    let handled = nic("avg_over_time(rdma:nic_cnp_handled_per_second:rate5m%S[%W])")?;
+    let handled_pp = nic("avg_over_time(rdma:nic_cnp_handled_per_packet:ratio_rate5m%S[%W])")?;
+    let ignored = nic("avg_over_time(rdma:nic_cnp_ignored_per_second:rate5m%S[%W])")?;
+    let rate = nic("max_over_time(rdma_port_rate_bytes_per_second%S[%W])")?;
+    let info = q.run("max_over_time(rdma_port_info%S[%W])")?;
 
     let mut netdevs: BTreeMap<Labels, String> = BTreeMap::new();
     for s in &info {
@@ -377,7 +391,12 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
     let mut notes = Vec::new();
     let storm_sources: Vec<String> = nics
         .iter()
-        .filter(|n| n.evidence.pfc_tx_paused_ratio.avg.is_some_and(|p| p > PAUSING_ITS_SWITCH))
+        .filter(|n| {
+            n.evidence
+                .pfc_tx_paused_ratio
+                .avg
+                .is_some_and(|p| p > PAUSING_ITS_SWITCH)
+        })
         .map(NicRow::name)
         .collect();
     if !storm_sources.is_empty() {
@@ -405,7 +424,11 @@ fn nic_notes(e: &NicEvidence) -> Vec<String> {
     if e.ecn_marked_per_second.is_some_and(|v| v > 0.0) && e.cnp_sent_per_second == Some(0.0) {
         notes.push("receives ECN-marked packets but sends no CNP: its notification point is off (RdmaEcnMarkedNoCnp); enable it before moving any threshold".into());
     }
-    if let Some(tx) = e.pfc_tx_paused_ratio.avg.filter(|p| *p > PAUSING_ITS_SWITCH) {
+    if let Some(tx) = e
+        .pfc_tx_paused_ratio
+        .avg
+        .filter(|p| *p > PAUSING_ITS_SWITCH)
+    {
         notes.push(format!(
             "pauses its switch port {:.1} % of the time (tx): a stuck or slow receiver, not an ECN threshold (RdmaPfcStormNic)",
             tx * 100.0
@@ -425,20 +448,23 @@ fn switch_rows(
     nics: &[NicRow],
     fastest_nic_gbps: Option<f64>,
 ) -> Result<Vec<SwitchRow>, QueryError> {
-    let sw = |function: &str, metric: &str| -> Result<ByKey, QueryError> {
-        Ok(by_key(q.run(function, metric, "")?, &SWITCH_DETAIL_LABELS))
+    let sw = |template: &str| -> Result<ByKey, QueryError> {
+        Ok(by_key(q.run(template)?, &SWITCH_DETAIL_LABELS))
     };
-    let pfc_avg = sw("avg_over_time", "rdma:switch_port_pfc_frames_per_second:rate1m")?;
-    let pfc_max = sw("max_over_time", "rdma:switch_port_pfc_frames_per_second:rate1m")?;
-    let marks = sw("rate", "rdma_switch_queue_ecn_marked_packets_total")?;
-    let transmitted = sw("rate", "rdma_switch_queue_transmitted_packets_total")?;
-    let rx_bytes = sw("rate", "rdma_switch_port_received_bytes_total")?;
-    let tx_bytes = sw("rate", "rdma_switch_port_transmitted_bytes_total")?;
-    let neighbors = q.run("max_over_time", "rdma_switch_port_neighbor_info", "")?;
+    let pfc_avg = sw("avg_over_time(rdma:switch_port_pfc_frames_per_second:rate1m%S[%W])")?;
+    let pfc_max = sw("max_over_time(rdma:switch_port_pfc_frames_per_second:rate1m%S[%W])")?;
+    let marks = sw("rate(rdma_switch_queue_ecn_marked_packets_total%S[%W])")?;
+    let transmitted = sw("rate(rdma_switch_queue_transmitted_packets_total%S[%W])")?;
+    let rx_bytes = sw("rate(rdma_switch_port_received_bytes_total%S[%W])")?;
+    let tx_bytes = sw("rate(rdma_switch_port_transmitted_bytes_total%S[%W])")?;
+    let tx_unicast = sw("rate(rdma_switch_port_transmitted_unicast_packets_total%S[%W])")?;
+    let neighbors = q.run("max_over_time(rdma_switch_port_neighbor_info%S[%W])")?;
 
     let mut neighbor_of: BTreeMap<Labels, (String, String)> = BTreeMap::new();
     for s in &neighbors {
-        if let (Some(host), Some(port)) = (s.labels.get("neighbor_host"), s.labels.get("neighbor_port")) {
+        if let (Some(host), Some(port)) =
+            (s.labels.get("neighbor_host"), s.labels.get("neighbor_port"))
+        {
             if !host.is_empty() {
                 neighbor_of
                     .entry(key(&s.labels, &SWITCH_DETAIL_LABELS))
@@ -470,7 +496,9 @@ fn switch_rows(
                 },
             };
         let marked = sum(&marks, &k);
-        let sent_packets = sum(&transmitted, &k);
+        // The queues' own count where the profile reads one, else the port's (ifHCOutUcastPkts):
+        // the marks are summed over the port's queues either way.
+        let sent_packets = sum(&transmitted, &k).or_else(|| single(&tx_unicast, &k));
         let marked_per_packet = match (marked, sent_packets) {
             (Some(m), Some(t)) if t > 0.0 => Some(m / t),
             _ => None,
@@ -523,7 +551,7 @@ fn switch_rows(
             notes.push("line rate assumed to be the fastest NIC's (no LLDP neighbour with a known rate): give --line-rate if this port is faster or slower".into());
         }
         if marked.is_some() && sent_packets.is_none() {
-            notes.push("no transmitted-packet counter for its queues: ECN marks cannot be put per packet, so the verdict lacks its ECN half".into());
+            notes.push("no transmitted-packet counter for the port or its queues: ECN marks cannot be put per packet, so the verdict lacks its ECN half".into());
         }
         rows.push(SwitchRow {
             labels: k,
@@ -543,7 +571,10 @@ mod tests {
     use crate::diag::ecn_tune::classify::Class;
 
     /// Answers from a table of (metric in the expression, samples).
-    struct Table(Vec<(&'static str, Vec<Sample>)>, std::cell::RefCell<Vec<String>>);
+    struct Table(
+        Vec<(&'static str, Vec<Sample>)>,
+        std::cell::RefCell<Vec<String>>,
+    );
 
     impl Source for Table {
         fn query(&self, expr: &str, _time: f64) -> Result<Vec<Sample>, QueryError> {
@@ -551,7 +582,9 @@ mod tests {
             Ok(self
                 .0
                 .iter()
-                .filter(|(m, _)| expr.contains(&format!("({m}{{")) || expr.contains(&format!("({m}[")))
+                .filter(|(m, _)| {
+                    expr.contains(&format!("({m}{{")) || expr.contains(&format!("({m}["))
+                })
                 .flat_map(|(_, s)| s.clone())
                 .collect())
         }
@@ -559,7 +592,10 @@ mod tests {
 
     fn s(labels: &[(&str, &str)], value: f64) -> Sample {
         Sample {
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             value: Some(value),
         }
     }
@@ -588,11 +624,24 @@ mod tests {
     /// A NIC paused by its switch with no CNPs, and the leaf port facing it, joined by LLDP.
     fn too_high_fabric() -> Table {
         let pfc = vec![
-            s(&with(&[("priority", "3"), ("direction", "rx"), ("netdev", "eth2")]), 0.15),
-            s(&with(&[("priority", "0"), ("direction", "rx"), ("netdev", "eth2")]), 0.0),
-            s(&with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]), 0.0),
+            s(
+                &with(&[("priority", "3"), ("direction", "rx"), ("netdev", "eth2")]),
+                0.15,
+            ),
+            s(
+                &with(&[("priority", "0"), ("direction", "rx"), ("netdev", "eth2")]),
+                0.0,
+            ),
+            s(
+                &with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]),
+                0.0,
+            ),
         ];
-        let leaf = [("cluster", "a"), ("switch", "leaf1"), ("port", "Ethernet1/1")];
+        let leaf = [
+            ("cluster", "a"),
+            ("switch", "leaf1"),
+            ("port", "Ethernet1/1"),
+        ];
         let leaf_with = |extra: &[(&'static str, &'static str)]| {
             let mut v = leaf.to_vec();
             v.extend_from_slice(extra);
@@ -602,27 +651,48 @@ mod tests {
             vec![
                 ("rdma:nic_pfc_paused_ratio:rate1m", pfc),
                 ("rdma:nic_tx_utilization:ratio_rate1m", vec![s(&NIC, 0.7)]),
-                ("rdma:nic_cnp_handled_per_packet:ratio_rate5m", vec![s(&NIC, 5e-8)]),
-                ("rdma:nic_cnp_sent_per_packet:ratio_rate5m", vec![s(&NIC, 5e-8)]),
+                (
+                    "rdma:nic_cnp_handled_per_packet:ratio_rate5m",
+                    vec![s(&NIC, 5e-8)],
+                ),
+                (
+                    "rdma:nic_cnp_sent_per_packet:ratio_rate5m",
+                    vec![s(&NIC, 5e-8)],
+                ),
                 ("rdma:nic_ecn_marked_per_second:rate5m", vec![s(&NIC, 1.0)]),
                 ("rdma:nic_cnp_sent_per_second:rate5m", vec![s(&NIC, 0.5)]),
                 ("rdma:nic_cnp_ignored_per_second:rate5m", vec![s(&NIC, 0.0)]),
                 ("rdma_port_rate_bytes_per_second", vec![s(&NIC, 5e10)]),
-                ("rdma_port_info", vec![s(&with(&[("netdev", "eth2"), ("fw_ver", "28.1")]), 1.0)]),
+                (
+                    "rdma_port_info",
+                    vec![s(&with(&[("netdev", "eth2"), ("fw_ver", "28.1")]), 1.0)],
+                ),
                 (
                     "rdma:switch_port_pfc_frames_per_second:rate1m",
                     vec![
-                        s(&leaf_with(&[("priority", "3"), ("direction", "tx")]), 3571.0),
+                        s(
+                            &leaf_with(&[("priority", "3"), ("direction", "tx")]),
+                            3571.0,
+                        ),
                         s(&leaf_with(&[("priority", "3"), ("direction", "rx")]), 0.0),
                     ],
                 ),
-                ("rdma_switch_queue_ecn_marked_packets_total", vec![s(&leaf_with(&[("queue", "3")]), 1.0)]),
+                (
+                    "rdma_switch_queue_ecn_marked_packets_total",
+                    vec![s(&leaf_with(&[("queue", "3")]), 1.0)],
+                ),
                 (
                     "rdma_switch_queue_transmitted_packets_total",
                     vec![s(&leaf_with(&[("queue", "3")]), 8.4e6)],
                 ),
-                ("rdma_switch_port_received_bytes_total", vec![s(&leaf, 3.5e10)]),
-                ("rdma_switch_port_transmitted_bytes_total", vec![s(&leaf, 3.5e10)]),
+                (
+                    "rdma_switch_port_received_bytes_total",
+                    vec![s(&leaf, 3.5e10)],
+                ),
+                (
+                    "rdma_switch_port_transmitted_bytes_total",
+                    vec![s(&leaf, 3.5e10)],
+                ),
                 (
                     "rdma_switch_port_neighbor_info",
                     vec![s(
@@ -661,12 +731,24 @@ mod tests {
         assert_eq!(port.evidence.line_rate_source, Some("neighbour"));
         let paused = port.evidence.paused_ratio_estimate.unwrap();
         assert!((paused - 0.15).abs() < 0.01, "{paused}");
-        assert_eq!(port.verdict.class, Class::TooHigh, "{}", port.verdict.reason);
+        assert_eq!(
+            port.verdict.class,
+            Class::TooHigh,
+            "{}",
+            port.verdict.reason
+        );
 
         // Every query carries the selector and the window, evaluated at its end.
         let asked = table.1.borrow();
-        assert!(asked.iter().all(|q| q.contains("cluster=\"a\"") && q.contains("[600s]")), "{asked:#?}");
-        assert!(asked.contains(&"avg_over_time(rdma:nic_pfc_paused_ratio:rate1m{cluster=\"a\"}[600s])".to_string()));
+        assert!(
+            asked
+                .iter()
+                .all(|q| q.contains("cluster=\"a\"") && q.contains("[600s]")),
+            "{asked:#?}"
+        );
+        assert!(asked.contains(
+            &"avg_over_time(rdma:nic_pfc_paused_ratio:rate1m{cluster=\"a\"}[600s])".to_string()
+        ));
     }
 
     #[test]
@@ -677,12 +759,19 @@ mod tests {
                 *samples = vec![s(&NIC, 120.0)];
             }
             if *metric == "rdma:nic_pfc_paused_ratio:rate1m" {
-                samples.push(s(&with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]), 0.97));
+                samples.push(s(
+                    &with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]),
+                    0.97,
+                ));
                 samples.retain(|x| !(x.labels["direction"] == "tx" && x.value == Some(0.0)));
             }
         }
         let w = window();
-        let ask = Ask { window: &w, matchers: "", line_rate_gbps: None };
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
         let e = gather(&table, &ask).unwrap();
         let notes = e.nics[0].notes.join("\n");
         assert!(notes.contains("RdmaEcnNotEnabled"), "{notes}");
@@ -693,25 +782,72 @@ mod tests {
     #[test]
     fn a_switch_port_without_a_known_neighbour_falls_back_on_the_line_rate_given() {
         let mut table = too_high_fabric();
-        table.0.retain(|(m, _)| *m != "rdma_switch_port_neighbor_info");
+        table
+            .0
+            .retain(|(m, _)| *m != "rdma_switch_port_neighbor_info");
         let w = window();
-        let ask = Ask { window: &w, matchers: "", line_rate_gbps: Some(100.0) };
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: Some(100.0),
+        };
         let e = gather(&table, &ask).unwrap();
         let port = &e.switch_ports[0];
         assert_eq!(port.evidence.line_rate_source, Some("--line-rate"));
         assert_eq!(port.neighbor, None);
         // 3571 frames/s at 100G is most of the time paused.
         assert!(port.evidence.paused_ratio_estimate.unwrap() > 0.5);
-        let ask = Ask { window: &w, matchers: "", line_rate_gbps: None };
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
         let e = gather(&table, &ask).unwrap();
-        assert_eq!(e.switch_ports[0].evidence.line_rate_source, Some("fastest NIC"));
+        assert_eq!(
+            e.switch_ports[0].evidence.line_rate_source,
+            Some("fastest NIC")
+        );
+    }
+
+    #[test]
+    fn marks_per_packet_fall_back_on_the_ports_unicast_count() {
+        let mut table = too_high_fabric();
+        table
+            .0
+            .retain(|(m, _)| *m != "rdma_switch_queue_transmitted_packets_total");
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(e.switch_ports[0].evidence.ecn_marked_per_packet, None);
+        assert_ne!(e.switch_ports[0].verdict.class, Class::TooHigh);
+        let leaf = [
+            ("cluster", "a"),
+            ("switch", "leaf1"),
+            ("port", "Ethernet1/1"),
+        ];
+        table.0.push((
+            "rdma_switch_port_transmitted_unicast_packets_total",
+            vec![s(&leaf, 8.4e6)],
+        ));
+        let e = gather(&table, &ask).unwrap();
+        let per_packet = e.switch_ports[0].evidence.ecn_marked_per_packet.unwrap();
+        assert!((per_packet - 1.0 / 8.4e6).abs() < 1e-12, "{per_packet}");
+        assert_eq!(e.switch_ports[0].verdict.class, Class::TooHigh);
     }
 
     #[test]
     fn nothing_in_prometheus_is_no_rows() {
         let table = Table(vec![], Default::default());
         let w = window();
-        let ask = Ask { window: &w, matchers: "", line_rate_gbps: None };
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
         let e = gather(&table, &ask).unwrap();
         assert!(e.nics.is_empty() && e.switch_ports.is_empty());
     }
@@ -723,7 +859,10 @@ mod tests {
         assert_eq!(user_matchers("").unwrap(), "");
         assert!(user_matchers("{a=\"b\"}{c=\"d\"}").is_err());
         assert!(user_matchers("cluster").is_err());
-        assert_eq!(selector("direction=\"rx\"", "cluster=\"a\""), "{direction=\"rx\",cluster=\"a\"}");
+        assert_eq!(
+            selector("direction=\"rx\"", "cluster=\"a\""),
+            "{direction=\"rx\",cluster=\"a\"}"
+        );
         assert_eq!(selector("", ""), "");
     }
 }

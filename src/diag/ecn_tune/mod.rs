@@ -96,7 +96,7 @@ fn positive(text: &str) -> Result<f64, String> {
 
 fn non_negative(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v < 1e6 => Ok(v),
+        Ok(v) if (0.0..1e6).contains(&v) => Ok(v),
         _ => Err(format!("{text:?} is not a length in metres")),
     }
 }

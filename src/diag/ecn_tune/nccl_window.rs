@@ -95,7 +95,7 @@ pub fn span(name: &str, text: &str) -> Result<(String, String), NcclWindowError>
     }
     // Rows are written in order; a clock step backwards mid-run still gives a usable span.
     let mut sorted = stamps;
-    sorted.sort_by(|a, b| civil_key(a).cmp(&civil_key(b)));
+    sorted.sort_by_key(|a| civil_key(a));
     Ok((sorted[0].clone(), sorted[sorted.len() - 1].clone()))
 }
 
@@ -208,10 +208,14 @@ mod tests {
 
     #[test]
     fn rank_tags_and_leading_timestamps_are_rows_too() {
-        let text = "[1,0]<stdout>:  2025-10-14 12:00:00   17179869184  4294967296  float  none  -1  1.0\n\
+        let text =
+            "[1,0]<stdout>:  2025-10-14 12:00:00   17179869184  4294967296  float  none  -1  1.0\n\
                     2025-10-14 12:05:00   17179869184  4294967296  float  none  -1  1.0\n";
         let (first, last) = span("t", text).unwrap();
-        assert_eq!((first.as_str(), last.as_str()), ("2025-10-14 12:00:00", "2025-10-14 12:05:00"));
+        assert_eq!(
+            (first.as_str(), last.as_str()),
+            ("2025-10-14 12:00:00", "2025-10-14 12:05:00")
+        );
     }
 
     #[test]
@@ -229,10 +233,19 @@ mod tests {
     fn json_reports_give_start_and_end_time() {
         let json = r#"{"version":3,"start_time":"2025-10-14 12:00:00","args":["all_reduce_perf"],"end_time":"2025-10-14 12:30:00"}"#;
         let (first, last) = span("r.json", json).unwrap();
-        assert_eq!((first.as_str(), last.as_str()), ("2025-10-14 12:00:00", "2025-10-14 12:30:00"));
+        assert_eq!(
+            (first.as_str(), last.as_str()),
+            ("2025-10-14 12:00:00", "2025-10-14 12:30:00")
+        );
         let bad = r#"{"start_time": 5}"#;
-        assert!(matches!(span("r.json", bad), Err(NcclWindowError::Json { .. })));
-        assert!(matches!(span("r.json", "{not json"), Err(NcclWindowError::Json { .. })));
+        assert!(matches!(
+            span("r.json", bad),
+            Err(NcclWindowError::Json { .. })
+        ));
+        assert!(matches!(
+            span("r.json", "{not json"),
+            Err(NcclWindowError::Json { .. })
+        ));
     }
 
     #[test]
@@ -246,9 +259,15 @@ mod tests {
     #[test]
     fn stamps_are_found_only_whole() {
         assert_eq!(find_stamp("12025-10-14 12:00:00"), None);
-        assert_eq!(find_stamp("x 2025-10-14 12:00:00"), Some("2025-10-14 12:00:00"));
+        assert_eq!(
+            find_stamp("x 2025-10-14 12:00:00"),
+            Some("2025-10-14 12:00:00")
+        );
         assert_eq!(find_stamp("2025-13-14 12:00:00"), None);
         assert_eq!(find_stamp("2025-10-14"), None);
-        assert_eq!(find_stamp("é2025-10-14 12:00:00"), Some("2025-10-14 12:00:00"));
+        assert_eq!(
+            find_stamp("é2025-10-14 12:00:00"),
+            Some("2025-10-14 12:00:00")
+        );
     }
 }

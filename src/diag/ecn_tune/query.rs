@@ -245,13 +245,15 @@ impl Client {
             url: self.endpoint.display.clone(),
             message,
         };
-        let stream = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake::<_, String>(hyper_util::rt::TokioIo::new(stream))
+        let stream =
+            tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, String>(
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
         let driver = tokio::spawn(async move {
             // Its error shows as the request's error below.
             let _ = connection.await;
@@ -261,7 +263,11 @@ impl Client {
             .header(hyper::header::ACCEPT, "application/json")
             .header(
                 hyper::header::USER_AGENT,
-                concat!("rdma-fabric-exporter/", env!("CARGO_PKG_VERSION"), " ecn-tune"),
+                concat!(
+                    "rdma-fabric-exporter/",
+                    env!("CARGO_PKG_VERSION"),
+                    " ecn-tune"
+                ),
             );
         if let Some(authorization) = &self.endpoint.authorization {
             request = request.header(hyper::header::AUTHORIZATION, authorization);
@@ -394,12 +400,18 @@ mod tests {
     #[test]
     fn urls() {
         let e = Endpoint::parse("http://prometheus:9090").unwrap();
-        assert_eq!((e.host.as_str(), e.port, e.prefix.as_str()), ("prometheus", 9090, ""));
+        assert_eq!(
+            (e.host.as_str(), e.port, e.prefix.as_str()),
+            ("prometheus", 9090, "")
+        );
         assert_eq!(e.display, "http://prometheus:9090");
         let e = Endpoint::parse("http://10.0.0.1/prom/").unwrap();
         assert_eq!((e.port, e.prefix.as_str()), (80, "/prom"));
         let e = Endpoint::parse("http://[::1]:9090").unwrap();
-        assert_eq!((e.host.as_str(), e.host_header()), ("::1", "[::1]:9090".to_string()));
+        assert_eq!(
+            (e.host.as_str(), e.host_header()),
+            ("::1", "[::1]:9090".to_string())
+        );
         for bad in [
             "prometheus:9090",
             "https://p:9090",
@@ -420,9 +432,18 @@ mod tests {
         assert_eq!(e.display, "http://prom:9090");
         assert_eq!(
             e.authorization.as_deref(),
-            Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("ops:s3cr@t")).as_str())
+            Some(
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode("ops:s3cr@t")
+                )
+                .as_str()
+            )
         );
-        assert!(!format!("{e:?}").contains("s3cr"), "Debug leaks nothing either: only the base64");
+        assert!(
+            !format!("{e:?}").contains("s3cr"),
+            "Debug leaks nothing either: only the base64"
+        );
     }
 
     #[test]
@@ -453,7 +474,10 @@ mod tests {
         match decode_vector(body, 400) {
             Err(Failure::Api { status, message }) => {
                 assert_eq!(status, 400);
-                assert!(message.starts_with("bad_data: invalid parameter"), "{message}");
+                assert!(
+                    message.starts_with("bad_data: invalid parameter"),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -469,10 +493,18 @@ mod tests {
             })
         );
         let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"2"]}}"#;
-        assert!(matches!(decode_vector(scalar, 200), Err(Failure::Shape(m)) if m.contains("scalar")));
+        assert!(
+            matches!(decode_vector(scalar, 200), Err(Failure::Shape(m)) if m.contains("scalar"))
+        );
         let bad_value = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}"#;
-        assert!(matches!(decode_vector(bad_value, 200), Err(Failure::Shape(_))));
+        assert!(matches!(
+            decode_vector(bad_value, 200),
+            Err(Failure::Shape(_))
+        ));
         let no_pair = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1]}]}}"#;
-        assert!(matches!(decode_vector(no_pair, 200), Err(Failure::Shape(_))));
+        assert!(matches!(
+            decode_vector(no_pair, 200),
+            Err(Failure::Shape(_))
+        ));
     }
 }

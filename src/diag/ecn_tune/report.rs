@@ -123,7 +123,10 @@ pub fn summary(
         m
     };
     BTreeMap::from([
-        ("nics", count(nics.iter().map(|n| n.verdict.class).collect())),
+        (
+            "nics",
+            count(nics.iter().map(|n| n.verdict.class).collect()),
+        ),
         (
             "switch_ports",
             count(switch_ports.iter().map(|p| p.verdict.class).collect()),
@@ -161,7 +164,11 @@ fn num(v: Option<f64>) -> String {
 
 fn nic_block(out: &mut String, n: &NicRow) {
     let e = &n.evidence;
-    let netdev = n.netdev.as_ref().map(|d| format!(" ({d})")).unwrap_or_default();
+    let netdev = n
+        .netdev
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
     let _ = writeln!(out, "  {:<8}  {}{netdev}", label(n.verdict.class), n.name());
     let _ = writeln!(out, "            {}", n.verdict.reason);
     let priority = e
@@ -207,7 +214,12 @@ fn switch_block(out: &mut String, p: &SwitchRow) {
         .as_ref()
         .map(|n| format!(" -> {n}"))
         .unwrap_or_default();
-    let _ = writeln!(out, "  {:<8}  {}{neighbor}", label(p.verdict.class), p.name());
+    let _ = writeln!(
+        out,
+        "  {:<8}  {}{neighbor}",
+        label(p.verdict.class),
+        p.name()
+    );
     let _ = writeln!(out, "            {}", p.verdict.reason);
     let rate = match (e.line_rate_gbps, e.line_rate_source) {
         (Some(g), Some(source)) => format!("{g:.0} Gb/s ({source})"),
@@ -247,7 +259,11 @@ fn counts(m: Option<&BTreeMap<&'static str, usize>>) -> String {
 }
 
 fn kb(bytes: f64) -> String {
-    format!("{:.0} KB", bytes / 1000.0)
+    if bytes.abs() >= 1e7 {
+        format!("{:.1} MB", bytes / 1e6)
+    } else {
+        format!("{:.0} KB", bytes / 1e3)
+    }
 }
 
 pub fn text(r: &Report) -> String {
@@ -323,5 +339,5 @@ pub fn text(r: &Report) -> String {
     if r.prometheus.is_some() {
         let _ = writeln!(out, "\n{verdict}");
     }
-    out
+    out.trim_start().to_string()
 }

@@ -162,13 +162,17 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(format!("{text:?}: unit must be B, KB, MB, GB, KiB, MiB or GiB")),
+        _ => {
+            return Err(format!(
+                "{text:?}: unit must be B, KB, MB, GB, KiB, MiB or GiB"
+            ))
+        }
     };
     let value: f64 = number
         .parse()
         .map_err(|_| format!("{text:?} is not a size (e.g. 64MB, 32MiB)"))?;
     let bytes = value * factor;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1e15) {
+    if !(1.0..1e15).contains(&bytes) {
         return Err(format!("{text:?} is not a plausible switch buffer size"));
     }
     Ok(bytes as u64)
@@ -207,7 +211,11 @@ mod tests {
         assert_eq!(s.bound_by, "buffer");
         assert!((s.share_bytes - 1_000_000.0).abs() < 1e-6);
         // headroom: 2 x 4200 + 50e9 B/s x (1 µs + 1 µs) = 108 400 bytes.
-        assert!((s.headroom_bytes - 108_400.0).abs() < 1e-6, "{}", s.headroom_bytes);
+        assert!(
+            (s.headroom_bytes - 108_400.0).abs() < 1e-6,
+            "{}",
+            s.headroom_bytes
+        );
         assert!((s.kmax_bytes - s.xoff_bytes).abs() < 1e-6);
         assert!((s.kmin_bytes - s.kmax_bytes / 4.0).abs() < 1e-6);
         assert!(s.kmax_bytes < KMAX_BYTES_PER_GBPS * 400.0);
@@ -231,14 +239,21 @@ mod tests {
         let s = suggest(inputs(1_000_000, 64, 400.0)).unwrap();
         assert!(s.xoff_bytes < 0.0);
         assert_eq!(s.kmax_bytes, 0.0);
-        assert!(s.warnings[0].contains("cannot hold the PFC headroom"), "{:?}", s.warnings);
+        assert!(
+            s.warnings[0].contains("cannot hold the PFC headroom"),
+            "{:?}",
+            s.warnings
+        );
     }
 
     #[test]
     fn bad_inputs() {
         assert_eq!(suggest(inputs(1, 0, 100.0)), Err(ThresholdError::NoPorts));
         assert_eq!(suggest(inputs(1, 1, 0.0)), Err(ThresholdError::LineRate));
-        assert_eq!(suggest(inputs(1, 1, f64::NAN)), Err(ThresholdError::LineRate));
+        assert_eq!(
+            suggest(inputs(1, 1, f64::NAN)),
+            Err(ThresholdError::LineRate)
+        );
         assert_eq!(
             suggest(Inputs {
                 lossless_priorities: 9,

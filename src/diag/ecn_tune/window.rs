@@ -262,7 +262,10 @@ mod tests {
             1_435_781_451.0
         );
         assert_eq!(parse_time("--end", "1435781451").unwrap(), 1_435_781_451.0);
-        assert_eq!(parse_time("--end", "1435781451.5").unwrap(), 1_435_781_451.5);
+        assert_eq!(
+            parse_time("--end", "1435781451.5").unwrap(),
+            1_435_781_451.5
+        );
         assert_eq!(parse_time("--end", "1970-01-01T00:00:00Z").unwrap(), 0.0);
         assert_eq!(
             parse_time("--end", "2024-02-29T00:00:00Z").unwrap(),
@@ -293,7 +296,13 @@ mod tests {
 
     #[test]
     fn rfc3339_round_trips() {
-        for unix in [0.0, 951_782_400.0, 1_435_781_451.0, 1_760_443_200.0, 4_102_444_800.0] {
+        for unix in [
+            0.0,
+            951_782_400.0,
+            1_435_781_451.0,
+            1_760_443_200.0,
+            4_102_444_800.0,
+        ] {
             assert_eq!(parse_rfc3339(&rfc3339(unix)).unwrap(), unix);
         }
         assert_eq!(rfc3339(1_435_781_451.781), "2015-07-01T20:10:51Z");
