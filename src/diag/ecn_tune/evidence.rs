@@ -265,7 +265,8 @@ fn most_paused(avg: &ByKey, max: &ByKey, key: &Labels, direction: &str) -> (Stat
                 avg: Some(v),
                 max: peak,
             },
-            priority.filter(|p| !p.is_empty()),
+            // A priority is named only when it was paused at all.
+            priority.filter(|p| !p.is_empty() && v > 0.0),
         ),
         None => (
             Stat {
@@ -837,6 +838,29 @@ mod tests {
         let per_packet = e.switch_ports[0].evidence.ecn_marked_per_packet.unwrap();
         assert!((per_packet - 1.0 / 8.4e6).abs() < 1e-12, "{per_packet}");
         assert_eq!(e.switch_ports[0].verdict.class, Class::TooHigh);
+    }
+
+    #[test]
+    fn no_priority_is_named_where_none_was_paused() {
+        let mut table = too_high_fabric();
+        for (metric, samples) in table.0.iter_mut() {
+            if metric.contains("pfc") {
+                for sample in samples.iter_mut() {
+                    sample.value = Some(0.0);
+                }
+            }
+        }
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(e.nics[0].evidence.pfc_rx_priority, None);
+        assert_eq!(e.nics[0].evidence.pfc_rx_paused_ratio.avg, Some(0.0));
+        assert_eq!(e.switch_ports[0].evidence.pfc_priority, None);
+        assert_eq!(e.switch_ports[0].name(), "a/leaf1 Ethernet1/1");
     }
 
     #[test]
