@@ -282,11 +282,23 @@ fn a_prometheus_without_the_series_says_which_are_missing_and_why() {
             demo.address
         ),
     );
-    wait_for(
+    let nics = wait_for(
         &address,
         "rdma_port_xmit_data_bytes_total",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         |v| v.len() == NICS,
+    );
+    assert_eq!(nics.len(), NICS, "the demo's NICs were not scraped");
+    // The switches' raw counters have rates too: they alone must not pass for the rules.
+    let switch = wait_for(
+        &address,
+        "rate(rdma_switch_queue_ecn_marked_packets_total[1m])",
+        Duration::from_secs(120),
+        |v| !v.is_empty(),
+    );
+    assert!(
+        !switch.is_empty(),
+        "the demo's switches were not scraped twice"
     );
     let run = ecn_tune(
         &["--prometheus", &format!("http://{address}"), "--last", "1m"],

@@ -175,6 +175,10 @@ pub struct Evidence {
     pub notes: Vec<String>,
     /// The fastest NIC port rate seen, Gb/s.
     pub fastest_nic_gbps: Option<f64>,
+    /// Series of the recording rules found: none means the rules are not loaded (or nothing
+    /// matched), whatever raw counters there are.
+    #[serde(skip)]
+    pub rule_series: usize,
 }
 
 /// `{a="b",c=~"d"}` from fixed matchers and the user's selector.
@@ -388,7 +392,12 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
         .filter_map(|n| n.evidence.line_rate_gbps)
         .max_by(f64::total_cmp);
 
-    let switch_ports = switch_rows(&q, &nics, fastest_nic_gbps)?;
+    let (switch_ports, switch_rule_series) = switch_rows(&q, &nics, fastest_nic_gbps)?;
+    let rule_series = [&pfc_avg, &util_avg, &sent_pp, &handled_pp]
+        .iter()
+        .map(|m| m.values().map(Vec::len).sum::<usize>())
+        .sum::<usize>()
+        + switch_rule_series;
     let mut notes = Vec::new();
     let storm_sources: Vec<String> = nics
         .iter()
@@ -411,6 +420,7 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
         switch_ports,
         notes,
         fastest_nic_gbps,
+        rule_series,
     })
 }
 
@@ -448,7 +458,7 @@ fn switch_rows(
     q: &Queries,
     nics: &[NicRow],
     fastest_nic_gbps: Option<f64>,
-) -> Result<Vec<SwitchRow>, QueryError> {
+) -> Result<(Vec<SwitchRow>, usize), QueryError> {
     let sw = |template: &str| -> Result<ByKey, QueryError> {
         Ok(by_key(q.run(template)?, &SWITCH_DETAIL_LABELS))
     };
@@ -563,7 +573,8 @@ fn switch_rows(
             notes,
         });
     }
-    Ok(rows)
+    let rule_series = pfc_avg.values().map(Vec::len).sum();
+    Ok((rows, rule_series))
 }
 
 #[cfg(test)]
@@ -861,6 +872,23 @@ mod tests {
         assert_eq!(e.nics[0].evidence.pfc_rx_paused_ratio.avg, Some(0.0));
         assert_eq!(e.switch_ports[0].evidence.pfc_priority, None);
         assert_eq!(e.switch_ports[0].name(), "a/leaf1 Ethernet1/1");
+    }
+
+    #[test]
+    fn raw_counters_without_the_rules_are_counted_apart() {
+        let mut table = too_high_fabric();
+        table.0.retain(|(m, _)| !m.contains(':'));
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        // The switch's raw ECN counter still makes a row, but no rule answered.
+        assert_eq!(e.switch_ports.len(), 1);
+        assert_eq!(e.rule_series, 0);
+        assert!(gather(&too_high_fabric(), &ask).unwrap().rule_series > 0);
     }
 
     #[test]

@@ -194,7 +194,7 @@ pub fn report(args: &EcnTuneArgs) -> Result<report::Report, EcnTuneError> {
             line_rate_gbps: args.line_rate,
         };
         let gathered = evidence::gather(&client, &ask)?;
-        if gathered.nics.is_empty() && gathered.switch_ports.is_empty() {
+        if gathered.rule_series == 0 {
             return Err(no_series(&client, &w, &matchers, client.url()));
         }
         prometheus = Some(client.url().to_string());
