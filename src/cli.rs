@@ -41,6 +41,10 @@ pub enum Command {
     Doctor(crate::diag::doctor::DoctorArgs),
     /// Read NCCL_DEBUG=INFO logs: which network NCCL chose, GPUDirect RDMA, socket fallbacks.
     Nccl(crate::diag::nccl::NcclArgs),
+    /// The ECN tuning loop's reading half: from Prometheus over an nccl-tests run, whether each
+    /// NIC's and switch port's ECN threshold is too high, too low or healthy (exit 0 none
+    /// misconfigured, 1 misconfigured, 2 could not query).
+    EcnTune(crate::diag::ecn_tune::EcnTuneArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).

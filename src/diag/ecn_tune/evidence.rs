@@ -1,0 +1,920 @@
+//! The evidence for every NIC and switch port over the window, from the exporter's recording
+//! rules (`alerts/rdma-rules.yml`), and the signals the classifier reads from it.
+//!
+//! Every query is an instant query at the window's end over a range of the window's length:
+//! `avg_over_time(rule[W])` is the level the rule held through the run (what the verdict is
+//! judged on), `max_over_time(rule[W])` its peak (shown as evidence). A range query would fetch
+//! every step only to average it here. The 1-minute rules serve where they exist (PFC pause,
+//! utilization), so a window needs only a minute of history before it; the ECN and CNP rules are
+//! 5-minute ratios, and a ratio of two rates over the same window stays true while the window
+//! fills. Switch queues have no per-packet rule: their marks and transmitted packets are both
+//! `rate(...[W])`, one window for numerator and denominator.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::classify::{classify, Signals, Verdict};
+use super::query::{Labels, QueryError, Sample};
+use super::window::Window;
+
+/// Labels that describe a series of a port rather than name the port: dropped to key NICs.
+const NIC_DETAIL_LABELS: [&str; 9] = [
+    "__name__",
+    "priority",
+    "direction",
+    "netdev",
+    "link_layer",
+    "hca_type",
+    "fw_ver",
+    "board_id",
+    "node_guid",
+];
+/// The same for switch ports.
+const SWITCH_DETAIL_LABELS: [&str; 9] = [
+    "__name__",
+    "priority",
+    "direction",
+    "queue",
+    "neighbor_host",
+    "neighbor_port",
+    "neighbor_port_description",
+    "ifindex",
+    "alias",
+];
+/// A port sending PAUSE continuously refreshes it every half of the longest pause (65535
+/// quanta of 512 bit times): 2 x rate / (65535 x 512) frames per second when fully paused. Used
+/// to read a switch's PFC frame counts as a share of time paused.
+const QUANTA_BITS: f64 = 65_535.0 * 512.0;
+/// A NIC that pauses its switch port more than this share of the time is a storm source or a
+/// stuck receiver (the agent's storm rule uses 0.9; half is already no ECN question).
+const PAUSING_ITS_SWITCH: f64 = 0.5;
+/// Frames per second received from a neighbour that `RdmaSwitchPfcPauseSustained` pages on.
+const SWITCH_RX_PFC_SUSTAINED: f64 = 10_000.0;
+
+/// Something that answers instant queries (the Prometheus client, or a table in tests).
+pub trait Source {
+    fn query(&self, expr: &str, time: f64) -> Result<Vec<Sample>, QueryError>;
+}
+
+impl Source for super::query::Client {
+    fn query(&self, expr: &str, time: f64) -> Result<Vec<Sample>, QueryError> {
+        super::query::Client::query(self, expr, time)
+    }
+}
+
+/// Average and peak of a rule over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Stat {
+    pub avg: Option<f64>,
+    pub max: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NicEvidence {
+    /// Share of time paused by the switch (rx), on the most paused priority.
+    pub pfc_rx_paused_ratio: Stat,
+    pub pfc_rx_priority: Option<String>,
+    /// Share of time this NIC paused its switch port (tx).
+    pub pfc_tx_paused_ratio: Stat,
+    pub tx_utilization: Stat,
+    pub line_rate_gbps: Option<f64>,
+    pub ecn_marked_per_second: Option<f64>,
+    pub ecn_marked_per_packet: Option<f64>,
+    pub cnp_sent_per_second: Option<f64>,
+    pub cnp_sent_per_packet: Option<f64>,
+    pub cnp_handled_per_second: Option<f64>,
+    pub cnp_handled_per_packet: Option<f64>,
+    pub cnp_ignored_per_second: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NicRow {
+    /// The labels that name the port (cluster, instance, job, device, port, ...).
+    pub labels: Labels,
+    pub netdev: Option<String>,
+    pub evidence: NicEvidence,
+    pub signals: Signals,
+    pub verdict: Verdict,
+    pub notes: Vec<String>,
+}
+
+impl NicRow {
+    pub fn name(&self) -> String {
+        let get = |k: &str| self.labels.get(k).map(String::as_str).unwrap_or("?");
+        let cluster = self
+            .labels
+            .get("cluster")
+            .map(|c| format!("{c}/"))
+            .unwrap_or_default();
+        format!(
+            "{cluster}{} {} port {}",
+            get("instance"),
+            get("device"),
+            get("port")
+        )
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SwitchEvidence {
+    /// PFC frames the switch sent to its neighbour (it paused the neighbour), most paused
+    /// priority.
+    pub pfc_frames_sent_per_second: Stat,
+    pub pfc_priority: Option<String>,
+    /// PFC frames the neighbour sent the switch.
+    pub pfc_frames_received_per_second: Stat,
+    pub ecn_marked_per_second: Option<f64>,
+    pub transmitted_packets_per_second: Option<f64>,
+    pub ecn_marked_per_packet: Option<f64>,
+    pub received_bytes_per_second: Option<f64>,
+    pub transmitted_bytes_per_second: Option<f64>,
+    pub line_rate_gbps: Option<f64>,
+    /// Where the line rate came from: `neighbour` (the LLDP neighbour NIC's port rate),
+    /// `--line-rate`, or `fastest NIC` in the selection.
+    pub line_rate_source: Option<&'static str>,
+    /// PFC frames sent read as a share of time paused at that line rate.
+    pub paused_ratio_estimate: Option<f64>,
+    pub utilization: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SwitchRow {
+    pub labels: Labels,
+    /// `host netdev` from LLDP, when the switch reports it.
+    pub neighbor: Option<String>,
+    pub evidence: SwitchEvidence,
+    pub signals: Signals,
+    pub verdict: Verdict,
+    pub notes: Vec<String>,
+}
+
+impl SwitchRow {
+    pub fn name(&self) -> String {
+        let get = |k: &str| self.labels.get(k).map(String::as_str).unwrap_or("?");
+        let cluster = self
+            .labels
+            .get("cluster")
+            .map(|c| format!("{c}/"))
+            .unwrap_or_default();
+        let priority = self
+            .evidence
+            .pfc_priority
+            .as_ref()
+            .map(|p| format!(" priority {p}"))
+            .unwrap_or_default();
+        format!("{cluster}{} {}{priority}", get("switch"), get("port"))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    pub nics: Vec<NicRow>,
+    pub switch_ports: Vec<SwitchRow>,
+    /// Notes about the whole run.
+    pub notes: Vec<String>,
+    /// The fastest NIC port rate seen, Gb/s.
+    pub fastest_nic_gbps: Option<f64>,
+    /// Series of the recording rules found: none means the rules are not loaded (or nothing
+    /// matched), whatever raw counters there are.
+    #[serde(skip)]
+    pub rule_series: usize,
+}
+
+/// `{a="b",c=~"d"}` from fixed matchers and the user's selector.
+pub fn selector(fixed: &str, user: &str) -> String {
+    let parts: Vec<&str> = [fixed, user]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+/// `--selector '{cluster="a"}'` or `cluster="a"`: the matchers, without braces.
+pub fn user_matchers(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let inner = t
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or(t)
+        .trim();
+    if inner.contains(['{', '}']) {
+        return Err(format!(
+            "--selector {text:?}: give label matchers only, e.g. '{{cluster=\"a\",instance=~\"gpu-.*\"}}'"
+        ));
+    }
+    if !inner.is_empty() && !inner.contains(['=', '!']) {
+        return Err(format!(
+            "--selector {text:?}: no matcher in it (label=\"value\", label=~\"regex\")"
+        ));
+    }
+    Ok(inner.trim_end_matches(',').to_string())
+}
+
+fn key(labels: &Labels, detail: &[&str]) -> Labels {
+    labels
+        .iter()
+        .filter(|(k, _)| !detail.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Series of one rule, keyed by port.
+type ByKey = BTreeMap<Labels, Vec<Sample>>;
+
+fn by_key(samples: Vec<Sample>, detail: &[&str]) -> ByKey {
+    let mut map = ByKey::new();
+    for s in samples {
+        map.entry(key(&s.labels, detail)).or_default().push(s);
+    }
+    map
+}
+
+/// One value per key: the first series' (there is one per port for these rules).
+fn single(map: &ByKey, key: &Labels) -> Option<f64> {
+    map.get(key).and_then(|v| v.iter().find_map(|s| s.value))
+}
+
+/// The sum over a key's series (switch queues of one port), `None` if none has a value.
+fn sum(map: &ByKey, key: &Labels) -> Option<f64> {
+    let values: Vec<f64> = map.get(key)?.iter().filter_map(|s| s.value).collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// The most paused priority in `direction`: its average, the highest peak, and its name.
+fn most_paused(avg: &ByKey, max: &ByKey, key: &Labels, direction: &str) -> (Stat, Option<String>) {
+    let in_direction =
+        |s: &&Sample| s.labels.get("direction").map(String::as_str) == Some(direction);
+    let best = avg.get(key).and_then(|series| {
+        series
+            .iter()
+            .filter(in_direction)
+            .filter_map(|s| s.value.map(|v| (v, s.labels.get("priority").cloned())))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    });
+    let peak = max.get(key).and_then(|series| {
+        series
+            .iter()
+            .filter(in_direction)
+            .filter_map(|s| s.value)
+            .max_by(f64::total_cmp)
+    });
+    match best {
+        Some((v, priority)) => (
+            Stat {
+                avg: Some(v),
+                max: peak,
+            },
+            // A priority is named only when it was paused at all.
+            priority.filter(|p| !p.is_empty() && v > 0.0),
+        ),
+        None => (
+            Stat {
+                avg: None,
+                max: peak,
+            },
+            None,
+        ),
+    }
+}
+
+/// What the run is asked about.
+pub struct Ask<'a> {
+    pub window: &'a Window,
+    /// User matchers, without braces.
+    pub matchers: &'a str,
+    /// `--line-rate`, Gb/s: for switch ports whose neighbour is unknown.
+    pub line_rate_gbps: Option<f64>,
+}
+
+struct Queries<'a> {
+    source: &'a dyn Source,
+    ask: &'a Ask<'a>,
+}
+
+impl Queries<'_> {
+    /// `template` is the query written out, `%S` where the selector goes and `%W` for the
+    /// window's length.
+    fn run(&self, template: &str) -> Result<Vec<Sample>, QueryError> {
+        let expr = template
+            .replace("%S", &selector("", self.ask.matchers))
+            .replace("%W", &self.ask.window.range());
+        self.source.query(&expr, self.ask.window.end)
+    }
+}
+
+/// Queries every rule the verdicts need and assembles a row per NIC and per switch port.
+pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
+    let q = Queries { source, ask };
+    let nic = |template: &str| -> Result<ByKey, QueryError> {
+        Ok(by_key(q.run(template)?, &NIC_DETAIL_LABELS))
+    };
+    let pfc_avg = nic("avg_over_time(rdma:nic_pfc_paused_ratio:rate1m%S[%W])")?;
+    let pfc_max = nic("max_over_time(rdma:nic_pfc_paused_ratio:rate1m%S[%W])")?;
+    let util_avg = nic("avg_over_time(rdma:nic_tx_utilization:ratio_rate1m%S[%W])")?;
+    let util_max = nic("max_over_time(rdma:nic_tx_utilization:ratio_rate1m%S[%W])")?;
+    let marks = nic("avg_over_time(rdma:nic_ecn_marked_per_second:rate5m%S[%W])")?;
+    let marks_pp = nic("avg_over_time(rdma:nic_ecn_marked_per_packet:ratio_rate5m%S[%W])")?;
+    let sent = nic("avg_over_time(rdma:nic_cnp_sent_per_second:rate5m%S[%W])")?;
+    let sent_pp = nic("avg_over_time(rdma:nic_cnp_sent_per_packet:ratio_rate5m%S[%W])")?;
+    let handled = nic("avg_over_time(rdma:nic_cnp_handled_per_second:rate5m%S[%W])")?;
+    let handled_pp = nic("avg_over_time(rdma:nic_cnp_handled_per_packet:ratio_rate5m%S[%W])")?;
+    let ignored = nic("avg_over_time(rdma:nic_cnp_ignored_per_second:rate5m%S[%W])")?;
+    let rate = nic("max_over_time(rdma_port_rate_bytes_per_second%S[%W])")?;
+    let info = q.run("max_over_time(rdma_port_info%S[%W])")?;
+
+    let mut netdevs: BTreeMap<Labels, String> = BTreeMap::new();
+    for s in &info {
+        if let Some(netdev) = s.labels.get("netdev").filter(|n| !n.is_empty()) {
+            netdevs
+                .entry(key(&s.labels, &NIC_DETAIL_LABELS))
+                .or_insert_with(|| netdev.clone());
+        }
+    }
+    for series in pfc_avg.values().flatten() {
+        if let Some(netdev) = series.labels.get("netdev").filter(|n| !n.is_empty()) {
+            netdevs
+                .entry(key(&series.labels, &NIC_DETAIL_LABELS))
+                .or_insert_with(|| netdev.clone());
+        }
+    }
+
+    let keys: std::collections::BTreeSet<Labels> = util_avg
+        .keys()
+        .chain(pfc_avg.keys())
+        .chain(sent_pp.keys())
+        .cloned()
+        .collect();
+    let mut nics = Vec::new();
+    for k in keys {
+        let (rx, rx_priority) = most_paused(&pfc_avg, &pfc_max, &k, "rx");
+        let (tx, _) = most_paused(&pfc_avg, &pfc_max, &k, "tx");
+        let evidence = NicEvidence {
+            pfc_rx_paused_ratio: rx,
+            pfc_rx_priority: rx_priority,
+            pfc_tx_paused_ratio: tx,
+            tx_utilization: Stat {
+                avg: single(&util_avg, &k),
+                max: single(&util_max, &k),
+            },
+            line_rate_gbps: single(&rate, &k).map(|bytes| bytes * 8.0 / 1e9),
+            ecn_marked_per_second: single(&marks, &k),
+            ecn_marked_per_packet: single(&marks_pp, &k),
+            cnp_sent_per_second: single(&sent, &k),
+            cnp_sent_per_packet: single(&sent_pp, &k),
+            cnp_handled_per_second: single(&handled, &k),
+            cnp_handled_per_packet: single(&handled_pp, &k),
+            cnp_ignored_per_second: single(&ignored, &k),
+        };
+        let signals = Signals {
+            paused: evidence.pfc_rx_paused_ratio.avg,
+            feedback_on_sent: evidence.cnp_handled_per_packet,
+            feedback_on_received: evidence.cnp_sent_per_packet,
+            utilization: evidence.tx_utilization.avg,
+        };
+        let verdict = classify(&signals);
+        let notes = nic_notes(&evidence);
+        nics.push(NicRow {
+            netdev: netdevs.get(&k).cloned(),
+            labels: k,
+            evidence,
+            signals,
+            verdict,
+            notes,
+        });
+    }
+    let fastest_nic_gbps = nics
+        .iter()
+        .filter_map(|n| n.evidence.line_rate_gbps)
+        .max_by(f64::total_cmp);
+
+    let (switch_ports, switch_rule_series) = switch_rows(&q, &nics, fastest_nic_gbps)?;
+    let rule_series = [&pfc_avg, &util_avg, &sent_pp, &handled_pp]
+        .iter()
+        .map(|m| m.values().map(Vec::len).sum::<usize>())
+        .sum::<usize>()
+        + switch_rule_series;
+    let mut notes = Vec::new();
+    let storm_sources: Vec<String> = nics
+        .iter()
+        .filter(|n| {
+            n.evidence
+                .pfc_tx_paused_ratio
+                .avg
+                .is_some_and(|p| p > PAUSING_ITS_SWITCH)
+        })
+        .map(NicRow::name)
+        .collect();
+    if !storm_sources.is_empty() {
+        notes.push(format!(
+            "{} pause their switch port most of the time: a PFC storm pauses the senders behind the same switch without CNPs, which looks like \"too high\"; deal with the storm first (RdmaPfcStormNic, RdmaPfcStormSource)",
+            storm_sources.join(", ")
+        ));
+    }
+    Ok(Evidence {
+        nics,
+        switch_ports,
+        notes,
+        fastest_nic_gbps,
+        rule_series,
+    })
+}
+
+fn nic_notes(e: &NicEvidence) -> Vec<String> {
+    let mut notes = Vec::new();
+    if e.cnp_ignored_per_second.is_some_and(|v| v > 0.0) {
+        notes.push(format!(
+            "ignores {:.1} CNPs/s (rp_cnp_ignored): DCQCN is off on this NIC (RdmaEcnNotEnabled); enable it before moving any threshold",
+            e.cnp_ignored_per_second.unwrap_or_default()
+        ));
+    }
+    if e.ecn_marked_per_second.is_some_and(|v| v > 0.0) && e.cnp_sent_per_second == Some(0.0) {
+        notes.push("receives ECN-marked packets but sends no CNP: its notification point is off (RdmaEcnMarkedNoCnp); enable it before moving any threshold".into());
+    }
+    if let Some(tx) = e
+        .pfc_tx_paused_ratio
+        .avg
+        .filter(|p| *p > PAUSING_ITS_SWITCH)
+    {
+        notes.push(format!(
+            "pauses its switch port {:.1} % of the time (tx): a stuck or slow receiver, not an ECN threshold (RdmaPfcStormNic)",
+            tx * 100.0
+        ));
+    }
+    if e.tx_utilization.avg.is_some()
+        && e.ecn_marked_per_second.is_none()
+        && e.cnp_sent_per_packet.is_none()
+    {
+        notes.push("no ECN or CNP counters for this NIC (rdma_hw_np_* / rp_*): its driver may not expose them".into());
+    }
+    notes
+}
+
+fn switch_rows(
+    q: &Queries,
+    nics: &[NicRow],
+    fastest_nic_gbps: Option<f64>,
+) -> Result<(Vec<SwitchRow>, usize), QueryError> {
+    let sw = |template: &str| -> Result<ByKey, QueryError> {
+        Ok(by_key(q.run(template)?, &SWITCH_DETAIL_LABELS))
+    };
+    let pfc_avg = sw("avg_over_time(rdma:switch_port_pfc_frames_per_second:rate1m%S[%W])")?;
+    let pfc_max = sw("max_over_time(rdma:switch_port_pfc_frames_per_second:rate1m%S[%W])")?;
+    let marks = sw("rate(rdma_switch_queue_ecn_marked_packets_total%S[%W])")?;
+    let transmitted = sw("rate(rdma_switch_queue_transmitted_packets_total%S[%W])")?;
+    let rx_bytes = sw("rate(rdma_switch_port_received_bytes_total%S[%W])")?;
+    let tx_bytes = sw("rate(rdma_switch_port_transmitted_bytes_total%S[%W])")?;
+    let tx_unicast = sw("rate(rdma_switch_port_transmitted_unicast_packets_total%S[%W])")?;
+    let neighbors = q.run("max_over_time(rdma_switch_port_neighbor_info%S[%W])")?;
+
+    let mut neighbor_of: BTreeMap<Labels, (String, String)> = BTreeMap::new();
+    for s in &neighbors {
+        if let (Some(host), Some(port)) =
+            (s.labels.get("neighbor_host"), s.labels.get("neighbor_port"))
+        {
+            if !host.is_empty() {
+                neighbor_of
+                    .entry(key(&s.labels, &SWITCH_DETAIL_LABELS))
+                    .or_insert_with(|| (host.clone(), port.clone()));
+            }
+        }
+    }
+    let keys: std::collections::BTreeSet<Labels> =
+        pfc_avg.keys().chain(marks.keys()).cloned().collect();
+    let mut rows = Vec::new();
+    for k in keys {
+        let (sent, priority) = most_paused(&pfc_avg, &pfc_max, &k, "tx");
+        let (received, _) = most_paused(&pfc_avg, &pfc_max, &k, "rx");
+        let neighbor = neighbor_of.get(&k);
+        let neighbor_nic = neighbor.and_then(|(host, netdev)| {
+            nics.iter().find(|n| {
+                n.labels.get("instance") == Some(host)
+                    && n.netdev.as_ref() == Some(netdev)
+                    && n.labels.get("cluster") == k.get("cluster")
+            })
+        });
+        let (line_rate_gbps, line_rate_source) =
+            match neighbor_nic.and_then(|n| n.evidence.line_rate_gbps) {
+                Some(rate) => (Some(rate), Some("neighbour")),
+                None => match (q.ask.line_rate_gbps, fastest_nic_gbps) {
+                    (Some(rate), _) => (Some(rate), Some("--line-rate")),
+                    (None, Some(rate)) => (Some(rate), Some("fastest NIC")),
+                    (None, None) => (None, None),
+                },
+            };
+        let marked = sum(&marks, &k);
+        // The queues' own count where the profile reads one, else the port's (ifHCOutUcastPkts):
+        // the marks are summed over the port's queues either way.
+        let sent_packets = sum(&transmitted, &k).or_else(|| single(&tx_unicast, &k));
+        let marked_per_packet = match (marked, sent_packets) {
+            (Some(m), Some(t)) if t > 0.0 => Some(m / t),
+            _ => None,
+        };
+        let rx = single(&rx_bytes, &k);
+        let tx = single(&tx_bytes, &k);
+        let rate_bytes = line_rate_gbps.map(|g| g * 1e9 / 8.0);
+        let utilization = match (rx, tx, rate_bytes) {
+            (Some(rx), Some(tx), Some(rate)) if rate > 0.0 => Some(rx.max(tx) / rate),
+            (Some(v), None, Some(rate)) | (None, Some(v), Some(rate)) if rate > 0.0 => {
+                Some(v / rate)
+            }
+            _ => None,
+        };
+        let paused_ratio_estimate = match (sent.avg, line_rate_gbps) {
+            (Some(frames), Some(gbps)) if gbps > 0.0 => {
+                Some((frames / (2.0 * gbps * 1e9 / QUANTA_BITS)).min(1.0))
+            }
+            _ => None,
+        };
+        let evidence = SwitchEvidence {
+            pfc_frames_sent_per_second: sent,
+            pfc_priority: priority,
+            pfc_frames_received_per_second: received,
+            ecn_marked_per_second: marked,
+            transmitted_packets_per_second: sent_packets,
+            ecn_marked_per_packet: marked_per_packet,
+            received_bytes_per_second: rx,
+            transmitted_bytes_per_second: tx,
+            line_rate_gbps,
+            line_rate_source,
+            paused_ratio_estimate,
+            utilization,
+        };
+        let signals = Signals {
+            paused: paused_ratio_estimate,
+            feedback_on_sent: marked_per_packet,
+            feedback_on_received: marked_per_packet,
+            utilization,
+        };
+        let verdict = classify(&signals);
+        let mut notes = Vec::new();
+        if received.avg.is_some_and(|f| f > SWITCH_RX_PFC_SUSTAINED) {
+            notes.push(format!(
+                "receives {:.0} PFC frames/s from its neighbour: the device behind it pauses the fabric (RdmaSwitchPfcPauseSustained), not an ECN threshold",
+                received.avg.unwrap_or_default()
+            ));
+        }
+        if line_rate_source == Some("fastest NIC") {
+            notes.push("line rate assumed to be the fastest NIC's (no LLDP neighbour with a known rate): give --line-rate if this port is faster or slower".into());
+        }
+        if marked.is_some() && sent_packets.is_none() {
+            notes.push("no transmitted-packet counter for the port or its queues: ECN marks cannot be put per packet, so the verdict lacks its ECN half".into());
+        }
+        rows.push(SwitchRow {
+            labels: k,
+            neighbor: neighbor.map(|(host, port)| format!("{host} {port}")),
+            evidence,
+            signals,
+            verdict,
+            notes,
+        });
+    }
+    let rule_series = pfc_avg.values().map(Vec::len).sum();
+    Ok((rows, rule_series))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::ecn_tune::classify::Class;
+
+    /// Answers from a table of (metric in the expression, samples).
+    struct Table(
+        Vec<(&'static str, Vec<Sample>)>,
+        std::cell::RefCell<Vec<String>>,
+    );
+
+    impl Source for Table {
+        fn query(&self, expr: &str, _time: f64) -> Result<Vec<Sample>, QueryError> {
+            self.1.borrow_mut().push(expr.to_string());
+            Ok(self
+                .0
+                .iter()
+                .filter(|(m, _)| {
+                    expr.contains(&format!("({m}{{")) || expr.contains(&format!("({m}["))
+                })
+                .flat_map(|(_, s)| s.clone())
+                .collect())
+        }
+    }
+
+    fn s(labels: &[(&str, &str)], value: f64) -> Sample {
+        Sample {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value: Some(value),
+        }
+    }
+
+    const NIC: [(&str, &str); 4] = [
+        ("cluster", "a"),
+        ("instance", "gpu-node-01"),
+        ("device", "mlx5_0"),
+        ("port", "1"),
+    ];
+
+    fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut v = NIC.to_vec();
+        v.extend_from_slice(extra);
+        v
+    }
+
+    fn window() -> Window {
+        Window {
+            start: 1000.0,
+            end: 1600.0,
+            source: "test".into(),
+        }
+    }
+
+    /// A NIC paused by its switch with no CNPs, and the leaf port facing it, joined by LLDP.
+    fn too_high_fabric() -> Table {
+        let pfc = vec![
+            s(
+                &with(&[("priority", "3"), ("direction", "rx"), ("netdev", "eth2")]),
+                0.15,
+            ),
+            s(
+                &with(&[("priority", "0"), ("direction", "rx"), ("netdev", "eth2")]),
+                0.0,
+            ),
+            s(
+                &with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]),
+                0.0,
+            ),
+        ];
+        let leaf = [
+            ("cluster", "a"),
+            ("switch", "leaf1"),
+            ("port", "Ethernet1/1"),
+        ];
+        let leaf_with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = leaf.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        Table(
+            vec![
+                ("rdma:nic_pfc_paused_ratio:rate1m", pfc),
+                ("rdma:nic_tx_utilization:ratio_rate1m", vec![s(&NIC, 0.7)]),
+                (
+                    "rdma:nic_cnp_handled_per_packet:ratio_rate5m",
+                    vec![s(&NIC, 5e-8)],
+                ),
+                (
+                    "rdma:nic_cnp_sent_per_packet:ratio_rate5m",
+                    vec![s(&NIC, 5e-8)],
+                ),
+                ("rdma:nic_ecn_marked_per_second:rate5m", vec![s(&NIC, 1.0)]),
+                ("rdma:nic_cnp_sent_per_second:rate5m", vec![s(&NIC, 0.5)]),
+                ("rdma:nic_cnp_ignored_per_second:rate5m", vec![s(&NIC, 0.0)]),
+                ("rdma_port_rate_bytes_per_second", vec![s(&NIC, 5e10)]),
+                (
+                    "rdma_port_info",
+                    vec![s(&with(&[("netdev", "eth2"), ("fw_ver", "28.1")]), 1.0)],
+                ),
+                (
+                    "rdma:switch_port_pfc_frames_per_second:rate1m",
+                    vec![
+                        s(
+                            &leaf_with(&[("priority", "3"), ("direction", "tx")]),
+                            3571.0,
+                        ),
+                        s(&leaf_with(&[("priority", "3"), ("direction", "rx")]), 0.0),
+                    ],
+                ),
+                (
+                    "rdma_switch_queue_ecn_marked_packets_total",
+                    vec![s(&leaf_with(&[("queue", "3")]), 1.0)],
+                ),
+                (
+                    "rdma_switch_queue_transmitted_packets_total",
+                    vec![s(&leaf_with(&[("queue", "3")]), 8.4e6)],
+                ),
+                (
+                    "rdma_switch_port_received_bytes_total",
+                    vec![s(&leaf, 3.5e10)],
+                ),
+                (
+                    "rdma_switch_port_transmitted_bytes_total",
+                    vec![s(&leaf, 3.5e10)],
+                ),
+                (
+                    "rdma_switch_port_neighbor_info",
+                    vec![s(
+                        &leaf_with(&[("neighbor_host", "gpu-node-01"), ("neighbor_port", "eth2")]),
+                        1.0,
+                    )],
+                ),
+            ],
+            Default::default(),
+        )
+    }
+
+    #[test]
+    fn rows_are_keyed_by_port_and_joined_through_lldp() {
+        let table = too_high_fabric();
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "cluster=\"a\"",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(e.nics.len(), 1, "{:#?}", e.nics);
+        let nic = &e.nics[0];
+        assert_eq!(nic.name(), "a/gpu-node-01 mlx5_0 port 1");
+        assert_eq!(nic.netdev.as_deref(), Some("eth2"));
+        assert_eq!(nic.evidence.pfc_rx_priority.as_deref(), Some("3"));
+        assert_eq!(nic.evidence.pfc_rx_paused_ratio.avg, Some(0.15));
+        assert_eq!(nic.evidence.line_rate_gbps, Some(400.0));
+        assert_eq!(nic.verdict.class, Class::TooHigh, "{}", nic.verdict.reason);
+
+        assert_eq!(e.switch_ports.len(), 1);
+        let port = &e.switch_ports[0];
+        assert_eq!(port.name(), "a/leaf1 Ethernet1/1 priority 3");
+        assert_eq!(port.neighbor.as_deref(), Some("gpu-node-01 eth2"));
+        assert_eq!(port.evidence.line_rate_source, Some("neighbour"));
+        let paused = port.evidence.paused_ratio_estimate.unwrap();
+        assert!((paused - 0.15).abs() < 0.01, "{paused}");
+        assert_eq!(
+            port.verdict.class,
+            Class::TooHigh,
+            "{}",
+            port.verdict.reason
+        );
+
+        // Every query carries the selector and the window, evaluated at its end.
+        let asked = table.1.borrow();
+        assert!(
+            asked
+                .iter()
+                .all(|q| q.contains("cluster=\"a\"") && q.contains("[600s]")),
+            "{asked:#?}"
+        );
+        assert!(asked.contains(
+            &"avg_over_time(rdma:nic_pfc_paused_ratio:rate1m{cluster=\"a\"}[600s])".to_string()
+        ));
+    }
+
+    #[test]
+    fn a_broken_chain_and_a_storm_are_noted() {
+        let mut table = too_high_fabric();
+        for (metric, samples) in table.0.iter_mut() {
+            if *metric == "rdma:nic_cnp_ignored_per_second:rate5m" {
+                *samples = vec![s(&NIC, 120.0)];
+            }
+            if *metric == "rdma:nic_pfc_paused_ratio:rate1m" {
+                samples.push(s(
+                    &with(&[("priority", "3"), ("direction", "tx"), ("netdev", "eth2")]),
+                    0.97,
+                ));
+                samples.retain(|x| !(x.labels["direction"] == "tx" && x.value == Some(0.0)));
+            }
+        }
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        let notes = e.nics[0].notes.join("\n");
+        assert!(notes.contains("RdmaEcnNotEnabled"), "{notes}");
+        assert!(notes.contains("RdmaPfcStormNic"), "{notes}");
+        assert!(e.notes[0].contains("PFC storm"), "{:?}", e.notes);
+    }
+
+    #[test]
+    fn a_switch_port_without_a_known_neighbour_falls_back_on_the_line_rate_given() {
+        let mut table = too_high_fabric();
+        table
+            .0
+            .retain(|(m, _)| *m != "rdma_switch_port_neighbor_info");
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: Some(100.0),
+        };
+        let e = gather(&table, &ask).unwrap();
+        let port = &e.switch_ports[0];
+        assert_eq!(port.evidence.line_rate_source, Some("--line-rate"));
+        assert_eq!(port.neighbor, None);
+        // 3571 frames/s at 100G is most of the time paused.
+        assert!(port.evidence.paused_ratio_estimate.unwrap() > 0.5);
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(
+            e.switch_ports[0].evidence.line_rate_source,
+            Some("fastest NIC")
+        );
+    }
+
+    #[test]
+    fn marks_per_packet_fall_back_on_the_ports_unicast_count() {
+        let mut table = too_high_fabric();
+        table
+            .0
+            .retain(|(m, _)| *m != "rdma_switch_queue_transmitted_packets_total");
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(e.switch_ports[0].evidence.ecn_marked_per_packet, None);
+        assert_ne!(e.switch_ports[0].verdict.class, Class::TooHigh);
+        let leaf = [
+            ("cluster", "a"),
+            ("switch", "leaf1"),
+            ("port", "Ethernet1/1"),
+        ];
+        table.0.push((
+            "rdma_switch_port_transmitted_unicast_packets_total",
+            vec![s(&leaf, 8.4e6)],
+        ));
+        let e = gather(&table, &ask).unwrap();
+        let per_packet = e.switch_ports[0].evidence.ecn_marked_per_packet.unwrap();
+        assert!((per_packet - 1.0 / 8.4e6).abs() < 1e-12, "{per_packet}");
+        assert_eq!(e.switch_ports[0].verdict.class, Class::TooHigh);
+    }
+
+    #[test]
+    fn no_priority_is_named_where_none_was_paused() {
+        let mut table = too_high_fabric();
+        for (metric, samples) in table.0.iter_mut() {
+            if metric.contains("pfc") {
+                for sample in samples.iter_mut() {
+                    sample.value = Some(0.0);
+                }
+            }
+        }
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert_eq!(e.nics[0].evidence.pfc_rx_priority, None);
+        assert_eq!(e.nics[0].evidence.pfc_rx_paused_ratio.avg, Some(0.0));
+        assert_eq!(e.switch_ports[0].evidence.pfc_priority, None);
+        assert_eq!(e.switch_ports[0].name(), "a/leaf1 Ethernet1/1");
+    }
+
+    #[test]
+    fn raw_counters_without_the_rules_are_counted_apart() {
+        let mut table = too_high_fabric();
+        table.0.retain(|(m, _)| !m.contains(':'));
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        // The switch's raw ECN counter still makes a row, but no rule answered.
+        assert_eq!(e.switch_ports.len(), 1);
+        assert_eq!(e.rule_series, 0);
+        assert!(gather(&too_high_fabric(), &ask).unwrap().rule_series > 0);
+    }
+
+    #[test]
+    fn nothing_in_prometheus_is_no_rows() {
+        let table = Table(vec![], Default::default());
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        let e = gather(&table, &ask).unwrap();
+        assert!(e.nics.is_empty() && e.switch_ports.is_empty());
+    }
+
+    #[test]
+    fn selectors() {
+        assert_eq!(user_matchers("{cluster=\"a\"}").unwrap(), "cluster=\"a\"");
+        assert_eq!(user_matchers(" cluster=\"a\", ").unwrap(), "cluster=\"a\"");
+        assert_eq!(user_matchers("").unwrap(), "");
+        assert!(user_matchers("{a=\"b\"}{c=\"d\"}").is_err());
+        assert!(user_matchers("cluster").is_err());
+        assert_eq!(
+            selector("direction=\"rx\"", "cluster=\"a\""),
+            "{direction=\"rx\",cluster=\"a\"}"
+        );
+        assert_eq!(selector("", ""), "");
+    }
+}
