@@ -41,6 +41,9 @@ pub enum Command {
     Doctor(crate::diag::doctor::DoctorArgs),
     /// Read NCCL_DEBUG=INFO logs: which network NCCL chose, GPUDirect RDMA, socket fallbacks.
     Nccl(crate::diag::nccl::NcclArgs),
+    /// Judge one nccl-tests run (all_reduce_perf, ...): data errors, and busbw against the NIC
+    /// line rate (exit 0 healthy, 1 below or errors, 2 unreadable, 3 not nccl-tests output).
+    NcclTests(crate::diag::nccl_tests::NcclTestsArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).
