@@ -26,6 +26,7 @@ mod hot_unplug;
 mod http;
 mod hung_reads;
 mod nccl;
+mod nccl_tests;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod pods;

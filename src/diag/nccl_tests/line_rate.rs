@@ -205,12 +205,16 @@ mod tests {
     fn two_ports_per_gpu_and_shared_ports() {
         // OCI BM.GPU4.8: 16 x 100 Gb/s for 8 A100s.
         assert_eq!(
-            share(ports(&[100.0; 16]), Some((8, "run"))).unwrap().per_gpu_gbit_per_s,
+            share(ports(&[100.0; 16]), Some((8, "run")))
+                .unwrap()
+                .per_gpu_gbit_per_s,
             200.0
         );
         // 4 ConnectX-7 for 8 GPUs.
         assert_eq!(
-            share(ports(&[400.0; 4]), Some((8, "run"))).unwrap().per_gpu_gbit_per_s,
+            share(ports(&[400.0; 4]), Some((8, "run")))
+                .unwrap()
+                .per_gpu_gbit_per_s,
             200.0
         );
     }

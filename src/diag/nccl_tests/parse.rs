@@ -23,7 +23,10 @@ pub enum ParseError {
     NotNcclTests,
     /// A second run starts after the first one's rows: one input, one run.
     #[error("line {second_line}: a second nccl-tests run starts here (the first starts at line {first_line}); give one run per input (split the file, e.g. with csplit), or build nccl-tests with MPI=1 if every process printed its own run")]
-    SeveralRuns { first_line: usize, second_line: usize },
+    SeveralRuns {
+        first_line: usize,
+        second_line: usize,
+    },
 }
 
 /// The `# nThread 1 nGpus 1 minBytes ...` line; every field as printed, absent when not.
@@ -251,7 +254,9 @@ impl State {
                 .split_whitespace()
                 .find_map(|t| t.strip_prefix("nccl-library="))
             {
-                self.run.nccl_version.get_or_insert_with(|| library.to_string());
+                self.run
+                    .nccl_version
+                    .get_or_insert_with(|| library.to_string());
             }
             return Ok(());
         }
@@ -262,7 +267,9 @@ impl State {
         }
         if let Some(rest) = body.strip_prefix("Collective test concluded:") {
             self.recognised = true;
-            self.run.collective.get_or_insert_with(|| first_word(rest).unwrap_or_default());
+            self.run
+                .collective
+                .get_or_insert_with(|| first_word(rest).unwrap_or_default());
             return Ok(());
         }
         if body.starts_with("nThread") {
@@ -553,10 +560,7 @@ fn row_error(message: impl Into<String>, cut: bool) -> RowError {
 fn row(line: usize, tokens: &[&str], layout: &Layout) -> Result<Row, RowError> {
     let g = layout.group.len();
     let n = tokens.len();
-    let stamped = layout.timestamp
-        && n >= 2
-        && is_date(tokens[n - 2])
-        && is_clock(tokens[n - 1]);
+    let stamped = layout.timestamp && n >= 2 && is_date(tokens[n - 2]) && is_clock(tokens[n - 1]);
     let stamp = if stamped { 2 } else { 0 };
     let Some(lead) = n.checked_sub(2 * g + stamp).filter(|lead| *lead >= 3) else {
         return Err(row_error(
@@ -578,7 +582,10 @@ fn row(line: usize, tokens: &[&str], layout: &Layout) -> Result<Row, RowError> {
         .map_err(|_| row_error("count is not an element count", false))?;
     let data_type = tokens[2];
     if !data_type.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        return Err(row_error(format!("type {data_type:?} is not a type"), false));
+        return Err(row_error(
+            format!("type {data_type:?} is not a type"),
+            false,
+        ));
     }
     let (redop, root) = middle_cells(&tokens[3..lead], &layout.middle);
     let out_of_place = measure(&tokens[lead..lead + g], &layout.group)?;
@@ -624,9 +631,8 @@ fn middle_cells(cells: &[&str], names: &[Middle]) -> (Option<String>, Option<i64
 fn measure(cells: &[&str], group: &[Cell]) -> Result<Measure, RowError> {
     let mut m = Measure::default();
     for (cell, kind) in cells.iter().zip(group) {
-        let number = || {
-            finite(cell).ok_or_else(|| row_error(format!("{cell:?} is not a number"), false))
-        };
+        let number =
+            || finite(cell).ok_or_else(|| row_error(format!("{cell:?} is not a number"), false));
         match kind {
             Cell::Time => m.time_us = number()?,
             Cell::AlgBw => m.algbw_gbps = number()?,
@@ -642,9 +648,12 @@ fn measure(cells: &[&str], group: &[Cell]) -> Result<Measure, RowError> {
                 m.wrong = Some(value.round() as u64);
             }
             Cell::Error if *cell == "N/A" => m.max_error = None,
-            Cell::Error => m.max_error = Some(finite(cell.trim_end_matches('*')).ok_or_else(
-                || row_error(format!("error {cell:?} is not a number"), false),
-            )?),
+            Cell::Error => {
+                m.max_error =
+                    Some(finite(cell.trim_end_matches('*')).ok_or_else(|| {
+                        row_error(format!("error {cell:?} is not a number"), false)
+                    })?)
+            }
             Cell::Other => {}
         }
     }
@@ -710,8 +719,14 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
         assert_eq!((p.threads, p.gpus_per_thread), (Some(1), Some(1)));
         assert_eq!((p.min_bytes, p.max_bytes), (Some(8), Some(134217728)));
         assert_eq!((p.step_factor, p.step_bytes), (Some(2), None));
-        assert_eq!((p.warmup_iters, p.iters, p.agg_iters), (Some(5), Some(20), Some(1)));
-        assert_eq!((p.validation, p.graph, p.unalign), (Some(1), Some(0), Some(0)));
+        assert_eq!(
+            (p.warmup_iters, p.iters, p.agg_iters),
+            (Some(5), Some(20), Some(1))
+        );
+        assert_eq!(
+            (p.validation, p.graph, p.unalign),
+            (Some(1), Some(0), Some(0))
+        );
         assert_eq!(run.hosts(), ["node-a", "node-b"]);
         assert_eq!(run.devices[1].pid, Some(2002));
         assert_eq!(run.devices[1].bus_id.as_deref(), Some("0000:18:00"));
@@ -735,17 +750,17 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
     #[test]
     fn wrong_counts_are_summed_and_na_is_unknown() {
         let text = CURRENT
-            .replace(
-                "44.81       0   2990.6",
-                "44.81     512   2990.6",
-            )
+            .replace("44.81       0   2990.6", "44.81     512   2990.6")
             .replace("44.88       0\n", "44.88  1e+06\n");
         let run = parse(&text).unwrap();
         assert_eq!(run.rows[1].out_of_place.wrong, Some(512));
         assert_eq!(run.rows[1].in_place.wrong, Some(1_000_000));
         assert_eq!(run.wrong_total(), 1_000_512);
         assert!(!run.wrong_unknown());
-        let na = CURRENT.replace("19.88    0.00    0.00       0", "19.88    0.00    0.00     N/A");
+        let na = CURRENT.replace(
+            "19.88    0.00    0.00       0",
+            "19.88    0.00    0.00     N/A",
+        );
         let run = parse(&na).unwrap();
         assert_eq!(run.rows[0].in_place.wrong, None);
         assert!(run.wrong_unknown());
@@ -753,7 +768,8 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
 
     #[test]
     fn truncated_run_has_no_footer_and_a_cut_last_row() {
-        let cut = CURRENT.split("   134217728").next().unwrap().to_string() + "   134217728      33554432     float     sum      -1   2995.1";
+        let cut = CURRENT.split("   134217728").next().unwrap().to_string()
+            + "   134217728      33554432     float     sum      -1   2995.1";
         let run = parse(&cut).unwrap();
         assert_eq!(run.rows.len(), 1);
         assert!(!run.is_complete());
@@ -772,7 +788,12 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
             })
         );
         // Every MPI process of a build without MPI=1 prints its own run.
-        let table = CURRENT.lines().skip(8).take(6).collect::<Vec<_>>().join("\n");
+        let table = CURRENT
+            .lines()
+            .skip(8)
+            .take(6)
+            .collect::<Vec<_>>()
+            .join("\n");
         assert!(matches!(
             parse(&format!("{table}\n{table}\n")),
             Err(ParseError::SeveralRuns { .. })
@@ -847,8 +868,13 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
         let colons = parameters("nThread: 1 nGpus: 1 minBytes: 8 maxBytes: 134217728 step: 2(factor) warmupIters: 5 iters: 20 validation: 1");
         assert_eq!(colons.warmup_iters, Some(5));
         assert_eq!(colons.max_bytes, Some(134217728));
-        let bytes_step = parameters("nThread 1 nGpus 1 minBytes 9 maxBytes 33554432 step: 1048576(bytes) warmup iters: 5");
-        assert_eq!((bytes_step.step_bytes, bytes_step.step_factor), (Some(1048576), None));
+        let bytes_step = parameters(
+            "nThread 1 nGpus 1 minBytes 9 maxBytes 33554432 step: 1048576(bytes) warmup iters: 5",
+        );
+        assert_eq!(
+            (bytes_step.step_bytes, bytes_step.step_factor),
+            (Some(1048576), None)
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub struct Report<'a> {
     pub line_rate: Option<&'a LineRate>,
     pub expectation: Option<&'a Expectation>,
     pub not_judged_because: Option<&'a str>,
+    pub notes: &'a [String],
     pub skipped_lines: &'a [SkippedLine],
     pub skipped_total: usize,
 }
@@ -75,6 +76,7 @@ impl<'a> Report<'a> {
             line_rate,
             expectation: judgement.expectation.as_ref(),
             not_judged_because: judgement.not_judged_because.as_deref(),
+            notes: &judgement.notes,
             skipped_lines: &run.skipped_lines,
             skipped_total: run.skipped_total,
         }
@@ -140,7 +142,11 @@ impl<'a> Report<'a> {
             );
         }
         for skipped in self.skipped_lines {
-            let _ = writeln!(out, "  line {}: not a row: {}", skipped.line, skipped.reason);
+            let _ = writeln!(
+                out,
+                "  line {}: not a row: {}",
+                skipped.line, skipped.reason
+            );
         }
         if self.skipped_total > self.skipped_lines.len() {
             let _ = writeln!(
@@ -158,6 +164,9 @@ impl<'a> Report<'a> {
                 let _ = writeln!(out, "  bandwidth not judged: {reason}");
             }
             (None, None) => {}
+        }
+        for note in self.notes {
+            let _ = writeln!(out, "  note: {note}");
         }
         out
     }

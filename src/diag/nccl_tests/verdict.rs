@@ -91,6 +91,8 @@ pub struct Judgement {
     pub expectation: Option<Expectation>,
     /// Why the line rate was not checked, when it was not.
     pub not_judged_because: Option<String>,
+    /// What limits the judgement (unchecked data, a lenient two-node figure).
+    pub notes: Vec<String>,
 }
 
 pub fn judge(run: &Run, line_rate: Option<&LineRate>, min_fraction: f64) -> Judgement {
@@ -156,7 +158,39 @@ pub fn judge(run: &Run, line_rate: Option<&LineRate>, min_fraction: f64) -> Judg
         summary,
         expectation,
         not_judged_because,
+        notes: notes(run),
     }
+}
+
+fn notes(run: &Run) -> Vec<String> {
+    let mut notes = Vec::new();
+    let unchecked = run.rows.iter().any(|r| {
+        [&r.out_of_place, &r.in_place]
+            .iter()
+            .any(|m| m.wrong.is_none() && m.max_error.is_none())
+    });
+    if run.parameters.validation == Some(0) {
+        notes.push(
+            "the data was not checked (validation 0): run without -c 0 to find data errors".into(),
+        );
+    } else if unchecked {
+        notes.push("some results were not checked (`N/A`): their data errors are unknown".into());
+    }
+    if run.rows.iter().any(|r| r.out_of_place.max_error.is_some()) {
+        notes.push(
+            "this nccl-tests version prints the largest deviation (`error`), not a count: data errors are the footer's out-of-bounds values".into(),
+        );
+    }
+    let reduces = run
+        .collective
+        .as_deref()
+        .is_none_or(|c| c.contains("reduce"));
+    if run.hosts().len() == 2 && reduces {
+        notes.push(
+            "two nodes: NCCL's tree algorithm reports busbw above what the NICs carry (nccl-tests issue #22), so the floor is lenient here; run with NCCL_ALGO=Ring for a strict check".into(),
+        );
+    }
+    notes
 }
 
 /// The line-rate check, or why it cannot be made.
@@ -286,9 +320,16 @@ mod tests {
         let j = judge(&slow, Some(&rate), 0.8);
         assert_eq!(j.verdict, Verdict::BelowExpectation);
         assert_eq!(j.verdict.exit_code(), EXIT_PROBLEM);
-        assert!(j.summary.contains("40% of the per-GPU NIC line rate"), "{}", j.summary);
+        assert!(
+            j.summary.contains("40% of the per-GPU NIC line rate"),
+            "{}",
+            j.summary
+        );
         // A stricter floor turns the first into a failure too.
-        assert_eq!(judge(&good, Some(&rate), 0.95).verdict, Verdict::BelowExpectation);
+        assert_eq!(
+            judge(&good, Some(&rate), 0.95).verdict,
+            Verdict::BelowExpectation
+        );
     }
 
     #[test]
@@ -323,6 +364,11 @@ mod tests {
         let j = judge(&wrong, Some(&rate), 0.8);
         assert_eq!(j.verdict, Verdict::DataErrors);
         assert!(j.expectation.unwrap().met);
+        assert!(
+            j.notes.iter().any(|n| n.contains("NCCL_ALGO=Ring")),
+            "{:?}",
+            j.notes
+        );
         let mut oob = run(&["a", "b"], &[(GB, 46.0)], true);
         oob.footer.out_of_bounds = Some(2);
         assert_eq!(judge(&oob, Some(&rate), 0.8).verdict, Verdict::DataErrors);
