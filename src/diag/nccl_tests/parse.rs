@@ -878,6 +878,36 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
     }
 
     #[test]
+    fn rccl_tests_lines_and_a_failed_average_check() {
+        // rccl-tests prints its version as a plain line and an asterisk legend before the
+        // footer; `-G`/check runs append OK or FAILED to the average.
+        let text = "\
+# nThread 1 nGpus 2 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+rccl-tests: Version develop:3f7f785
+# Using devices
+#   Rank  0 Pid  38629 on deep-host device  0 [0000:2f:00.0] AMD Instinct MI100
+#   Rank  1 Pid  38629 on deep-host device  1 [0000:03:00.0] AMD Instinct MI100
+deep-host:38629:38629 [0] NCCL INFO Bootstrap : Using enp37s0f1:192.168.178.85<0>
+NCCL version 2.18.3+hip6.0
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+   134217728      33554432     float     sum      -1    12192   11.01   11.01      0    12354   10.86   10.86      0
+# Errors with asterisks indicate errors that have exceeded the maximum threshold.
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 11.01 FAILED
+";
+        let run = parse(text).unwrap();
+        assert_eq!(run.rccl_tests_version.as_deref(), Some("develop:3f7f785"));
+        assert_eq!(run.nccl_version.as_deref(), Some("2.18.3+hip6.0"));
+        assert_eq!(run.devices[1].bus_id.as_deref(), Some("0000:03:00.0"));
+        assert_eq!(run.devices[1].group, None);
+        assert_eq!(run.ranks_per_host(), Some(2));
+        assert_eq!(run.rows.len(), 1);
+        assert_eq!(run.footer.avg_busbw_gbps, Some(11.01));
+        assert_eq!(run.footer.avg_busbw_check.as_deref(), Some("FAILED"));
+    }
+
+    #[test]
     fn every_prefix_and_garbled_line_parses_without_panic() {
         let text = CURRENT;
         for end in (0..=text.len()).filter(|i| text.is_char_boundary(*i)) {
