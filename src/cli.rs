@@ -45,6 +45,9 @@ pub enum Command {
     /// NIC's and switch port's ECN threshold is too high, too low or healthy (exit 0 none
     /// misconfigured, 1 misconfigured, 2 could not query).
     EcnTune(crate::diag::ecn_tune::EcnTuneArgs),
+    /// Judge one nccl-tests run (all_reduce_perf, ...): data errors, and busbw against the NIC
+    /// line rate (exit 0 healthy, 1 below or errors, 2 unreadable, 3 not nccl-tests output).
+    NcclTests(crate::diag::nccl_tests::NcclTestsArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).

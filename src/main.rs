@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         Some(Command::Doctor(args)) => Ok(rdma_fabric_exporter::diag::doctor::main(&args)),
         Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::diag::nccl::main(&args)),
         Some(Command::EcnTune(args)) => Ok(rdma_fabric_exporter::diag::ecn_tune::main(&args)),
+        Some(Command::NcclTests(args)) => Ok(rdma_fabric_exporter::diag::nccl_tests::main(&args)),
         Some(Command::CheckConfig { config_file }) => check_config(&config_file),
         None => serve(cli.serve),
     };

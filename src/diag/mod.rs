@@ -1,7 +1,9 @@
-//! Diagnostics for operators: `doctor` (can this host or pod use its RDMA devices?) and `nccl`
-//! (did NCCL run over IB/RoCE or fall back to sockets?), `ecn-tune` (is the switch's ECN threshold
+//! Diagnostics for operators: `doctor` (can this host or pod use its RDMA devices?), `nccl`
+//! (did NCCL run over IB/RoCE or fall back to sockets?), `nccl-tests` (did a benchmark run
+//! reach the NIC line rate without data errors?) and `ecn-tune` (is the switch's ECN threshold
 //! too high or too low, from Prometheus over an nccl-tests run?).
 
 pub mod doctor;
 pub mod ecn_tune;
 pub mod nccl;
+pub mod nccl_tests;

@@ -29,6 +29,7 @@ mod hung_reads;
 mod nccl;
 mod nccl_corpus;
 mod nccl_triage;
+mod nccl_tests;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod pods;
