@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::OutputFormat;
 use crate::node::dcb::{AnswerFiles, DcbSource, KernelDcb};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::sysfs::{read_node, DeviceFilter, NodeSnapshot};
@@ -75,12 +76,6 @@ pub struct DoctorArgs {
     /// file is a netdev without DCB) instead of asking the kernel.
     #[arg(long = "dcb-answers-dir", hide = true)]
     pub dcb_answers_dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
 }
 
 /// Why the report could not be made at all (exit 2).

@@ -7,3 +7,11 @@ pub mod doctor;
 pub mod ecn_tune;
 pub mod nccl;
 pub mod nccl_tests;
+
+/// `--output` of every diagnostic: a report for people, or the same report as JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}

@@ -28,12 +28,7 @@ use evidence::{Ask, Evidence, Source};
 const EXIT_MISCONFIGURED: u8 = 1;
 const EXIT_COULD_NOT_QUERY: u8 = 2;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    #[default]
-    Text,
-    Json,
-}
+use super::OutputFormat;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct EcnTuneArgs {

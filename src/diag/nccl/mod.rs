@@ -31,12 +31,7 @@ const EXIT_FALLBACK: u8 = 1;
 const EXIT_INPUT: u8 = 2;
 const EXIT_NO_NCCL_LINES: u8 = 3;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    #[default]
-    Text,
-    Json,
-}
+use super::OutputFormat;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct NcclArgs {

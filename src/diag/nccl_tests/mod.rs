@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::diag::nccl::OutputFormat;
+use crate::diag::OutputFormat;
 
 pub use line_rate::LineRate;
 pub use parse::{parse, ParseError, Run};
