@@ -101,14 +101,10 @@ pub struct NicRow {
 
 impl NicRow {
     pub fn name(&self) -> String {
-        let get = |k: &str| self.labels.get(k).map(String::as_str).unwrap_or("?");
-        let cluster = self
-            .labels
-            .get("cluster")
-            .map(|c| format!("{c}/"))
-            .unwrap_or_default();
+        let get = |k| label_or_unknown(&self.labels, k);
         format!(
-            "{cluster}{} {} port {}",
+            "{}{} {} port {}",
+            cluster_prefix(&self.labels),
             get("instance"),
             get("device"),
             get("port")
@@ -151,12 +147,8 @@ pub struct SwitchRow {
 
 impl SwitchRow {
     pub fn name(&self) -> String {
-        let get = |k: &str| self.labels.get(k).map(String::as_str).unwrap_or("?");
-        let cluster = self
-            .labels
-            .get("cluster")
-            .map(|c| format!("{c}/"))
-            .unwrap_or_default();
+        let get = |k| label_or_unknown(&self.labels, k);
+        let cluster = cluster_prefix(&self.labels);
         let priority = self
             .evidence
             .pfc_priority
@@ -165,6 +157,19 @@ impl SwitchRow {
             .unwrap_or_default();
         format!("{cluster}{} {}{priority}", get("switch"), get("port"))
     }
+}
+
+/// A label's value in a row's name, `?` where the series has no such label.
+fn label_or_unknown<'a>(labels: &'a Labels, key: &str) -> &'a str {
+    labels.get(key).map(String::as_str).unwrap_or("?")
+}
+
+/// `<cluster>/` before a row's name where the series carries a cluster label.
+fn cluster_prefix(labels: &Labels) -> String {
+    labels
+        .get("cluster")
+        .map(|c| format!("{c}/"))
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
