@@ -12,6 +12,7 @@ pub mod direction;
 pub mod exposition;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ib;
 pub mod landing;
 #[cfg(test)]
 mod layering;
