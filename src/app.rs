@@ -85,7 +85,13 @@ pub fn check(origin: &Origin, config: &Config) -> Result<Option<Arc<Poller>>, Co
     if !problems.is_empty() {
         return Err(origin.errors(problems));
     }
-    Ok((!targets.is_empty()).then(|| Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY))))
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(match config.switch_shard {
+        Some(shard) => Poller::sharded(targets, DEFAULT_CONCURRENCY, shard),
+        None => Poller::new(targets, DEFAULT_CONCURRENCY),
+    })))
 }
 
 /// The NCCL log collector, when `nccl.log_dir` is set: its scan thread starts here, and each

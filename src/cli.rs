@@ -186,6 +186,10 @@ pub struct ServeArgs {
     #[arg(long = "path.cgroupfs", value_name = "DIR")]
     pub cgroup_path: Option<PathBuf>,
     /// Directory of NCCL_DEBUG=INFO log files to report on at each scrape (off by default).
+    /// Read only the switches of this shard (INDEX/COUNT), by Prometheus' hashmod of the
+    /// switch name: the replicas of a sharded poller share one config.
+    #[arg(long = "switch.shard", value_name = "INDEX/COUNT")]
+    pub switch_shard: Option<crate::switch::shard::SwitchShard>,
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
     pub nccl_log_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -246,6 +250,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.cgroup_path {
             config.pods.cgroup_path = Some(v.clone());
+        }
+        if let Some(shard) = self.switch_shard {
+            config.switch_shard = Some(shard);
         }
         if let Some(dir) = &self.nccl_log_dir {
             config.nccl.log_dir = Some(dir.clone());

@@ -39,6 +39,9 @@ pub struct Config {
     pub switch_profiles_dir: Option<PathBuf>,
     /// Who decides when switches are read.
     pub switch_polling: SwitchPolling,
+    /// `INDEX/COUNT`: this replica reads only the switches Prometheus' `hashmod` of their name
+    /// puts in bucket INDEX (several replicas share one config).
+    pub switch_shard: Option<crate::switch::shard::SwitchShard>,
     /// NCCL debug logs, scanned in the background (off unless `log_dir` is set).
     pub nccl: NcclConfig,
     /// The exporter's own `process_*` figures.

@@ -286,6 +286,9 @@ async fn probe(
         return (StatusCode::BAD_REQUEST, "missing parameter: target\n").into_response();
     };
     let Some(index) = state.switches.as_ref().and_then(|p| p.index_of(target)) else {
+        if let Some(owner) = state.switches.as_ref().and_then(|p| p.owner_of(target)) {
+            return (StatusCode::NOT_FOUND, owner).into_response();
+        }
         return (
             StatusCode::BAD_REQUEST,
             format!("unknown target {target:?}: /probe only polls switches named in the config\n"),

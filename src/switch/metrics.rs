@@ -253,6 +253,12 @@ impl Collector for SwitchCollector {
                     Value::F64(seconds),
                 );
             }
+            families.counter(
+                "rdma_switch_polls_total",
+                "Polls of the switch this exporter started (SNMP walks, gNMI ONCE reads, gNMI subscriptions opened); summed by switch over the replicas of a sharded poller it shows a switch read twice.",
+                switch(),
+                Value::U64(state.polls),
+            );
             if let Some(duration) = state.last_duration {
                 families.gauge(
                     "rdma_switch_poll_duration_seconds",

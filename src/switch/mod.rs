@@ -9,5 +9,6 @@ pub mod poll_error;
 pub mod poller;
 pub mod profile;
 pub mod secret;
+pub mod shard;
 pub mod snmp;
 pub mod targets;

@@ -14,6 +14,7 @@ use super::gnmi::session::{self, SessionMode};
 use super::gnmi::{fetch_once_capped, GnmiTarget};
 use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{DecodeError, Profile, Sample};
+use super::shard::SwitchShard;
 use super::snmp::{walk, SnmpTarget};
 
 /// Switches polled at the same time, whatever their number.
@@ -53,6 +54,9 @@ pub struct TargetState {
     pub last_duration: Option<Duration>,
     /// Failed polls and unreadable values, by reason.
     pub errors: BTreeMap<PollErrorReason, u64>,
+    /// Polls started (SNMP walks, gNMI ONCE reads, gNMI sessions opened): replicas of a sharded
+    /// poller show here that no switch is read by two of them.
+    pub polls: u64,
 }
 
 impl TargetState {
@@ -72,6 +76,11 @@ pub struct Poller {
     background: std::sync::atomic::AtomicBool,
     /// The background tasks, aborted by [`Poller::stop`].
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// This replica's part of the configured switches, when the poller is sharded.
+    pub shard: Option<SwitchShard>,
+    /// Configured switches that other shards own: `/probe` names their owner instead of
+    /// polling them (a scrape config that disagrees with the replicas would read them twice).
+    pub foreign: Vec<String>,
 }
 
 impl Poller {
@@ -84,7 +93,20 @@ impl Poller {
             concurrency: concurrency.max(1),
             background: std::sync::atomic::AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
+            shard: None,
+            foreign: Vec::new(),
         }
+    }
+
+    /// The poller of one shard: only the targets `shard` holds are polled; the others are
+    /// remembered by name as [`Poller::foreign`].
+    pub fn sharded(targets: Vec<Target>, concurrency: usize, shard: SwitchShard) -> Self {
+        let (own, foreign): (Vec<Target>, Vec<Target>) =
+            targets.into_iter().partition(|t| shard.holds(&t.name));
+        let mut poller = Poller::new(own, concurrency);
+        poller.shard = Some(shard);
+        poller.foreign = foreign.into_iter().map(|t| t.name).collect();
+        poller
     }
 
     /// Ends the background tasks (a reload replaced this poller): polls in flight are dropped,
@@ -160,6 +182,7 @@ impl Poller {
         let mut backoff = first_backoff;
         let mut attempt = 0u64;
         loop {
+            self.count_poll(index);
             let (error, delivered) = session::run_capped(
                 gnmi,
                 &paths,
@@ -210,6 +233,18 @@ impl Poller {
         });
     }
 
+    /// For a switch another shard owns: which one, as `/probe` answers it.
+    pub fn owner_of(&self, name: &str) -> Option<String> {
+        let shard = self.shard?;
+        self.foreign.iter().any(|f| f == name).then(|| {
+            format!(
+                "target {name:?} belongs to shard {}/{} (hashmod of the name); this replica serves shard {shard}: fix the scrape config's hashmod keep or --switch.shard\n",
+                shard.bucket_of(name),
+                shard.count
+            )
+        })
+    }
+
     /// Index of the target configured under `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.targets.iter().position(|(t, _)| t.name == name)
@@ -226,6 +261,7 @@ impl Poller {
                 return;
             }
         }
+        self.count_poll(index);
         let started = Instant::now();
         let poll = async {
             match &target.source {
@@ -260,6 +296,11 @@ impl Poller {
         }
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         state.last_duration = Some(started.elapsed());
+    }
+
+    fn count_poll(&self, index: usize) {
+        let (_, state) = &self.targets[index];
+        state.lock().unwrap_or_else(|p| p.into_inner()).polls += 1;
     }
 
     fn record_success(

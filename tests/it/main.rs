@@ -39,6 +39,7 @@ mod reload;
 mod secrets;
 mod switch_gnmi;
 mod switch_poll;
+mod switch_shard;
 mod switch_snmp;
 mod switch_snmpsim;
 mod web;
