@@ -36,6 +36,7 @@ fn node_collector(
         device_read_timeout: node.device_read_timeout,
         ethtool,
         ethtool_include: node.ethtool.include.clone(),
+        hw_counters: Arc::new(node.hw_counters.clone()),
     }))
 }
 

@@ -93,6 +93,12 @@ pub struct DemoArgs {
     pub web_config_file: Option<PathBuf>,
 }
 
+/// A counter-name pattern, anchored as `node.hw_counters` patterns are.
+fn anchored_regex(text: &str) -> Result<Regex, String> {
+    crate::node::counter_filter::anchored(text)
+        .map_err(|e| format!("invalid regular expression: {e}"))
+}
+
 fn start_offset(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -165,6 +171,13 @@ pub struct ServeArgs {
     #[arg(long = "collector.infiniband.device-exclude", value_name = "REGEX")]
     pub device_exclude: Option<Regex>,
     /// Where driver statistics come from [default: ioctl].
+    /// Only the port and device hw_counters whose whole name matches (anchored regex); the
+    /// others are never read.
+    #[arg(long = "collector.sysfs.hw-counters-include", value_name = "REGEX", value_parser = anchored_regex)]
+    pub hw_counters_include: Option<Regex>,
+    /// Never read the port and device hw_counters whose whole name matches (anchored regex).
+    #[arg(long = "collector.sysfs.hw-counters-exclude", value_name = "REGEX", value_parser = anchored_regex)]
+    pub hw_counters_exclude: Option<Regex>,
     #[arg(long = "collector.ethtool.source", value_enum, value_name = "SOURCE")]
     pub ethtool_source: Option<EthtoolSourceKind>,
     /// Directory of `<netdev>.txt` files in `ethtool -S` format (with --collector.ethtool.source=files).
@@ -225,6 +238,12 @@ impl ServeArgs {
         }
         if let Some(v) = &self.device_exclude {
             node.devices.exclude = Some(v.clone());
+        }
+        if let Some(v) = &self.hw_counters_include {
+            node.hw_counters.set_include(v.clone());
+        }
+        if let Some(v) = &self.hw_counters_exclude {
+            node.hw_counters.set_exclude(v.clone());
         }
         if let Some(v) = self.ethtool_source {
             node.ethtool.source = v;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use regex::Regex;
 use serde::Deserialize;
 
+use super::counter_filter::CounterFilter;
 use super::netlink_collector::NetlinkConfig;
 use super::storm::StormConfig;
 use super::sysfs::DeviceFilter;
@@ -24,6 +25,8 @@ pub struct NodeConfig {
     /// Root of procfs, `/proc`: the owners of queue pairs (their command name and cgroup).
     pub proc_path: PathBuf,
     pub devices: DeviceFilter,
+    /// `hw_counters` files to read, by name (anchored include/exclude patterns).
+    pub hw_counters: CounterFilter,
     /// How long a scrape waits for one device's read (its sysfs files and its netdevs' driver
     /// statistics) before leaving the device out with `reason="timeout"`.
     #[serde(deserialize_with = "crate::yaml::duration")]
@@ -42,6 +45,7 @@ impl Default for NodeConfig {
             sysfs_path: PathBuf::from("/sys"),
             proc_path: PathBuf::from("/proc"),
             devices: DeviceFilter::default(),
+            hw_counters: CounterFilter::default(),
             device_read_timeout: DEFAULT_DEVICE_READ_TIMEOUT,
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),

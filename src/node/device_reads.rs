@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::counter_filter::CounterFilter;
 use super::reason::ReadErrorReason;
 use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeSnapshot, Port};
 
@@ -37,13 +38,17 @@ impl DeviceReads {
         &self,
         sysfs_root: &Path,
         filter: &DeviceFilter,
+        hw_counters: &Arc<CounterFilter>,
         timeout: Duration,
         port_hook: Arc<PortHook>,
     ) -> NodeSnapshot {
         let (class_dir, names) = match sysfs::list_devices(sysfs_root, filter) {
             ClassListing::Absent => return NodeSnapshot::default(),
             ClassListing::Failed(error) => return NodeSnapshot::failed(error),
-            ClassListing::Listed(class_dir, names) => (Arc::new(class_dir), names),
+            ClassListing::Listed(class_dir, names) => (
+                Arc::new(class_dir.with_hw_counters(hw_counters.clone())),
+                names,
+            ),
         };
         let deadline = Instant::now() + timeout;
         let (results, arrivals) = mpsc::channel();
@@ -264,7 +269,13 @@ mod tests {
         let gate = Arc::new(Gate::default());
         let read = || {
             let started = Instant::now();
-            let snapshot = reads.read_node(&sys(), &first(2), TIMEOUT, gate.hook("mlx5_1"));
+            let snapshot = reads.read_node(
+                &sys(),
+                &first(2),
+                &Arc::default(),
+                TIMEOUT,
+                gate.hook("mlx5_1"),
+            );
             (snapshot, started.elapsed())
         };
 
@@ -303,7 +314,8 @@ mod tests {
         });
         // Generous: printing the panic's backtrace can take longer than `TIMEOUT`.
         let generous = Duration::from_secs(30);
-        let snapshot = DeviceReads::default().read_node(&sys(), &first(1), generous, hook);
+        let snapshot =
+            DeviceReads::default().read_node(&sys(), &first(1), &Arc::default(), generous, hook);
         assert_eq!(names(&snapshot), ["mlx5_1"]);
         assert_eq!(snapshot.errors.len(), 1);
         assert_eq!(snapshot.errors[0].reason, ReadErrorReason::Internal);
@@ -316,6 +328,7 @@ mod tests {
         let bounded = DeviceReads::default().read_node(
             &sys(),
             &all,
+            &Arc::default(),
             Duration::from_secs(30),
             Arc::new(|_: &str, _: &mut Port| {}),
         );

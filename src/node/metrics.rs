@@ -483,7 +483,13 @@ fn add_ethtool<'a>(
             continue;
         }
         match stat {
-            TypedStat::PriorityBytes { .. } | TypedStat::PriorityPackets { .. } => {}
+            // Noted by `per_priority` above.
+            TypedStat::PriorityBytes { .. }
+            | TypedStat::PriorityPackets { .. }
+            | TypedStat::PriorityDiscards { .. }
+            | TypedStat::PriorityBufferDiscards { .. }
+            | TypedStat::PriorityCongestionDiscards { .. }
+            | TypedStat::PriorityEcnMarked { .. } => {}
             TypedStat::PfcPauseFrames { priority, direction } => families.counter(
                 "rdma_pfc_pause_frames_total",
                 "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
@@ -518,30 +524,6 @@ fn add_ethtool<'a>(
                 "rdma_pfc_pause_storm_events_total",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
                 with(&[("severity", Cow::Borrowed(severity.as_label()))]),
-                Value::U64(raw),
-            ),
-            TypedStat::PriorityDiscards { priority } => families.counter(
-                "rdma_priority_discards_total",
-                "Received packets discarded per priority for lack of receive buffers.",
-                with(&[prio(priority)]),
-                Value::U64(raw),
-            ),
-            TypedStat::PriorityBufferDiscards { priority } => families.counter(
-                "rdma_priority_buffer_discards_total",
-                "Received packets discarded per priority for lack of per-host receive buffer.",
-                with(&[prio(priority)]),
-                Value::U64(raw),
-            ),
-            TypedStat::PriorityCongestionDiscards { priority } => families.counter(
-                "rdma_priority_congestion_discards_total",
-                "Received packets discarded per priority because of per-host congestion (WRED).",
-                with(&[prio(priority)]),
-                Value::U64(raw),
-            ),
-            TypedStat::PriorityEcnMarked { priority } => families.counter(
-                "rdma_priority_ecn_marked_packets_total",
-                "Received packets ECN-marked by the NIC per priority because of per-host congestion.",
-                with(&[prio(priority)]),
                 Value::U64(raw),
             ),
             TypedStat::PhyDiscards { direction } => families.counter(

@@ -1,6 +1,7 @@
 //! The per-node agent: RDMA devices from sysfs plus driver statistics of their netdevs.
 
 pub mod config;
+pub mod counter_filter;
 pub mod dcb;
 pub mod device_reads;
 pub mod ethtool;
@@ -49,6 +50,8 @@ pub struct NodeCollectorConfig {
     pub ethtool: Option<Arc<dyn EthtoolSource>>,
     /// Untyped driver statistics to export as `rdma_ethtool_stat`.
     pub ethtool_include: Option<Regex>,
+    /// Port and device `hw_counters` to read (all by default).
+    pub hw_counters: Arc<counter_filter::CounterFilter>,
 }
 
 /// One failure seen during a scrape, as the landing page shows it.
@@ -139,6 +142,7 @@ impl NodeCollector {
         let snapshot = self.reads.read_node(
             &self.config.sysfs_root,
             &self.config.devices,
+            &self.config.hw_counters,
             self.config.device_read_timeout,
             read_stats,
         );

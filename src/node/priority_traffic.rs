@@ -3,8 +3,10 @@
 //!
 //! A priority gets series only when it carried a frame since the counters started, or has PFC
 //! enabled: mlx5 lists all eight priorities, and eight mostly idle priorities of four counters
-//! each would take an 8-NIC node over its series budget. A counter only grows, so a priority
-//! that has series keeps them until the driver's counters restart.
+//! each would take an 8-NIC node over its series budget. The per-priority discard and ECN-mark
+//! counters follow the same rule, and are kept wherever they are not zero (a discard is never
+//! hidden). A counter only grows, so a priority that has series keeps them until the driver's
+//! counters restart.
 
 use std::borrow::Cow;
 
@@ -36,10 +38,41 @@ impl Counters {
     }
 }
 
+/// The per-priority receive-side drop and mark families, in [`DROP_FAMILIES`] order.
+#[derive(Debug, Clone, Copy)]
+enum DropKind {
+    Discards,
+    BufferDiscards,
+    CongestionDiscards,
+    EcnMarked,
+}
+
+/// Name and help of each [`DropKind`]'s family.
+const DROP_FAMILIES: [(&str, &str); 4] = [
+    (
+        "rdma_priority_discards_total",
+        "Received packets discarded per priority for lack of receive buffers. Only priorities that carried traffic, have PFC enabled, or discarded.",
+    ),
+    (
+        "rdma_priority_buffer_discards_total",
+        "Received packets discarded per priority for lack of per-host receive buffer. Only priorities that carried traffic, have PFC enabled, or discarded.",
+    ),
+    (
+        "rdma_priority_congestion_discards_total",
+        "Received packets discarded per priority because of per-host congestion (WRED). Only priorities that carried traffic, have PFC enabled, or discarded.",
+    ),
+    (
+        "rdma_priority_ecn_marked_packets_total",
+        "Received packets ECN-marked by the NIC per priority because of per-host congestion. Only priorities that carried traffic, have PFC enabled, or were marked.",
+    ),
+];
+
 /// What one port's statistics say per priority.
 #[derive(Debug, Default)]
 pub struct PriorityTraffic {
     counters: [Counters; 8],
+    /// Per priority, the drop and mark counters by [`DropKind`].
+    drops: [[Option<u64>; 4]; 8],
     /// A per-priority pause statistic was listed for the priority.
     pause_listed: [bool; 8],
 }
@@ -72,6 +105,18 @@ impl PriorityTraffic {
                 }
                 true
             }
+            TypedStat::PriorityDiscards { priority } => {
+                self.note_drop(priority, DropKind::Discards, value)
+            }
+            TypedStat::PriorityBufferDiscards { priority } => {
+                self.note_drop(priority, DropKind::BufferDiscards, value)
+            }
+            TypedStat::PriorityCongestionDiscards { priority } => {
+                self.note_drop(priority, DropKind::CongestionDiscards, value)
+            }
+            TypedStat::PriorityEcnMarked { priority } => {
+                self.note_drop(priority, DropKind::EcnMarked, value)
+            }
             TypedStat::PfcPauseFrames { priority, .. }
             | TypedStat::PfcPauseDurationMicros { priority, .. }
             | TypedStat::PfcPauseTransitions { priority, .. } => {
@@ -80,6 +125,11 @@ impl PriorityTraffic {
             }
             _ => false,
         }
+    }
+
+    fn note_drop(&mut self, priority: u8, kind: DropKind, value: u64) -> bool {
+        self.drops[usize::from(priority).min(7)][kind as usize] = Some(value);
+        true
     }
 
     /// Adds the per-priority series. `pfc_shown`: the driver lists pause statistics only for
@@ -92,9 +142,7 @@ impl PriorityTraffic {
     ) {
         for (priority, counters) in self.counters.iter().enumerate() {
             let pfc_enabled = pfc_shown && self.pause_listed[priority];
-            if !counters.carried_traffic() && !pfc_enabled {
-                continue;
-            }
+            let active = counters.carried_traffic() || pfc_enabled;
             let labels = |direction: Option<Direction>| {
                 let mut labels = port_labels();
                 labels.push(("priority", Cow::Borrowed(PRIORITIES[priority])));
@@ -103,6 +151,17 @@ impl PriorityTraffic {
                 }
                 labels
             };
+            for ((name, help), value) in DROP_FAMILIES.iter().zip(self.drops[priority]) {
+                match value {
+                    Some(value) if active || value > 0 => {
+                        families.counter(name, help, labels(None), Value::U64(value))
+                    }
+                    _ => {}
+                }
+            }
+            if !active {
+                continue;
+            }
             let samples = [
                 (counters.rx_bytes, Direction::Rx, true),
                 (counters.tx_bytes, Direction::Tx, true),
@@ -200,6 +259,42 @@ mod tests {
     }
 
     #[test]
+    fn drops_follow_active_priorities_or_a_count() {
+        let mut list = Vec::new();
+        for p in 0..8 {
+            let traffic = if p == 0 { 10 } else { 0 };
+            list.push((format!("rx_prio{p}_bytes"), traffic));
+            list.push((format!("rx_prio{p}_packets"), traffic));
+            list.push((format!("rx_prio{p}_discards"), 0));
+            list.push((format!("rx_prio{p}_marked"), 0));
+        }
+        // PFC on 3; an idle priority 5 that discarded all the same.
+        list.push(("rx_prio3_pause".into(), 0));
+        list.retain(|(name, _)| name != "rx_prio5_discards");
+        list.push(("rx_prio5_discards".into(), 7));
+        let got = exported("mlx5_core", &list);
+        let drops: BTreeSet<&str> = got
+            .iter()
+            .filter(|l| l.starts_with("rdma_priority_discards_total"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            drops,
+            BTreeSet::from([
+                "rdma_priority_discards_total{priority=0} 0",
+                "rdma_priority_discards_total{priority=3} 0",
+                "rdma_priority_discards_total{priority=5} 7",
+            ]),
+            "{got:#?}"
+        );
+        let marks = got
+            .iter()
+            .filter(|l| l.starts_with("rdma_priority_ecn_marked_packets_total"))
+            .count();
+        assert_eq!(marks, 2, "priorities 0 and 3: {got:#?}");
+    }
+
+    #[test]
     fn pause_names_of_other_drivers_say_nothing_about_pfc() {
         // bnxt lists PFC frames for all eight priorities whatever PFC does.
         let list: Vec<(String, u64)> = (0..8)
@@ -245,7 +340,13 @@ mod tests {
                 sample.display(),
                 stats.len()
             );
-            assert_eq!(exported(&driver, &stats), expected, "{}", sample.display());
+            // The `.expected` files list the traffic and PFC series; the drop families follow
+            // the same priorities (`drops_follow_active_priorities_or_a_count`).
+            let traffic: BTreeSet<String> = exported(&driver, &stats)
+                .into_iter()
+                .filter(|l| !DROP_FAMILIES.iter().any(|(name, _)| l.starts_with(name)))
+                .collect();
+            assert_eq!(traffic, expected, "{}", sample.display());
         }
     }
 }

@@ -3,10 +3,12 @@
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use regex::Regex;
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 
+use super::counter_filter::CounterFilter;
 use super::parse::{self, ValueError};
 use super::reason::ReadErrorReason;
 
@@ -138,7 +140,10 @@ pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
     });
     match listing {
         Ok((dir, names)) => ClassListing::Listed(
-            ClassDir { dir },
+            ClassDir {
+                dir,
+                hw_counters: Arc::default(),
+            },
             names.into_iter().filter(|n| filter.allows(n)).collect(),
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => ClassListing::Absent,
@@ -155,6 +160,8 @@ pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
 /// of threads may read devices below it at once.
 pub struct ClassDir {
     dir: SysDir,
+    /// The `hw_counters` files each device read opens.
+    hw_counters: Arc<CounterFilter>,
 }
 
 /// What reading one device gave: the device (unless its directory could not be opened) and
@@ -170,10 +177,19 @@ impl ClassDir {
         &self.dir.path
     }
 
+    /// Reads only the `hw_counters` that `filter` allows (ports' and devices').
+    pub fn with_hw_counters(mut self, filter: Arc<CounterFilter>) -> ClassDir {
+        self.hw_counters = filter;
+        self
+    }
+
     /// Reads device `name`, then calls `port_hook(device, port)` for each of its ports, on this
     /// thread (per-port work such as the netdev's driver statistics belongs to the device's read).
     pub fn read_device(&self, name: &str, port_hook: &dyn Fn(&str, &mut Port)) -> DeviceRead {
-        let mut walk = Walk::default();
+        let mut walk = Walk {
+            hw_counters: self.hw_counters.clone(),
+            ..Walk::default()
+        };
         let device = walk.device(&self.dir, name).map(|mut device| {
             for port in &mut device.ports {
                 port_hook(&device.name, port);
@@ -276,6 +292,8 @@ const FILE_FLAGS: OFlags = OFlags::RDONLY
 
 struct Walk {
     errors: Vec<ReadError>,
+    /// Which `hw_counters` files are opened at all.
+    hw_counters: Arc<CounterFilter>,
     /// One attribute buffer for the whole walk: no per-file allocation or zeroing.
     buf: Box<[u8; 4096]>,
 }
@@ -284,6 +302,7 @@ impl Default for Walk {
     fn default() -> Self {
         Walk {
             errors: Vec::new(),
+            hw_counters: Arc::default(),
             buf: Box::new([0; 4096]),
         }
     }
@@ -331,7 +350,7 @@ impl Walk {
             board_id: text(self, "board_id"),
             hca_type: text(self, "hca_type"),
             node_guid: text(self, "node_guid"),
-            hw_counters: self.counter_dir(name, &dir, "hw_counters", Presence::Optional),
+            hw_counters: self.hw_counter_dir(name, &dir, Presence::Optional),
             ports: Vec::new(),
         };
         match dir.subdir("ports").and_then(|mut ports| {
@@ -376,7 +395,7 @@ impl Walk {
             netdev: netdev_of(device_dir, dir),
             counters: self.counter_dir(device, dir, "counters", Required),
             counters_ext: self.counter_dir(device, dir, "counters_ext", Optional),
-            hw_counters: self.counter_dir(device, dir, "hw_counters", Required),
+            hw_counters: self.hw_counter_dir(device, dir, Required),
             ethtool: Vec::new(),
         }
         .with_netdev_driver(device_dir)
@@ -407,13 +426,36 @@ impl Walk {
         }
     }
 
-    /// All counters of `counters/`, `counters_ext/` or `hw_counters/`, in name order.
+    /// The counters of `hw_counters/` the filter allows, in name order.
+    fn hw_counter_dir(
+        &mut self,
+        device: &str,
+        parent: &SysDir,
+        presence: Presence,
+    ) -> Vec<(String, u64)> {
+        let filter = self.hw_counters.clone();
+        self.counter_dir_filtered(device, parent, "hw_counters", presence, &filter)
+    }
+
+    /// All counters of `counters/` or `counters_ext/`, in name order.
     fn counter_dir(
         &mut self,
         device: &str,
         parent: &SysDir,
         name: &str,
         presence: Presence,
+    ) -> Vec<(String, u64)> {
+        self.counter_dir_filtered(device, parent, name, presence, &CounterFilter::ALL)
+    }
+
+    /// The counters of directory `name` that `keep` allows (the others are never opened).
+    fn counter_dir_filtered(
+        &mut self,
+        device: &str,
+        parent: &SysDir,
+        name: &str,
+        presence: Presence,
+        keep: &CounterFilter,
     ) -> Vec<(String, u64)> {
         let listing = parent.subdir(name).and_then(|mut dir| {
             let names = dir.entries()?;
@@ -422,7 +464,7 @@ impl Walk {
         match listing {
             Ok((dir, names)) => {
                 let mut values = Vec::with_capacity(names.len());
-                for counter in names {
+                for counter in names.into_iter().filter(|n| keep.allows(n)) {
                     if let Some(v) =
                         self.value(device, &dir, &counter, Presence::Required, parse::counter)
                     {
