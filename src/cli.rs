@@ -205,6 +205,9 @@ pub struct ServeArgs {
     pub switch_shard: Option<crate::switch::shard::SwitchShard>,
     #[arg(long = "collector.nccl.log-dir", value_name = "DIR")]
     pub nccl_log_dir: Option<PathBuf>,
+    /// Per-node process counts (rdma_nccl_processes) instead of per-process NCCL series.
+    #[arg(long = "collector.nccl.aggregate-only")]
+    pub nccl_aggregate_only: bool,
     #[command(flatten)]
     pub collectors: CollectorFlags,
     /// For benchmarks only: every scrape walks sysfs itself, however many run at once.
@@ -275,6 +278,9 @@ impl ServeArgs {
         }
         if let Some(dir) = &self.nccl_log_dir {
             config.nccl.log_dir = Some(dir.clone());
+        }
+        if self.nccl_aggregate_only {
+            config.nccl.aggregate_only = true;
         }
         self.collectors
             .apply(&mut config)

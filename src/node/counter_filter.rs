@@ -53,8 +53,8 @@ impl CounterFilter {
                 .transpose()
         };
         Ok(CounterFilter {
-            include: compile("include", include)?,
-            exclude: compile("exclude", exclude)?,
+            include: compile("hw_counters.include", include)?,
+            exclude: compile("hw_counters.exclude", exclude)?,
         })
     }
 
@@ -118,10 +118,10 @@ mod tests {
     #[test]
     fn a_bad_pattern_names_its_side() {
         let err = CounterFilter::from_patterns(Some("ok"), Some("rp_(")).unwrap_err();
-        assert_eq!(err.what, "exclude");
+        assert_eq!(err.what, "hw_counters.exclude");
         assert!(
             err.to_string()
-                .starts_with("exclude: invalid regular expression"),
+                .starts_with("hw_counters.exclude: invalid regular expression"),
             "{err}"
         );
     }

@@ -10,6 +10,7 @@ mod common;
 
 mod alerts;
 mod alerts_e2e;
+mod cardinality;
 mod cli;
 mod dashboards;
 mod demo;

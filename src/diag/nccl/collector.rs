@@ -47,6 +47,9 @@ pub struct NcclConfig {
     /// A scan reads no further file after this long (`rdma_nccl_scan_partial`).
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub scan_timeout: Duration,
+    /// Export per-node counts (`rdma_nccl_processes`) instead of one series set per process:
+    /// a busy node starts thousands of ranks a day.
+    pub aggregate_only: bool,
 }
 
 impl Default for NcclConfig {
@@ -61,6 +64,7 @@ impl Default for NcclConfig {
             max_processes: 1024,
             scan_interval: Duration::from_secs(30),
             scan_timeout: Duration::from_secs(10),
+            aggregate_only: false,
         }
     }
 }
@@ -508,9 +512,56 @@ impl NcclCollector {
     }
 }
 
-/// Adds the NCCL families of one scan.
-pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
-    let mut fallbacks = 0u64;
+/// Adds the NCCL families of one scan: per process, or only per-node counts.
+pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan, aggregate_only: bool) {
+    let fallbacks = scan
+        .processes
+        .iter()
+        .filter(|p| p.transport == Transport::Socket)
+        .count() as u64;
+    if aggregate_only {
+        add_process_counts(families, scan);
+    } else {
+        add_processes(families, scan);
+    }
+    families.gauge(
+        "rdma_nccl_socket_fallback_processes",
+        "Processes in the NCCL debug logs whose NCCL uses TCP sockets.",
+        Vec::new(),
+        Value::U64(fallbacks),
+    );
+    add_scan_health(families, scan);
+}
+
+/// `rdma_nccl_processes`: processes by host and by what `rdma_nccl_process_info` would say.
+fn add_process_counts<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
+    let mut counts: std::collections::BTreeMap<[&'a str; 4], u64> = Default::default();
+    for p in &scan.processes {
+        let key = [
+            p.host.as_str(),
+            p.network.as_str(),
+            p.link_layer.as_str(),
+            p.gdr.as_label(),
+        ];
+        *counts.entry(key).or_default() += 1;
+    }
+    for ([host, network, link_layer, gdr], count) in counts {
+        families.gauge(
+            "rdma_nccl_processes",
+            "Processes found in the NCCL debug logs by host, network NCCL chose, link layer of their HCAs and GPUDirect RDMA state (nccl.aggregate_only: instead of per-process series).",
+            vec![
+                ("host", Cow::Borrowed(host)),
+                ("network", Cow::Borrowed(network)),
+                ("link_layer", Cow::Borrowed(link_layer)),
+                ("gdr", Cow::Borrowed(gdr)),
+            ],
+            Value::U64(count),
+        );
+    }
+}
+
+/// `rdma_nccl_process_info` and `rdma_nccl_socket_fallback` of every process.
+fn add_processes<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
     for p in &scan.processes {
         let pid: Cow<'a, str> = Cow::Owned(p.pid.to_string());
         let added = families.add(
@@ -528,7 +579,6 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
         );
         debug_assert!(added.is_ok(), "{added:?}");
         let socket = p.transport == Transport::Socket;
-        fallbacks += u64::from(socket);
         families.gauge(
             "rdma_nccl_socket_fallback",
             "1 if the process's NCCL uses TCP sockets instead of IB/RoCE.",
@@ -536,12 +586,10 @@ pub fn add_metrics<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
             Value::U64(u64::from(socket)),
         );
     }
-    families.gauge(
-        "rdma_nccl_socket_fallback_processes",
-        "Processes in the NCCL debug logs whose NCCL uses TCP sockets.",
-        Vec::new(),
-        Value::U64(fallbacks),
-    );
+}
+
+/// How complete the last scan was.
+fn add_scan_health<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
     families.gauge(
         "rdma_nccl_processes_dropped",
         "Processes in the last scan of the NCCL debug logs left out because nccl.max_processes were already exported (newest files first).",
@@ -578,7 +626,7 @@ impl Collector for NcclCollector {
             }
         };
         let mut families = Families::default();
-        add_metrics(&mut families, scan);
+        add_metrics(&mut families, scan, self.limits.aggregate_only);
         out.encode(&families)?;
         let since = match &last {
             Some(scan) => scan.finished.elapsed(),
@@ -973,7 +1021,49 @@ mod tests {
         let result = scan(&LogDir(dir.path().to_path_buf()), &limits);
         assert_eq!((result.processes.len(), result.processes_dropped), (8, 42));
         let mut families = Families::default();
-        add_metrics(&mut families, &result);
+        add_metrics(&mut families, &result, false);
         assert_eq!(families.len(), 8 * 2 + 3);
+    }
+
+    #[test]
+    fn aggregate_only_counts_processes_per_host_instead() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text: String = (0..40)
+            .map(|i| format!("host{}:{i}:1 [0] NCCL INFO Using network IB\n", i % 2))
+            .collect();
+        text.push_str("host0:99:1 [0] NCCL INFO Using network Socket\n");
+        std::fs::write(dir.path().join("many.log"), text).unwrap();
+        let result = scan(&LogDir(dir.path().to_path_buf()), &NcclConfig::default());
+        assert_eq!(result.processes.len(), 41);
+        let mut families = Families::default();
+        add_metrics(&mut families, &result, true);
+        let samples: Vec<String> = families
+            .samples()
+            .map(|(name, labels, value)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let value = match value {
+                    Value::U64(v) => v.to_string(),
+                    Value::F64(v) => v.to_string(),
+                };
+                format!("{name}{{{}}} {value}", labels.join(","))
+            })
+            .collect();
+        assert!(
+            !samples.iter().any(|s| s.contains("pid=")),
+            "no per-process series: {samples:#?}"
+        );
+        let counts: Vec<&String> = samples
+            .iter()
+            .filter(|s| s.starts_with("rdma_nccl_processes{"))
+            .collect();
+        assert_eq!(counts.len(), 3, "{samples:#?}");
+        assert!(
+            counts.iter().any(
+                |s| s.starts_with("rdma_nccl_processes{host=host1,network=IB,")
+                    && s.ends_with(" 20")
+            ),
+            "{counts:#?}"
+        );
+        assert!(samples.contains(&"rdma_nccl_socket_fallback_processes{} 1".to_string()));
     }
 }
