@@ -267,6 +267,7 @@ fn manifests_render_and_validate_against_a_pinned_schema() {
         kube_dir().join("overlays/without-operator"),
         kube_dir().join("overlays/node-agent-only"),
         kube_dir().join("overlays/pod-attribution"),
+        kube_dir().join("overlays/sharded-switch-poller"),
     ] {
         let objects = render(&kustomization);
         assert!(
@@ -407,6 +408,87 @@ fn the_pod_attribution_overlay_grants_only_what_it_says() {
         ["/var/lib/kubelet/pod-resources", "/var/log/pods"].map(Value::from)
     );
     assert_eq!(pods, base);
+}
+
+/// The sharded poller overlay: one Probe per replica, each keeping the hashmod bucket of its
+/// replica's `--switch.shard`, the same switches in every Probe and in the poller's config.
+#[test]
+fn the_sharded_poller_overlay_covers_every_switch_once() {
+    let objects = render(&kube_dir().join("overlays/sharded-switch-poller"));
+    let statefulset = objects
+        .iter()
+        .find(|o| o["kind"] == "StatefulSet")
+        .expect("a StatefulSet");
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "Deployment"),
+        "the single poller is replaced"
+    );
+    let replicas = statefulset["spec"]["replicas"].as_u64().unwrap();
+    let service = statefulset["spec"]["serviceName"].as_str().unwrap();
+    let args: Vec<&str> = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&format!("--switch.shard=$(SHARD_INDEX)/{replicas}").as_str()),
+        "{args:?}"
+    );
+    // The headless Service is not picked up by the poller's ServiceMonitor (no double scrape).
+    let monitor = objects
+        .iter()
+        .find(|o| o["kind"] == "ServiceMonitor" && o["metadata"]["name"] == "rdma-switch-poller")
+        .unwrap();
+    let headless = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == service)
+        .unwrap();
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    let selected = |labels: &Value| {
+        monitor["spec"]["selector"]["matchLabels"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| labels[k.as_str().unwrap()] == *v)
+    };
+    assert!(!selected(&headless["metadata"]["labels"]));
+
+    let secret = objects.iter().find(|o| o["kind"] == "Secret").unwrap();
+    let config: Value =
+        serde_yaml::from_str(secret["stringData"]["config.yml"].as_str().unwrap()).unwrap();
+    assert_eq!(config["switch_polling"], "on_demand");
+    let configured: Vec<Value> = config["switches"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    let probes: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Probe").collect();
+    assert_eq!(probes.len() as u64, replicas);
+    let mut buckets = Vec::new();
+    for probe in probes {
+        let spec = &probe["spec"];
+        assert_eq!(
+            spec["jobName"], "rdma-switches",
+            "one job label for every shard"
+        );
+        let statics = &spec["targets"]["staticConfig"];
+        assert_eq!(statics["static"].as_sequence().unwrap(), &configured);
+        let rules = statics["relabelingConfigs"].as_sequence().unwrap();
+        assert_eq!(rules[0]["action"], "hashmod");
+        assert_eq!(rules[0]["sourceLabels"][0], "__param_target");
+        assert_eq!(rules[0]["modulus"].as_u64(), Some(replicas));
+        assert_eq!(rules[1]["action"], "keep");
+        let bucket: u64 = rules[1]["regex"].as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            spec["prober"]["url"],
+            format!("rdma-switch-poller-{bucket}.{service}.rdma-monitoring.svc:9866").as_str()
+        );
+        buckets.push(bucket);
+    }
+    buckets.sort_unstable();
+    assert_eq!(buckets, (0..replicas).collect::<Vec<_>>());
 }
 
 #[test]
