@@ -401,6 +401,27 @@ mod tests {
     }
 
     #[test]
+    fn switch_shard_and_hw_counters_are_checked_at_their_key() {
+        let config = parse(
+            Path::new("c.yml"),
+            "switch_shard: 1/3\nnode:\n  hw_counters: {exclude: 'roce_.*'}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.switch_shard,
+            Some(crate::switch::shard::SwitchShard { index: 1, count: 3 })
+        );
+        assert!(!config.node.hw_counters.allows("roce_adp_retrans"));
+        assert!(config.node.hw_counters.allows("np_cnp_sent"));
+        let err = parse_err("node: {}\nswitch_shard: 3/3\n");
+        assert!(err.starts_with("c.yml:"), "{err}");
+        assert!(
+            err.contains("switch_shard: \"3/3\" is not a shard"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn files_source_needs_a_dir() {
         let err = parse_err("node:\n  ethtool:\n    source: files\n");
         assert!(err.contains("stats_dir is required"), "{err}");
