@@ -37,8 +37,17 @@ pub fn parse(text: &str) -> Result<Discovery, NotThisTool> {
             headers += 1;
         } else if line.starts_with('[') {
             if let Some((guid, kind, desc, lid)) = &current {
-                if let Some((port, far)) = block_port(line, *kind, *lid) {
+                if let Some((port, far, far_lid)) = block_port(line, *kind, *lid) {
+                    let (far_guid, far_kind, far_port) = (far.guid, far.kind, far.port);
+                    let far_desc = far.description.clone();
                     nodes.link((*guid, *kind, desc), port, far);
+                    // The comment's last `lid N` is the far end's: a switch's one LID.
+                    let far_lid = IbPort {
+                        number: far_port,
+                        lid: far_lid,
+                        ..IbPort::default()
+                    };
+                    nodes.merge_port(far_guid, far_kind, &far_desc, far_lid);
                     port_lines += 1;
                 }
             }
@@ -99,7 +108,11 @@ fn lid_after(text: &str) -> Option<u16> {
 }
 
 /// A port line of a node block.
-fn block_port(line: &str, kind: NodeKind, node_lid: Option<u16>) -> Option<(IbPort, RemoteEnd)> {
+fn block_port(
+    line: &str,
+    kind: NodeKind,
+    node_lid: Option<u16>,
+) -> Option<(IbPort, RemoteEnd, Option<u16>)> {
     let close = line.find(']')?;
     let number: u8 = line[1..close].trim().parse().ok()?;
     let rest = &line[close + 1..];
@@ -141,7 +154,7 @@ fn block_port(line: &str, kind: NodeKind, node_lid: Option<u16>) -> Option<(IbPo
         description: description.to_owned(),
         kind: far_kind,
     };
-    Some((port, far))
+    Some((port, far, lid_after(tail)))
 }
 
 fn kind_word(word: &str) -> Option<NodeKind> {

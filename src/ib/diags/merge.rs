@@ -124,13 +124,15 @@ pub fn merge(parts: &[Parsed]) -> Merged {
 }
 
 /// ibqueryerrors names a CA's port by its port GUID. ConnectX HCAs number port GUIDs from
-/// the node GUID (port n = node + n): when that node is known, the port is its.
+/// the node GUID (port n = node + n): a node the topology knows by that port GUID (ibnetdiscover
+/// `-p` keys CAs so) keeps it; otherwise the port belongs to node GUID = port GUID - n, which
+/// also keeps both ports of a dual-port HCA on one node when no topology was given.
 fn ca_node_guid(nodes: &Nodes, port_guid: Guid, number: u8) -> Guid {
     if nodes.get(port_guid).is_some() {
         return port_guid;
     }
     match port_guid.0.checked_sub(u64::from(number)) {
-        Some(g) if nodes.get(Guid(g)).is_some() => Guid(g),
-        _ => port_guid,
+        Some(g) => Guid(g),
+        None => port_guid,
     }
 }
