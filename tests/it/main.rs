@@ -25,6 +25,7 @@ mod golden;
 mod hostile_peers;
 mod hot_unplug;
 mod http;
+mod ib_corpus;
 mod hung_reads;
 mod nccl;
 mod nccl_corpus;

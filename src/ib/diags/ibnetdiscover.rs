@@ -196,7 +196,7 @@ fn ports_line(line: &str, nodes: &mut Nodes) -> Option<()> {
     let (far_head, descs) = far.split_once('(').unwrap_or((far, ""));
     let mut fw = far_head.split_whitespace();
     let far_kind = kind_word(fw.next()?)?;
-    let _far_lid = fw.next()?;
+    let far_lid: Option<u16> = fw.next()?.parse().ok();
     let far_port: u8 = fw.next()?.parse().ok()?;
     let far_guid = words::guid_hex(fw.next()?.strip_prefix("0x")?)?;
     let descs = descs.trim().trim_end_matches(')').trim();
@@ -213,6 +213,12 @@ fn ports_line(line: &str, nodes: &mut Nodes) -> Option<()> {
             kind: far_kind,
         },
     );
+    let far_port = IbPort {
+        number: far_port,
+        lid: far_lid,
+        ..IbPort::default()
+    };
+    nodes.merge_port(far_guid, far_kind, far_desc, far_port);
     Some(())
 }
 
