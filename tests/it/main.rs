@@ -26,6 +26,7 @@ mod hostile_peers;
 mod hot_unplug;
 mod http;
 mod ib_corpus;
+mod ib_diags_source;
 mod ib_report;
 mod hung_reads;
 mod nccl;
