@@ -78,7 +78,10 @@ fn summary(parsed: &Parsed) -> BTreeMap<String, String> {
         }
         Parsed::Iblinkinfo(l) => {
             out.insert("rows".into(), l.rows.to_string());
-            out.insert("unresolved_remotes".into(), l.unresolved_remotes.to_string());
+            out.insert(
+                "unresolved_remotes".into(),
+                l.unresolved_remotes.to_string(),
+            );
             topology_summary(&mut out, &l.nodes);
         }
         Parsed::Perfquery(p) => {
@@ -101,7 +104,11 @@ fn summary(parsed: &Parsed) -> BTreeMap<String, String> {
             out.insert("ports_checked".into(), opt(q.ports_checked));
             for n in &q.nodes {
                 for p in &n.ports {
-                    let at = format!("{} {}", p.guid, p.port.map_or("ALL".to_owned(), |p| p.to_string()));
+                    let at = format!(
+                        "{} {}",
+                        p.guid,
+                        p.port.map_or("ALL".to_owned(), |p| p.to_string())
+                    );
                     for (name, value) in &p.counters {
                         out.insert(format!("counter {at} {name}"), value.to_string());
                     }
@@ -124,7 +131,10 @@ fn every_sample_gives_its_expected_summary() {
         let expected = std::fs::read_to_string(&expected_path)
             .unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
         let mut checked = 0;
-        for line in expected.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+        for line in expected
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
             let (key, value) = line
                 .split_once(" = ")
                 .unwrap_or_else(|| panic!("{}: {line:?}", expected_path.display()));
@@ -136,7 +146,11 @@ fn every_sample_gives_its_expected_summary() {
             );
             checked += 1;
         }
-        assert!(checked >= 3, "{}: too few expectations", expected_path.display());
+        assert!(
+            checked >= 3,
+            "{}: too few expectations",
+            expected_path.display()
+        );
     }
 }
 

@@ -16,7 +16,9 @@ use rdma_fabric_exporter::ib::source::{FabricSource, ScanError, ScanLimits};
 use crate::common::{project_root, skip_or_fail};
 
 fn corpus(name: &str) -> PathBuf {
-    project_root().join("tests/corpus/infiniband-diags").join(name)
+    project_root()
+        .join("tests/corpus/infiniband-diags")
+        .join(name)
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -43,7 +45,9 @@ fn installed(tool: &str) -> Option<PathBuf> {
 
 #[test]
 fn the_real_tools_without_an_ib_device_fail_discovery_with_their_message() {
-    let (Some(ibnetdiscover), Some(perfquery)) = (installed("ibnetdiscover"), installed("perfquery")) else {
+    let (Some(ibnetdiscover), Some(perfquery)) =
+        (installed("ibnetdiscover"), installed("perfquery"))
+    else {
         return skip_or_fail("infiniband-diags is not installed (scripts/test installs it)");
     };
     let source = DiagsSource::new(DiagsOptions {
@@ -73,7 +77,11 @@ fn a_switch_that_hangs_and_one_that_answers_garbage_fail_alone() {
     let topology = corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt");
     let counters = corpus("perfquery-x-treydock-edr-two-ports.out");
     let pidfile = dir.path().join("sleeper.pid");
-    let ibnetdiscover = script(dir.path(), "ibnetdiscover", &format!("exec cat '{}'", topology.display()));
+    let ibnetdiscover = script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!("exec cat '{}'", topology.display()),
+    );
     // Not `exec sleep`: the shell waits on a child that holds stdout open, as a wrapper would.
     let perfquery = script(
         dir.path(),
@@ -95,9 +103,16 @@ fn a_switch_that_hangs_and_one_that_answers_garbage_fail_alone() {
         parallel: 2,
         ..DiagsOptions::default()
     });
-    let scan = source.scan(limits(400, 30_000), &Selection::default()).unwrap();
-    assert!(scan.duration < Duration::from_secs(20), "{:?}", scan.duration);
-    let failures: Vec<(Guid, QueryFailureReason)> = scan.failures.iter().map(|f| (f.node, f.reason)).collect();
+    let scan = source
+        .scan(limits(400, 30_000), &Selection::default())
+        .unwrap();
+    assert!(
+        scan.duration < Duration::from_secs(20),
+        "{:?}",
+        scan.duration
+    );
+    let failures: Vec<(Guid, QueryFailureReason)> =
+        scan.failures.iter().map(|f| (f.node, f.reason)).collect();
     assert_eq!(
         failures,
         [
@@ -110,14 +125,22 @@ fn a_switch_that_hangs_and_one_that_answers_garbage_fail_alone() {
     for guid in [Guid(0xec0d_9a03_00ec_8240), Guid(0xec0d_9a03_00ec_8480)] {
         let node = scan.node(guid).unwrap();
         let port1 = node.ports.iter().find(|p| p.number == 1).unwrap();
-        assert_eq!(port1.counters.get("PortXmitWait"), Some(&22_730_501), "{guid}");
+        assert_eq!(
+            port1.counters.get("PortXmitWait"),
+            Some(&22_730_501),
+            "{guid}"
+        );
         assert!(port1.remote.is_some());
     }
     // The hung switch's node is still in the scan (its links are), without counters.
     let hung = scan.node(Guid(0xec0d_9a03_00ec_81e0)).unwrap();
     assert!(hung.ports.iter().all(|p| p.counters.is_empty()));
     // The sleeping grandchild did not outlive its query.
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let alive = state
         .rsplit(')')
@@ -131,7 +154,11 @@ fn a_switch_that_hangs_and_one_that_answers_garbage_fail_alone() {
 fn the_deadline_ends_the_scan_and_names_what_was_not_read() {
     let dir = tempfile::tempdir().unwrap();
     let topology = corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt");
-    let ibnetdiscover = script(dir.path(), "ibnetdiscover", &format!("exec cat '{}'", topology.display()));
+    let ibnetdiscover = script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!("exec cat '{}'", topology.display()),
+    );
     let perfquery = script(dir.path(), "perfquery", "exec sleep 600");
     let source = DiagsSource::new(DiagsOptions {
         ibnetdiscover,
@@ -140,13 +167,22 @@ fn the_deadline_ends_the_scan_and_names_what_was_not_read() {
         ..DiagsOptions::default()
     });
     let started = Instant::now();
-    let scan = source.scan(limits(60_000, 1_500), &Selection::default()).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    let scan = source
+        .scan(limits(60_000, 1_500), &Selection::default())
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(scan.failures.len(), 4, "{:?}", scan.failures);
-    assert!(scan
-        .failures
-        .iter()
-        .all(|f| f.reason == QueryFailureReason::Deadline), "{:?}", scan.failures);
+    assert!(
+        scan.failures
+            .iter()
+            .all(|f| f.reason == QueryFailureReason::Deadline),
+        "{:?}",
+        scan.failures
+    );
     assert_eq!(scan.switches().count(), 4);
 }
 
@@ -154,9 +190,17 @@ fn the_deadline_ends_the_scan_and_names_what_was_not_read() {
 fn unselected_switches_are_not_queried_and_discovery_output_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let topology = corpus("ibnetdiscover-p-treydock-edr-mixed.out");
-    let ibnetdiscover = script(dir.path(), "ibnetdiscover", &format!("exec cat '{}'", topology.display()));
+    let ibnetdiscover = script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!("exec cat '{}'", topology.display()),
+    );
     let marker = dir.path().join("perfquery-ran");
-    let perfquery = script(dir.path(), "perfquery", &format!("touch '{}'; exit 1", marker.display()));
+    let perfquery = script(
+        dir.path(),
+        "perfquery",
+        &format!("touch '{}'; exit 1", marker.display()),
+    );
     let none = Selection {
         exclude: Some(regex::Regex::new("^(?:.*)$").unwrap()),
         ..Selection::default()
@@ -172,11 +216,20 @@ fn unselected_switches_are_not_queried_and_discovery_output_is_bounded() {
     assert!(!marker.exists(), "perfquery ran for an excluded switch");
 
     // A tool that exits non-zero: its stderr is the failure's detail.
-    let scan = source.scan(limits(1_000, 10_000), &Selection::default()).unwrap();
+    let scan = source
+        .scan(limits(1_000, 10_000), &Selection::default())
+        .unwrap();
     assert_eq!(scan.failures.len(), 4);
-    assert!(scan.failures.iter().all(|f| f.reason == QueryFailureReason::Other && f.detail.contains("perfquery")));
+    assert!(scan
+        .failures
+        .iter()
+        .all(|f| f.reason == QueryFailureReason::Other && f.detail.contains("perfquery")));
 
-    let endless = script(dir.path(), "endless", "exec yes 'SW  1719 10 0x7cfe9003009ce5b0 4x EDR'");
+    let endless = script(
+        dir.path(),
+        "endless",
+        "exec yes 'SW  1719 10 0x7cfe9003009ce5b0 4x EDR'",
+    );
     let source = DiagsSource::new(DiagsOptions {
         ibnetdiscover: endless,
         perfquery: perfquery.clone(),
@@ -184,7 +237,9 @@ fn unselected_switches_are_not_queried_and_discovery_output_is_bounded() {
         ..DiagsOptions::default()
     });
     match source.scan(limits(1_000, 10_000), &Selection::default()) {
-        Err(ScanError::Discovery(m)) => assert!(m.contains("printed more than 1048576 bytes"), "{m}"),
+        Err(ScanError::Discovery(m)) => {
+            assert!(m.contains("printed more than 1048576 bytes"), "{m}")
+        }
         other => panic!("{other:?}"),
     }
 

@@ -10,14 +10,17 @@ use serde_json::Value;
 use crate::common::{path_str, project_root, run};
 
 fn sample(name: &str) -> PathBuf {
-    project_root().join("tests/corpus/infiniband-diags").join(name)
+    project_root()
+        .join("tests/corpus/infiniband-diags")
+        .join(name)
 }
 
 fn report(files: &[&str]) -> (i32, Value) {
     let mut args = vec!["ib-report", "--output", "json"];
     args.extend_from_slice(files);
     let (code, stdout, stderr) = run(&args);
-    let json: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
+    let json: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{stderr}"));
     assert_eq!(json["exit_code"], code, "{stdout}");
     (code, json)
 }
@@ -31,20 +34,35 @@ fn the_ddr_link_of_an_edr_fabric_is_degraded_naming_both_switches() {
     let file = sample("ibnetdiscover-switchib-edr-one-ddr-link.txt");
     let (code, json) = report(&[path_str(&file)]);
     assert_eq!(code, 1);
-    assert_eq!((json["switches"].as_u64(), json["hcas"].as_u64()), (Some(4), Some(48)));
+    assert_eq!(
+        (json["switches"].as_u64(), json["hcas"].as_u64()),
+        (Some(4), Some(48))
+    );
     assert_eq!(json["links"], 72);
     assert_eq!(len(&json["degraded_links"]), 1, "{json:#}");
     let d = &json["degraded_links"][0];
     let mut ends = [
-        (d["near"]["guid"].as_str().unwrap(), d["near"]["port"].as_u64()),
-        (d["far"]["guid"].as_str().unwrap(), d["far"]["port"].as_u64()),
+        (
+            d["near"]["guid"].as_str().unwrap(),
+            d["near"]["port"].as_u64(),
+        ),
+        (
+            d["far"]["guid"].as_str().unwrap(),
+            d["far"]["port"].as_u64(),
+        ),
     ];
     ends.sort();
     assert_eq!(
         ends,
-        [("ec0d:9a03:00ec:8200", Some(11)), ("ec0d:9a03:00ec:8480", Some(11))]
+        [
+            ("ec0d:9a03:00ec:8200", Some(11)),
+            ("ec0d:9a03:00ec:8480", Some(11))
+        ]
     );
-    assert_eq!((d["speed"].as_str(), d["expected_speed"].as_str()), (Some("DDR"), Some("EDR")));
+    assert_eq!(
+        (d["speed"].as_str(), d["expected_speed"].as_str()),
+        (Some("DDR"), Some("EDR"))
+    );
     assert_eq!(d["compared_with"], "fabric_common");
     assert_eq!(len(&json["error_ports"]), 0);
 
@@ -58,7 +76,9 @@ fn the_ddr_link_of_an_edr_fabric_is_degraded_naming_both_switches() {
 
 #[test]
 fn ibqueryerrors_gives_error_ports_and_saturated_xmit_wait_as_congestion() {
-    let (code, json) = report(&[path_str(&sample("ibqueryerrors-linux-rdma-2021-03-sx6036.txt"))]);
+    let (code, json) = report(&[path_str(&sample(
+        "ibqueryerrors-linux-rdma-2021-03-sx6036.txt",
+    ))]);
     assert_eq!(code, 1);
     // 8 switch ports and the HCA with VL15Dropped; `port ALL` (a sum) and port 0 (the
     // management port) are not ports with a link.
@@ -75,7 +95,10 @@ fn ibqueryerrors_gives_error_ports_and_saturated_xmit_wait_as_congestion() {
         .iter()
         .find(|c| c["name"] == "SymbolErrorCounter")
         .unwrap();
-    assert_eq!((symbol["value"].as_u64(), symbol["saturated"].as_bool()), (Some(65535), Some(true)));
+    assert_eq!(
+        (symbol["value"].as_u64(), symbol["saturated"].as_bool()),
+        (Some(65535), Some(true))
+    );
     // PortXmitWait pinned at 2^32-1 with no data counter: 7 ports (4 switch, 3 HCA).
     assert_eq!(len(&json["congested_ports"]), 7);
     assert!(json["congested_ports"]
@@ -97,7 +120,12 @@ fn healthy_outputs_exit_zero() {
     ] {
         let (code, json) = report(&[path_str(&sample(name))]);
         assert_eq!(code, 0, "{name}: {json:#}");
-        assert!(len(&json["degraded_links"]) + len(&json["error_ports"]) + len(&json["congested_ports"]) == 0);
+        assert!(
+            len(&json["degraded_links"])
+                + len(&json["error_ports"])
+                + len(&json["congested_ports"])
+                == 0
+        );
     }
 }
 
@@ -118,10 +146,27 @@ fn perfquery_counters_land_on_the_switch_ibnetdiscover_gives_that_lid() {
     let e = &json["error_ports"][0];
     assert_eq!(e["port"]["description"], "ib-i4l1s01");
     assert_eq!(e["port"]["guid"], "506b:4b03:005c:2740");
-    let names: Vec<&str> = e["counters"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["LinkDownedCounter", "PortRcvSwitchRelayErrors", "PortXmitDiscards"]);
+    let names: Vec<&str> = e["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(
-        json["files"].as_array().unwrap().iter().map(|f| f["tool"].as_str().unwrap()).collect::<Vec<_>>(),
+        names,
+        [
+            "LinkDownedCounter",
+            "PortRcvSwitchRelayErrors",
+            "PortXmitDiscards"
+        ]
+    );
+    assert_eq!(
+        json["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["tool"].as_str().unwrap())
+            .collect::<Vec<_>>(),
         ["perfquery", "ibnetdiscover"]
     );
 }
@@ -156,14 +201,25 @@ fn built_outputs_a_1x_link_below_enabled_and_a_congested_spine_port() {
     assert_eq!(d["near"]["description"], "MF0;spine-01:MQM9700/U1");
     assert_eq!(d["near"]["port"], 2);
     assert_eq!(d["far"]["description"], "MF0;leaf-02:MQM9700/U1");
-    assert_eq!((d["width"].as_str(), d["expected_width"].as_str()), (Some("1X"), Some("4X")));
+    assert_eq!(
+        (d["width"].as_str(), d["expected_width"].as_str()),
+        (Some("1X"), Some("4X"))
+    );
     assert_eq!(d["compared_with"], "enabled");
     assert_eq!(len(&json["congested_ports"]), 1);
     let c = &json["congested_ports"][0];
-    assert_eq!((c["port"]["port"].as_u64(), c["far"]["description"].as_str()), (Some(1), Some("MF0;leaf-01:MQM9700/U1")));
+    assert_eq!(
+        (c["port"]["port"].as_u64(), c["far"]["description"].as_str()),
+        (Some(1), Some("MF0;leaf-01:MQM9700/U1"))
+    );
     assert_eq!(c["wait_per_word"], 0.25);
     // Below the ratio asked for, the same port is not congested.
-    let (code, _, _) = run(&["ib-report", "--congestion-ratio", "0.5", path_str(&counters)]);
+    let (code, _, _) = run(&[
+        "ib-report",
+        "--congestion-ratio",
+        "0.5",
+        path_str(&counters),
+    ]);
     assert_eq!(code, 0);
 }
 
@@ -175,9 +231,16 @@ fn unreadable_and_foreign_files_have_their_own_exit_codes() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("missing.txt"), "{stderr}");
     let foreign = project_root().join("Cargo.toml");
-    let (code, _, stderr) = run(&["ib-report", path_str(&sample("perfquery-x-treydock-edr-two-ports.out")), path_str(&foreign)]);
+    let (code, _, stderr) = run(&[
+        "ib-report",
+        path_str(&sample("perfquery-x-treydock-edr-two-ports.out")),
+        path_str(&foreign),
+    ]);
     assert_eq!(code, 3, "{stderr}");
-    assert!(stderr.contains("Cargo.toml") && stderr.contains("not the output of"), "{stderr}");
+    assert!(
+        stderr.contains("Cargo.toml") && stderr.contains("not the output of"),
+        "{stderr}"
+    );
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     assert_eq!(run(&["ib-report", path_str(&empty)]).0, 3);

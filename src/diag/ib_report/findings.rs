@@ -131,7 +131,9 @@ pub struct Findings {
 
 impl Findings {
     pub fn is_clean(&self) -> bool {
-        self.degraded_links.is_empty() && self.error_ports.is_empty() && self.congested_ports.is_empty()
+        self.degraded_links.is_empty()
+            && self.error_ports.is_empty()
+            && self.congested_ports.is_empty()
     }
 }
 
@@ -174,14 +176,26 @@ pub fn find(merged: &Merged, congestion_ratio: f64) -> Findings {
                         .binary_search_by_key(&remote.guid, |n| n.guid)
                         .ok()
                         .and_then(|i| nodes[i].ports.iter().find(|p| p.number == remote.port));
-                    if let Some(d) = degraded(node, port, remote_port, far.clone(), common_width, common_speed)
-                    {
+                    if let Some(d) = degraded(
+                        node,
+                        port,
+                        remote_port,
+                        far.clone(),
+                        common_width,
+                        common_speed,
+                    ) {
                         seen_links.insert(key);
                         out.degraded_links.push(d);
                     }
                 }
             }
-            check_counters(&mut out, End::of(node, port), far, &port.counters, congestion_ratio);
+            check_counters(
+                &mut out,
+                End::of(node, port),
+                far,
+                &port.counters,
+                congestion_ratio,
+            );
         }
     }
     for block in &merged.unplaced {

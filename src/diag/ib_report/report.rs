@@ -46,13 +46,18 @@ impl Report {
             .flat_map(|n| n.ports.iter())
             .filter_map(|p| p.remote.as_ref())
             .filter(|r| {
-                merged
-                    .scan
-                    .node(r.guid)
-                    .is_none_or(|n| !n.ports.iter().any(|p| p.number == r.port && p.remote.is_some()))
+                merged.scan.node(r.guid).is_none_or(|n| {
+                    !n.ports
+                        .iter()
+                        .any(|p| p.number == r.port && p.remote.is_some())
+                })
             })
             .count();
-        let exit_code = if findings.is_clean() { 0 } else { EXIT_FINDINGS };
+        let exit_code = if findings.is_clean() {
+            0
+        } else {
+            EXIT_FINDINGS
+        };
         Report {
             files: inputs
                 .iter()
@@ -137,7 +142,13 @@ impl Report {
                         )
                     })
                     .collect();
-                let _ = writeln!(s, "  {}{}: {}", e.port.text(), far(&e.far), counters.join(", "));
+                let _ = writeln!(
+                    s,
+                    "  {}{}: {}",
+                    e.port.text(),
+                    far(&e.far),
+                    counters.join(", ")
+                );
             }
         }
         if !f.congested_ports.is_empty() {
@@ -153,7 +164,11 @@ impl Report {
                     c.port.text(),
                     far(&c.far),
                     c.xmit_wait,
-                    if c.xmit_wait_saturated { " (saturated)" } else { "" }
+                    if c.xmit_wait_saturated {
+                        " (saturated)"
+                    } else {
+                        ""
+                    }
                 );
             }
         }

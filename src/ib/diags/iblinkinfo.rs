@@ -96,7 +96,9 @@ pub fn parse_row(line: &str) -> Option<LinkRow> {
         row.active_width = words::width(first);
     }
     if let Some(i) = mid.iter().position(|w| w.eq_ignore_ascii_case("Gbps")) {
-        row.active_speed = i.checked_sub(1).and_then(|j| words::speed_lane_gbps(mid[j]));
+        row.active_speed = i
+            .checked_sub(1)
+            .and_then(|j| words::speed_lane_gbps(mid[j]));
     }
 
     // Right: [0xrguid] rlid rport[..] "desc" ( msg )
@@ -279,7 +281,9 @@ fn assemble(rows: Vec<(Option<Header>, LinkRow)>) -> LinkInfo {
 }
 
 fn guess_kind(description: &str, max_port: u8) -> NodeKind {
-    if max_port > 2 || description.starts_with("MF0;") || description.ends_with("Mellanox Technologies")
+    if max_port > 2
+        || description.starts_with("MF0;")
+        || description.ends_with("Mellanox Technologies")
     {
         NodeKind::Switch
     } else {
@@ -298,20 +302,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(row.guid, Some(Guid(0x0002_c902_0040_4ad8)));
-        assert_eq!(row.description.as_deref(), Some("SwitchX -  Mellanox Technologies"));
+        assert_eq!(
+            row.description.as_deref(),
+            Some("SwitchX -  Mellanox Technologies")
+        );
         assert_eq!((row.lid, row.port), (Some(4), 17));
         assert_eq!(row.active_width, Some(LinkWidth(1)));
         assert_eq!(row.active_speed, Some(LinkSpeed::Sdr));
         assert_eq!(row.could_be_width, Some(LinkWidth(4)));
         assert_eq!(row.could_be_speed, Some(LinkSpeed::Qdr));
         let remote = row.remote.unwrap();
-        assert_eq!((remote.guid, remote.lid, remote.port), (Some(Guid(0x0011_2203_0033_4455)), Some(5), 1));
+        assert_eq!(
+            (remote.guid, remote.lid, remote.port),
+            (Some(Guid(0x0011_2203_0033_4455)), Some(5), 1)
+        );
         assert_eq!(remote.description, "exe0001 HCA-1");
     }
 
     #[test]
     fn down_ports_have_no_remote() {
-        let row = parse_row("           2    5[  ] ==(                Down/ Polling)==>             [  ] \"\" ( )").unwrap();
+        let row = parse_row(
+            "           2    5[  ] ==(                Down/ Polling)==>             [  ] \"\" ( )",
+        )
+        .unwrap();
         assert_eq!((row.lid, row.port), (Some(2), 5));
         assert_eq!(row.state, Some(PortState::Down));
         assert_eq!(row.phys_state, Some(PhysState::Polling));

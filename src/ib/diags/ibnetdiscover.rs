@@ -126,11 +126,7 @@ fn block_port(
     // The local LID (CA blocks: `# lid 3 lmc 0 "desc" …`) comes before the remote description.
     let local_lid = match kind {
         NodeKind::Switch => node_lid,
-        _ => comment
-            .split('"')
-            .next()
-            .and_then(lid_after)
-            .or(node_lid),
+        _ => comment.split('"').next().and_then(lid_after).or(node_lid),
     };
     let (description, tail) = match (comment.find('"'), comment.rfind('"')) {
         (Some(a), Some(b)) if b > a => (&comment[a + 1..b], &comment[b + 1..]),
@@ -237,7 +233,10 @@ mod tests {
         assert_eq!(ca.description, "telesto HCA-1");
         let p = &ca.ports[0];
         assert_eq!((p.number, p.lid), (1, Some(3)));
-        assert_eq!((p.active_width, p.active_speed), (Some(LinkWidth(4)), Some(LinkSpeed::Ddr)));
+        assert_eq!(
+            (p.active_width, p.active_speed),
+            (Some(LinkWidth(4)), Some(LinkSpeed::Ddr))
+        );
         let remote = p.remote.as_ref().unwrap();
         assert_eq!((remote.guid, remote.port), (Guid(0x0008_f105_0020_0134), 4));
         assert_eq!(remote.description, "Voltaire 4036 # v4036");

@@ -102,7 +102,10 @@ fn port_line(rest: &str) -> Option<ErrorPort> {
         let Some((name, value)) = item.split_once("==") else {
             continue;
         };
-        let value = value.split_whitespace().next().and_then(|v| v.parse::<u64>().ok());
+        let value = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok());
         if let Some(value) = value {
             counters.insert(canonical_counter(name.trim()).to_owned(), value);
         }
@@ -131,7 +134,10 @@ mod tests {
         assert_eq!(q.nodes[0].switch_guid, Some(Guid(0x2c903006e29b0)));
         assert_eq!(q.nodes[0].description, "MF0;ys23ib4:SX6036/U1");
         assert_eq!(q.nodes[0].ports[0].port, None);
-        assert_eq!(q.nodes[0].ports[1].counters["PortXmitData"], 19_892_634_015_130);
+        assert_eq!(
+            q.nodes[0].ports[1].counters["PortXmitData"],
+            19_892_634_015_130
+        );
         assert_eq!(q.nodes[1].switch_guid, None);
         assert_eq!(q.nodes[1].ports[0].counters["PortXmitWait"], 4_294_967_295);
         assert_eq!((q.nodes_checked, q.ports_checked), (Some(4), Some(43)));

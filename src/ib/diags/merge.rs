@@ -82,9 +82,12 @@ pub fn merge(parts: &[Parsed]) -> Merged {
         for port in &node.ports {
             if let Some(lid) = port.lid {
                 let port_of_lid = (node.kind != NodeKind::Switch).then_some(port.number);
-                by_lid
-                    .entry(lid)
-                    .or_insert((node.guid, node.kind, node.description.clone(), port_of_lid));
+                by_lid.entry(lid).or_insert((
+                    node.guid,
+                    node.kind,
+                    node.description.clone(),
+                    port_of_lid,
+                ));
             }
         }
     }

@@ -138,7 +138,10 @@ mod tests {
         assert!(!a.counters.contains_key("CounterSelect"));
         let b = &pq.blocks[1];
         assert_eq!((b.port, b.extended), (None, true));
-        assert_eq!(parse("hello\n# Port info: Lid 2\n"), Err(NotThisTool("perfquery")));
+        assert_eq!(
+            parse("hello\n# Port info: Lid 2\n"),
+            Err(NotThisTool("perfquery"))
+        );
     }
 
     #[test]

@@ -157,7 +157,11 @@ pub fn run(program: &Path, args: &[String], limits: RunLimits) -> Result<String,
 fn failure_message(stderr: &[u8], stdout: &[u8]) -> String {
     let err = String::from_utf8_lossy(stderr);
     let out = String::from_utf8_lossy(stdout);
-    let mut lines: Vec<&str> = err.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let mut lines: Vec<&str> = err
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     let keep = lines.len().saturating_sub(2);
     lines.drain(..keep);
     if let Some(last) = out.lines().map(str::trim).rfind(|l| !l.is_empty()) {

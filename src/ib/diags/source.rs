@@ -105,8 +105,7 @@ fn reason(e: &RunError) -> QueryFailureReason {
             let m = message.to_ascii_lowercase();
             if m.contains("timeout") || m.contains("timed out") {
                 QueryFailureReason::Timeout
-            } else if m.contains("madrpc") || m.contains("dport") || m.contains("can't resolve")
-            {
+            } else if m.contains("madrpc") || m.contains("dport") || m.contains("can't resolve") {
                 QueryFailureReason::Unreachable
             } else {
                 QueryFailureReason::Other
@@ -145,7 +144,9 @@ impl FabricSource for DiagsSource {
 
         let wanted: Vec<(Guid, Option<u16>)> = nodes
             .iter()
-            .filter(|n| n.kind == NodeKind::Switch && selection.keeps_switch(n.guid, &n.description))
+            .filter(|n| {
+                n.kind == NodeKind::Switch && selection.keeps_switch(n.guid, &n.description)
+            })
             .map(|n| (n.guid, n.ports.iter().find_map(|p| p.lid)))
             .collect();
         let next = AtomicUsize::new(0);

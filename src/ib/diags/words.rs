@@ -6,9 +6,7 @@ use crate::ib::model::{LinkSpeed, LinkWidth, PhysState, PortState};
 
 /// `1X` .. `12X`, either case.
 pub fn width(word: &str) -> Option<LinkWidth> {
-    let digits = word
-        .strip_suffix('X')
-        .or_else(|| word.strip_suffix('x'))?;
+    let digits = word.strip_suffix('X').or_else(|| word.strip_suffix('x'))?;
     match digits.parse::<u8>().ok()? {
         n @ (1 | 2 | 4 | 8 | 12) => Some(LinkWidth(n)),
         _ => None,
@@ -121,7 +119,10 @@ mod tests {
         assert_eq!(width("1x"), Some(LinkWidth(1)));
         assert_eq!(width("3X"), None);
         assert_eq!(width_speed("4xEDR"), Some((LinkWidth(4), LinkSpeed::Edr)));
-        assert_eq!(width_speed("2xFDR10"), Some((LinkWidth(2), LinkSpeed::Fdr10)));
+        assert_eq!(
+            width_speed("2xFDR10"),
+            Some((LinkWidth(2), LinkSpeed::Fdr10))
+        );
         assert_eq!(width_speed("4x???"), None);
         assert_eq!(speed_lane_gbps("25.78125"), Some(LinkSpeed::Edr));
         assert_eq!(speed_lane_gbps("10.0"), Some(LinkSpeed::Qdr));
@@ -132,7 +133,10 @@ mod tests {
         assert_eq!(port_state("ACTIVE"), Some(PortState::Active));
         assert_eq!(phys_state("Polling"), Some(PhysState::Polling));
         assert_eq!(unquoted(">    GUID 0x1 port 1:\r"), "GUID 0x1 port 1:");
-        assert_eq!(guid_hex("ec0d9a0300ec8240").map(|g| g.0), Some(0xec0d_9a03_00ec_8240));
+        assert_eq!(
+            guid_hex("ec0d9a0300ec8240").map(|g| g.0),
+            Some(0xec0d_9a03_00ec_8240)
+        );
         assert_eq!(guid_hex("0x"), None);
     }
 }
