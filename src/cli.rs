@@ -48,6 +48,10 @@ pub enum Command {
     /// Judge one nccl-tests run (all_reduce_perf, ...): data errors, and busbw against the NIC
     /// line rate (exit 0 healthy, 1 below or errors, 2 unreadable, 3 not nccl-tests output).
     NcclTests(crate::diag::nccl_tests::NcclTestsArgs),
+    /// Read saved ibnetdiscover, iblinkinfo, perfquery and ibqueryerrors outputs: degraded
+    /// links, ports with errors, congested ports (exit 0 none, 1 found, 2 unreadable, 3 not
+    /// infiniband-diags output).
+    IbReport(crate::diag::ib_report::IbReportArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).

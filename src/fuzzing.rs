@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("gnmi_values", gnmi_values),
     ("gnmi_json", gnmi_json),
     ("rdma_netlink", rdma_netlink),
+    ("ib_diags_text", ib_diags_text),
 ];
 
 /// One sysfs attribute file's bytes through every parser of `node::parse`.
@@ -516,4 +517,37 @@ pub fn rdma_netlink(data: &[u8]) {
         .map(|a| (a.kind, a.u32().expect("a u32")))
         .collect();
     assert_eq!(back, attrs);
+}
+
+/// Any text as a saved infiniband-diags output: detection, every tool's parser, the merge, the
+/// `ib-report` findings and both report formats. Besides not panicking: the merged nodes are
+/// sorted and unique by GUID, each node's ports by number, and every finding names a port.
+pub fn ib_diags_text(data: &[u8]) {
+    use crate::ib::diags::{detect, iblinkinfo, ibnetdiscover, ibqueryerrors, merge, perfquery};
+    let text = String::from_utf8_lossy(data);
+    let _ = ibnetdiscover::parse(&text);
+    let _ = iblinkinfo::parse(&text);
+    let _ = perfquery::parse(&text);
+    let _ = ibqueryerrors::parse(&text);
+    let Ok(parsed) = detect::parse_any(&text) else {
+        return;
+    };
+    let merged = merge::merge(&[parsed]);
+    let nodes = &merged.scan.nodes;
+    assert!(
+        nodes.windows(2).all(|w| w[0].guid < w[1].guid),
+        "nodes sorted by GUID"
+    );
+    for node in nodes {
+        assert!(
+            node.ports.windows(2).all(|w| w[0].number < w[1].number),
+            "ports of {} sorted and unique",
+            node.guid
+        );
+    }
+    let found = crate::diag::ib_report::findings::find(&merged, 0.01);
+    for e in &found.error_ports {
+        assert!(!e.counters.is_empty());
+    }
+    serde_json::to_string(&found).expect("findings serialize");
 }

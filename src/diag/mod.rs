@@ -1,10 +1,12 @@
 //! Diagnostics for operators: `doctor` (can this host or pod use its RDMA devices?), `nccl`
 //! (did NCCL run over IB/RoCE or fall back to sockets?), `nccl-tests` (did a benchmark run
-//! reach the NIC line rate without data errors?) and `ecn-tune` (is the switch's ECN threshold
-//! too high or too low, from Prometheus over an nccl-tests run?).
+//! reach the NIC line rate without data errors?), `ecn-tune` (is the switch's ECN threshold
+//! too high or too low, from Prometheus over an nccl-tests run?) and `ib-report` (degraded
+//! links, error ports and congestion in saved infiniband-diags outputs).
 
 pub mod doctor;
 pub mod ecn_tune;
+pub mod ib_report;
 pub mod nccl;
 pub mod nccl_tests;
 

@@ -5,6 +5,7 @@
 //! in docs/metrics.md. A source fills a [`model::FabricScan`]; everything after it (metrics,
 //! selection of switches, `ib-report` findings) reads only the model.
 
+pub mod diags;
 pub mod model;
 pub mod selection;
 pub mod source;

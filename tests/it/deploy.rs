@@ -560,3 +560,56 @@ fn systemd_accepts_the_unit() {
         "{text}"
     );
 }
+
+/// The InfiniBand scanner: one replica on chosen hosts only, never two at once, unprivileged,
+/// the umad device through a device plugin resource rather than a privileged hostPath.
+#[test]
+fn the_ib_fabric_scanner_runs_once_per_subnet_unprivileged_on_chosen_hosts() {
+    let objects = render(&kube_dir());
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rdma-ib-fabric")
+        .expect("the ib-fabric Deployment");
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 1);
+    assert_eq!(spec["strategy"]["type"], "Recreate");
+    let pod = &spec["template"]["spec"];
+    assert!(pod["nodeSelector"]
+        .as_mapping()
+        .is_some_and(|m| !m.is_empty()));
+    assert!(pod["hostNetwork"].is_null());
+    assert!(
+        pod["volumes"].is_null(),
+        "no hostPath: the device comes from the device plugin"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["privileged"], false);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    let added: Vec<&str> = security["capabilities"]["add"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(added, ["IPC_LOCK"]);
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--collector.ib_fabric"), "{args:?}");
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--collector.ib_fabric.shard=")),
+        "{args:?}"
+    );
+    assert!(container["resources"]["limits"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .any(|k| k.as_str().is_some_and(|k| k.starts_with("rdma/"))));
+}

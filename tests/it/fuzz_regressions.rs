@@ -49,6 +49,11 @@ fn nccl_log() {
 }
 
 #[test]
+fn ib_diags_text() {
+    replay("ib_diags_text");
+}
+
+#[test]
 fn ethtool_strings() {
     replay("ethtool_strings");
 }
