@@ -176,7 +176,7 @@ impl Status {
         match self {
             Status::Down => "✕ down: the port or its switch port is not up",
             Status::StormSource => "⚠ storm source: pauses its switch port (tx) almost all the time while receiving almost nothing",
-            Status::Paused => "⏸ paused: PFC pauses the link more than 5% of the time (rx: the switch pauses the NIC, tx: the NIC pauses the switch)",
+            Status::Paused => "‖ paused: PFC pauses the link more than 5% of the time (rx: the switch pauses the NIC, tx: the NIC pauses the switch)",
             Status::Errors => "! errors: link, receive or transport error counters rise",
             Status::CnpIgnored => "↯ CNPs ignored: the sender does not slow down when told (DCQCN off)",
             Status::EcnHeavy => "≈ heavy ECN marking: more than 0.1% of received packets marked",
@@ -189,7 +189,7 @@ impl Status {
         match self {
             Status::Down => "✕",
             Status::StormSource => "⚠",
-            Status::Paused => "⏸",
+            Status::Paused => "‖",
             Status::Errors => "!",
             Status::CnpIgnored => "↯",
             Status::EcnHeavy => "≈",
@@ -476,7 +476,7 @@ fn status_of(nic: &NicView) -> (Status, String) {
         return (
             Status::Paused,
             format!(
-                "⏸ PAUSED {} {} p{}",
+                "‖ PAUSED {} {} p{}",
                 p.direction,
                 percent(p.share),
                 p.priority

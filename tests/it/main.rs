@@ -26,6 +26,7 @@ mod hostile_peers;
 mod hot_unplug;
 mod http;
 mod hung_reads;
+mod landing;
 mod nccl;
 mod nccl_corpus;
 mod nccl_tests;

@@ -7,7 +7,7 @@
   var POLL_MS = 2000;
   var NIC_W = 44, NIC_GAP = 6, HOST_PAD = 10, HOST_GAP = 24;
   var HOST_Y = 10, NIC_Y = 48, NIC_H = 40, BEND_Y = 330, LEAF_Y = 430, LEAF_H = 46;
-  var SYMBOL = { "down": "✕", "storm-source": "⚠", "paused": "⏸", "errors": "!",
+  var SYMBOL = { "down": "✕", "storm-source": "⚠", "paused": "‖", "errors": "!",
     "cnp-ignored": "↯", "ecn-heavy": "≈", "no-rate": "…", "ok": "✓" };
 
   function el(name, attrs, text) {
