@@ -543,16 +543,18 @@ fn sources_of(host: &HostView) -> Vec<StormSource> {
 }
 
 /// Every configured switch: up (a snapshot fresh enough to serve), why not, and its ports with
-/// their LLDP neighbours.
+/// their LLDP neighbours (a port of a switch that is down is not known to be up).
 fn switch_views(poller: &Poller) -> Vec<SwitchView> {
     poller
         .targets
         .iter()
         .map(|(target, state)| {
             let state = state.lock().unwrap_or_else(|p| p.into_inner());
-            let fresh = state.fresh_snapshot(target.interval).cloned();
+            let up = state.fresh_snapshot(target.interval).is_some();
             let mut ports: BTreeMap<u32, SwitchPortView> = BTreeMap::new();
-            if let Some(snapshot) = &fresh {
+            // The wiring of the last poll that answered, even a stale one: a switch that stops
+            // answering is drawn down where it was, not unplugged.
+            if let Some(snapshot) = &state.snapshot {
                 for sample in &snapshot.samples {
                     let entry = ports
                         .entry(sample.key.ifindex)
@@ -570,14 +572,16 @@ fn switch_views(poller: &Poller) -> Vec<SwitchView> {
                         (Metric::LldpRemotePortId, SampleValue::Text(t)) => {
                             entry.neighbor_port = Some(t.clone())
                         }
-                        (Metric::OperStatus, SampleValue::Gauge(v)) => entry.up = Some(*v == 1),
+                        (Metric::OperStatus, SampleValue::Gauge(v)) => {
+                            entry.up = up.then_some(*v == 1)
+                        }
                         _ => {}
                     }
                 }
             }
             SwitchView {
                 name: target.name.clone(),
-                up: fresh.is_some(),
+                up,
                 reason: state.last_error.as_ref().map(|e| e.reason.as_label()),
                 last_success_seconds_ago: state.last_success.map(seconds_since),
                 // Only ports that carry something to draw.

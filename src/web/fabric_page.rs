@@ -91,15 +91,25 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
         "<a href=\"/healthz\">Health</a> · <a href=\"{PATH}\">this page as JSON</a></p>"
     );
     if !links.demo_hosts.is_empty() {
-        html.push_str("<nav aria-label=\"Hosts\"><h2>Hosts</h2><ul>");
-        for host in links.demo_hosts {
-            let host = escape(host);
-            let _ = write!(html, "<li><a href=\"/hosts/{host}{path}\">{host}</a></li>");
-        }
-        html.push_str("</ul></nav>");
+        // One line: the drawing should be in view without scrolling.
+        html.push_str("<nav aria-label=\"Hosts\"><p>Each host's node agent: ");
+        let hosts: Vec<String> = links
+            .demo_hosts
+            .iter()
+            .map(|host| {
+                let host = escape(host);
+                format!("<a href=\"/hosts/{host}{path}\">{host}</a>")
+            })
+            .collect();
+        html.push_str(&hosts.join(" · "));
+        html.push_str("</p></nav>");
     }
     html.push_str("<section id=\"scenario\" aria-live=\"polite\">");
     html.push_str(&scenario(view));
+    html.push_str("</section>");
+    // The verdict in words before the drawing: what a reader (or a screen reader) wants first.
+    html.push_str("<section id=\"storm\" aria-live=\"polite\">");
+    html.push_str(&storm_sources(view));
     html.push_str("</section>");
     html.push_str(
         "<section id=\"drawing-section\"><h2>Fabric</h2>\
@@ -117,14 +127,12 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
         );
     }
     html.push_str("</ul></div></section>");
-    html.push_str("<section id=\"storm\" aria-live=\"polite\">");
-    html.push_str(&storm_sources(view));
-    html.push_str("</section><section id=\"tables\">");
+    html.push_str("<section id=\"tables\">");
     html.push_str(&tables(view));
     html.push_str("</section>");
-    let _ = write!(
+    let _ = writeln!(
         html,
-        "<script src=\"{SCRIPT_PATH}\"></script></body></html>\n"
+        "<script src=\"{SCRIPT_PATH}\"></script></body></html>"
     );
     html
 }

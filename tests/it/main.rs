@@ -27,6 +27,7 @@ mod hot_unplug;
 mod http;
 mod hung_reads;
 mod landing;
+mod landing_browser;
 mod nccl;
 mod nccl_corpus;
 mod nccl_tests;
