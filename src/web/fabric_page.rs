@@ -113,7 +113,7 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
     html.push_str("</section>");
     html.push_str(
         "<section id=\"drawing-section\"><h2>Fabric</h2>\
-         <div id=\"drawing\" role=\"img\" aria-label=\"The fabric: hosts, their NICs, the leaf switches and the links between them, each link labelled with its state\">\
+         <div id=\"drawing\">\
          <p class=\"note\">The drawing needs JavaScript; the tables below say the same and are \
          current as of this page's load.</p></div>",
     );
@@ -177,6 +177,9 @@ pub fn storm_sources(view: &FabricView) -> String {
 /// The static tables: every host's ports, the switches, the read errors.
 pub fn tables(view: &FabricView) -> String {
     let mut html = String::new();
+    if view.mode == "node" && view.hosts.is_empty() {
+        html.push_str("<p>The node collector is disabled: only the switches are shown.</p>");
+    }
     for host in &view.hosts {
         let _ = write!(
             html,

@@ -71,7 +71,8 @@
     var svg = el("svg", { id: "fabric-svg", viewBox: "0 0 " + width + " " + height,
       width: "100%", role: "img", "aria-labelledby": "fabric-title" });
     svg.appendChild(el("title", { id: "fabric-title" },
-      "Fabric: " + hosts.length + " host(s), " + view.switches.length + " switch(es)"));
+      "Fabric: " + hosts.length + " host(s), their NICs and " + view.switches.length +
+      " switch(es), each link labelled with its state; the tables below say the same in rows"));
     var links = el("g", { "class": "links" });
     var boxes = el("g", { "class": "boxes" });
     svg.appendChild(links);
