@@ -186,8 +186,9 @@ pub fn app_state_with(
     if let Some(node) = &node {
         collectors.push(node.clone());
     }
-    if let Some(storm) = storm_detector(config, ethtool) {
-        collectors.push(storm);
+    let storm = storm_detector(config, ethtool);
+    if let Some(storm) = &storm {
+        collectors.push(storm.clone());
     }
     if let Some(netlink) = netlink_collector(config, simulated.netlink) {
         collectors.push(Arc::new(netlink));
@@ -207,7 +208,7 @@ pub fn app_state_with(
     if let Some(process) = process.filter(|_| config.process.enabled) {
         collectors.push(Arc::new(process));
     }
-    AppState::new(
+    let mut state = AppState::new(
         Collectors::new(collectors),
         node,
         switches,
@@ -216,5 +217,7 @@ pub fn app_state_with(
             .telemetry_path
             .clone()
             .unwrap_or_else(|| crate::config::DEFAULT_TELEMETRY_PATH.to_string()),
-    )
+    );
+    state.storm = storm;
+    state
 }

@@ -214,9 +214,18 @@ fn nccl_problems(nccl: &NcclConfig) -> Vec<Problem> {
     problems
 }
 
-/// Paths `serve` routes itself (`server::router`); `demo` adds [`DEMO_PATHS`].
-pub const SERVE_PATHS: &[&str] = &["/", "/healthz", "/probe"];
-pub const DEMO_PATHS: &[&str] = &["/", "/healthz", "/probe", "/sd", "/hosts"];
+/// Paths `serve` routes itself (`server::router`; the landing page's JSON and its `/assets`);
+/// `demo` adds [`DEMO_PATHS`].
+pub const SERVE_PATHS: &[&str] = &["/", "/healthz", "/probe", "/api/v1/fabric", "/assets"];
+pub const DEMO_PATHS: &[&str] = &[
+    "/",
+    "/healthz",
+    "/probe",
+    "/api/v1/fabric",
+    "/assets",
+    "/sd",
+    "/hosts",
+];
 
 /// A telemetry path must be a plain absolute path that no other route uses: the router would
 /// refuse it at startup, and `{` or `*` would make it a pattern.
@@ -333,7 +342,17 @@ mod tests {
 
     #[test]
     fn telemetry_path_cannot_take_another_route() {
-        for bad in ["/healthz", "/probe", "/", "metrics", "/{x}", "/a//b", "/m*"] {
+        for bad in [
+            "/healthz",
+            "/probe",
+            "/",
+            "/api/v1/fabric",
+            "/assets/fabric.js",
+            "metrics",
+            "/{x}",
+            "/a//b",
+            "/m*",
+        ] {
             let err = problems_of(&format!("web:\n  telemetry_path: '{bad}'\n"));
             assert!(err.contains("web.telemetry_path"), "{bad}: {err}");
         }

@@ -13,7 +13,6 @@ pub mod exposition;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ib;
-pub mod landing;
 #[cfg(test)]
 mod layering;
 #[cfg(test)]

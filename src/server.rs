@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::metrics::counter::Counter;
@@ -17,11 +17,13 @@ use prometheus_client::registry::Registry;
 
 use crate::collector::{Collector, Collectors, Scrape, Selection};
 use crate::exposition::Format;
+use crate::node::storm::StormDetector;
 use crate::node::NodeCollector;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::Poller;
+use crate::web::fabric_json::HostFeed;
 use crate::web::probe_gate::{ProbeGate, MAX_PROBE_POLLS};
-use crate::web::{gzip, negotiate, panic_guard};
+use crate::web::{fabric_page, gzip, negotiate, panic_guard};
 
 /// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,6 +37,10 @@ pub struct AppState {
     pub collectors: Arc<Collectors>,
     /// The node walk, for the landing page.
     pub node: Option<Arc<NodeCollector>>,
+    /// The PFC storm sampler, for the landing page's verdict (also among `collectors`).
+    pub storm: Option<Arc<StormDetector>>,
+    /// The landing page's rates: the previous walk it saw (`/api/v1/fabric`).
+    pub fabric_rates: Arc<crate::web::fabric_json::RateMemory>,
     pub telemetry_path: String,
     /// Scrapes that walk the node run one at a time; others wait (bounded by their scrape
     /// timeout) and take the result of the walk that finished while they waited.
@@ -61,6 +67,8 @@ impl AppState {
         AppState {
             collectors: Arc::new(collectors),
             node,
+            storm: None,
+            fabric_rates: Arc::default(),
             telemetry_path,
             scrape_lock: Arc::default(),
             coalesce_scrapes: true,
@@ -118,6 +126,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     routes(state.clone()).merge(
         Router::new()
             .route("/", get(landing_page))
+            .route(crate::web::fabric_json::PATH, get(fabric_json))
             .with_state(state),
     )
 }
@@ -128,6 +137,16 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route(&state.telemetry_path, get(metrics))
         .route("/healthz", get(healthz))
         .route("/probe", get(probe))
+        .route(
+            fabric_page::SCRIPT_PATH,
+            get(|| async {
+                fabric_page::asset("text/javascript; charset=utf-8", fabric_page::SCRIPT)
+            }),
+        )
+        .route(
+            fabric_page::STYLE_PATH,
+            get(|| async { fabric_page::asset("text/css; charset=utf-8", fabric_page::STYLE) }),
+        )
         .with_state(state)
 }
 
@@ -365,13 +384,41 @@ async fn exposition(format: Format, body: axum::body::Bytes, request: &HeaderMap
     }
 }
 
+/// This node (when the node collector runs) and its configured switches, as the page draws them.
+async fn fabric_view(state: &AppState) -> crate::web::fabric_json::FabricView {
+    let hosts: Vec<HostFeed> = state
+        .node
+        .iter()
+        .map(|node| HostFeed {
+            name: crate::web::fabric_json::hostname(),
+            node: node.clone(),
+            storm: state.storm.clone(),
+        })
+        .collect();
+    crate::web::fabric_json::build(
+        "node",
+        &hosts,
+        state.switches.as_deref(),
+        None,
+        &state.fabric_rates,
+    )
+    .await
+}
+
 async fn landing_page(State(state): State<Arc<AppState>>) -> Response {
-    let node = state.node.clone();
-    let path = state.telemetry_path.clone();
-    let page = tokio::task::spawn_blocking(move || crate::landing::render(&path, node.as_deref()))
-        .await
-        .unwrap_or_else(|e| format!("landing page failed: {e}"));
-    Html(page).into_response()
+    let view = fabric_view(&state).await;
+    fabric_page::response(
+        &view,
+        &fabric_page::Links {
+            telemetry_path: &state.telemetry_path,
+            demo_hosts: &[],
+        },
+    )
+}
+
+/// `/api/v1/fabric`: the landing page's data.
+async fn fabric_json(State(state): State<Arc<AppState>>) -> Response {
+    fabric_page::json_response(&fabric_view(&state).await)
 }
 
 #[cfg(test)]

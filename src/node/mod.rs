@@ -96,6 +96,9 @@ pub struct NodeCollector {
     walk_started: Mutex<Option<Instant>>,
     /// The device reads, with those still out from earlier walks.
     reads: DeviceReads,
+    /// Walks started since the process began (whoever asked): proves that the landing page's
+    /// JSON reuses the last walk instead of adding its own per request.
+    walks: AtomicU64,
 }
 
 /// Timing and outcome of one collection.
@@ -115,7 +118,13 @@ impl NodeCollector {
             walking: Mutex::new(()),
             walk_started: Mutex::new(None),
             reads: DeviceReads::default(),
+            walks: AtomicU64::new(0),
         }
+    }
+
+    /// Walks started so far.
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &NodeCollectorConfig {
@@ -127,6 +136,7 @@ impl NodeCollector {
     pub fn collect(&self) -> Collection {
         let _walking = self.walking.lock().unwrap_or_else(|p| p.into_inner());
         let _running = RunningWalk::start(&self.walk_started);
+        self.walks.fetch_add(1, Ordering::Relaxed);
         // Shared with the readers: one that returns after the deadline writes into a tally
         // nobody reads any more.
         let tally = Arc::new(EthtoolTally::default());

@@ -82,6 +82,17 @@ struct Track {
     storms: u64,
 }
 
+/// The sampler's latest view of one counter, read without disturbing the scrapes' peaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PauseNow {
+    pub key: PauseKey,
+    /// Paused share of the latest sampling interval.
+    pub paused_ratio: f64,
+    /// Paused for the detection time by the watchdog rule, now.
+    pub in_storm: bool,
+    pub storms: u64,
+}
+
 /// What a scrape reports for one counter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PauseReport {
@@ -173,6 +184,22 @@ impl StormDetector {
                 };
                 track.peak = track.last_ratio;
                 report
+            })
+            .collect()
+    }
+
+    /// Every counter's latest interval (the landing page's verdict): unlike `take_reports`, this
+    /// leaves the peaks that the next scrape reports untouched.
+    pub fn current(&self) -> Vec<PauseNow> {
+        let tracks = self.tracks.lock().unwrap_or_else(|p| p.into_inner());
+        tracks
+            .iter()
+            .filter(|(_, t)| t.window.back().is_some())
+            .map(|(key, track)| PauseNow {
+                key: key.clone(),
+                paused_ratio: track.last_ratio,
+                in_storm: track.in_storm,
+                storms: track.storms,
             })
             .collect()
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
@@ -250,7 +250,11 @@ impl Demo {
         let demo_routes = Router::new()
             .route(&format!("/hosts/{{host}}{path}"), get(host_metrics))
             .route("/sd", get(service_discovery_route))
-            .route("/", get(landing_page))
+            .route("/", get(super::demo_page::landing_page))
+            .route(
+                crate::web::fabric_json::PATH,
+                get(super::demo_page::fabric_json),
+            )
             .with_state(self.clone());
         crate::server::routes(self.state.clone()).merge(demo_routes)
     }
@@ -289,6 +293,12 @@ impl Demo {
             table.replace(&leaf_rows(&self.profile, &fabric, index));
         }
         Ok(())
+    }
+
+    /// The scenario and the simulated seconds since the start, for the landing page.
+    pub fn scenario_now(&self) -> (ScenarioName, f64) {
+        let fabric = self.fabric.lock().unwrap_or_else(|p| p.into_inner());
+        (fabric.scenario.name, fabric.time_s)
     }
 
     /// Simulated seconds since the start.
@@ -366,14 +376,6 @@ async fn service_discovery_route(State(demo): State<Arc<Demo>>, headers: HeaderM
     };
     let body = service_discovery(address, &demo.state.telemetry_path, &demo.host_names);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-async fn landing_page(State(demo): State<Arc<Demo>>) -> Response {
-    Html(crate::landing::render_demo(
-        &demo.state.telemetry_path,
-        demo.host_names.iter().map(String::as_str),
-    ))
-    .into_response()
 }
 
 /// Prometheus HTTP service discovery for the demo: one target per host, each with its own

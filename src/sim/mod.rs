@@ -3,6 +3,7 @@
 //! pod-resources API.
 
 pub mod demo;
+pub mod demo_page;
 pub mod fabric;
 pub mod pod_resources_server;
 pub mod scenario;

@@ -30,6 +30,8 @@ mod hung_reads;
 mod ib_corpus;
 mod ib_diags_source;
 mod ib_report;
+mod landing;
+mod landing_browser;
 mod nccl;
 mod nccl_corpus;
 mod nccl_tests;

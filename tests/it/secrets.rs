@@ -81,6 +81,7 @@ fn no_secret_appears_in_pages_answers_or_logs() {
     for path in [
         "/metrics",
         "/",
+        "/api/v1/fabric",
         "/probe?target=v2c",
         "/probe?target=v3",
         "/probe?target=gnmi",
