@@ -1,6 +1,7 @@
 //! The collector framework, in the pattern of node_exporter's `collector/collector.go`: every
 //! source of metric families is a [`Collector`] with a stable name; [`Collectors`] runs the
-//! enabled ones (all, or those a scrape names with `collect[]`), times each, and writes
+//! enabled ones (all, those a scrape names with `collect[]`, or all but those it names with
+//! `exclude[]`), times each, and writes
 //! `rdma_exporter_collector_success` and `rdma_exporter_collector_duration_seconds` once per
 //! collector. Collectors never write these two families themselves.
 
@@ -82,13 +83,18 @@ impl Output<'_, '_> {
     }
 }
 
-/// A `collect[]` name that is not a collector, or one that is not enabled.
+/// A `collect[]` name that is not a collector, or one that is not enabled; an `exclude[]` name
+/// that is not a collector or would split a pass; both lists in one scrape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
     #[error("unknown collector {name:?}; known collectors: {known}", known = KNOWN.join(", "))]
     Unknown { name: String },
     #[error("collector {name:?} is not enabled here; enabled collectors: {enabled}")]
     Disabled { name: String, enabled: String },
+    #[error("collector {name:?} runs in one pass with {pass}: exclude all of them or none")]
+    SplitPass { name: String, pass: String },
+    #[error("collect[] and exclude[] cannot be combined in one scrape")]
+    Combined,
 }
 
 /// Which collectors a scrape runs.
@@ -164,6 +170,55 @@ impl Collectors {
         }
         indices.sort_unstable();
         indices.dedup();
+        Ok(Selection::Only(indices))
+    }
+
+    /// The selection of a scrape's `collect[]` and `exclude[]` lists, as node_exporter takes
+    /// them: neither selects all, both are refused.
+    pub fn select_by<S: AsRef<str>>(
+        &self,
+        collect: &[S],
+        exclude: &[S],
+    ) -> Result<Selection, SelectionError> {
+        match (collect.is_empty(), exclude.is_empty()) {
+            (_, true) => self.select(collect),
+            (true, false) => self.select_excluding(exclude),
+            (false, false) => Err(SelectionError::Combined),
+        }
+    }
+
+    /// Every enabled collector but those an `exclude[]` list names. A known name that is not
+    /// enabled here has nothing to exclude and is accepted, so that one scrape config fits
+    /// agents with different collectors on (a fast job takes `pfc_storm`, the full job
+    /// excludes it). A name that shares a pass with another (`ethtool` with `sysfs`) can only
+    /// go with it: the pass reads both.
+    pub fn select_excluding<S: AsRef<str>>(
+        &self,
+        names: &[S],
+    ) -> Result<Selection, SelectionError> {
+        if names.is_empty() {
+            return Ok(Selection::All);
+        }
+        let excluded = |name: &str| names.iter().any(|n| n.as_ref() == name);
+        if let Some(unknown) = names.iter().find(|n| !KNOWN.contains(&n.as_ref())) {
+            return Err(SelectionError::Unknown {
+                name: unknown.as_ref().into(),
+            });
+        }
+        let mut indices = Vec::new();
+        for (index, collector) in self.list.iter().enumerate() {
+            let pass: Vec<&'static str> = collector.all_names().collect();
+            match pass.iter().find(|n| excluded(n)) {
+                None => indices.push(index),
+                Some(name) if !pass.iter().all(|n| excluded(n)) => {
+                    return Err(SelectionError::SplitPass {
+                        name: (*name).into(),
+                        pass: pass.join(", "),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
         Ok(Selection::Only(indices))
     }
 
@@ -366,5 +421,42 @@ mod tests {
             "{disabled}"
         );
         assert_eq!(set.select::<&str>(&[]).unwrap(), Selection::All);
+    }
+
+    #[test]
+    fn exclusion_runs_every_other_enabled_collector() {
+        let set = collectors();
+        // `switch` is known but not enabled here: nothing to exclude, not an error.
+        let selection = set.select_by(&[], &["nccl", "switch"]).unwrap();
+        assert!(set.selects(&selection, "sysfs"));
+        assert!(!set.selects(&selection, "nccl"));
+        let text = encode(set, selection);
+        assert!(text.contains("test_sysfs 1"), "{text}");
+        assert!(text.contains(r#"collector="ethtool""#), "{text}");
+        assert!(!text.contains(r#"collector="nccl""#), "{text}");
+        let set = collectors();
+        let whole_pass = set.select_by(&[], &["ethtool", "sysfs"]).unwrap();
+        assert!(!set.selects(&whole_pass, "sysfs"));
+        assert!(set.selects(&whole_pass, "nccl"));
+    }
+
+    #[test]
+    fn bad_exclusions_are_refused() {
+        let set = collectors();
+        let unknown = set.select_by(&[], &["bogus"]).unwrap_err();
+        assert!(
+            matches!(unknown, SelectionError::Unknown { .. }),
+            "{unknown}"
+        );
+        let split = set.select_by(&[], &["ethtool"]).unwrap_err().to_string();
+        assert!(
+            split.contains("\"ethtool\" runs in one pass with sysfs, ethtool"),
+            "{split}"
+        );
+        assert_eq!(
+            set.select_by(&["sysfs"], &["nccl"]),
+            Err(SelectionError::Combined)
+        );
+        assert_eq!(set.select_by::<&str>(&[], &[]).unwrap(), Selection::All);
     }
 }

@@ -205,20 +205,26 @@ async fn metrics(
     serve_metrics(state, &params, &headers).await
 }
 
-/// `/metrics`: every enabled collector, or those named by `collect[]` parameters (several may
-/// be given; an unknown or disabled name is a 400 that lists the names). Scrapes that walk
+/// `/metrics`: every enabled collector, those named by `collect[]` parameters (several may
+/// be given; an unknown or disabled name is a 400 that lists the names), or all but those
+/// named by `exclude[]` (node_exporter's pair; both at once are a 400). Scrapes that walk
 /// the node share walks (see below); the others run at once.
 pub async fn serve_metrics(
     state: Arc<AppState>,
     params: &[(String, String)],
     headers: &HeaderMap,
 ) -> Response {
-    let wanted: Vec<&str> = params
-        .iter()
-        .filter(|(key, _)| key == "collect[]")
-        .map(|(_, value)| value.as_str())
-        .collect();
-    let selection = match state.collectors.select(&wanted) {
+    let values = |name: &str| -> Vec<&str> {
+        params
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .collect()
+    };
+    let selection = match state
+        .collectors
+        .select_by(&values("collect[]"), &values("exclude[]"))
+    {
         Ok(selection) => selection,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };

@@ -27,10 +27,27 @@ pub struct Server {
     pub address: String,
     /// Everything it logged, for error messages.
     log: Arc<Mutex<String>>,
+    /// When it logged its address: a demo's simulated clock starts then (its ticker starts
+    /// just before it binds).
+    pub listening_at: Instant,
 }
 
 impl Drop for Server {
+    /// SIGTERM first, so that a demo removes its fabric tree; SIGKILL after 5 s.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) on our own child, which has not been reaped yet.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -39,17 +56,30 @@ impl Drop for Server {
 impl Server {
     /// Our binary (or $RFE_BINARY) with `args` after `serve --web.listen-address 127.0.0.1:0`.
     pub fn start_rfe(name: &'static str, args: &[OsString]) -> anyhow::Result<Server> {
+        Server::start_rfe_subcommand(name, "serve", args)
+    }
+
+    /// Our binary with `args` after `SUBCOMMAND --web.listen-address 127.0.0.1:0` (`serve` or
+    /// `demo`).
+    pub fn start_rfe_subcommand(
+        name: &'static str,
+        subcommand: &str,
+        args: &[OsString],
+    ) -> anyhow::Result<Server> {
         let binary = rfe_binary();
         let mut command = Command::new(&binary);
         command
-            .arg("serve")
+            .arg(subcommand)
             .args(["--web.listen-address", "127.0.0.1:0"])
             .args(["--log.format", "text"])
             .args(args);
         let (mut server, addresses) = Server::spawn(name, command)?;
         // With port 0 the bound address is only known from the log line.
         match addresses.recv_timeout(Duration::from_secs(30)) {
-            Ok(address) => server.address = address,
+            Ok(address) => {
+                server.listening_at = Instant::now();
+                server.address = address;
+            }
             Err(_) => {
                 server.check_alive()?;
                 bail!(
@@ -127,6 +157,7 @@ impl Server {
             child,
             address: String::new(),
             log,
+            listening_at: Instant::now(),
         };
         Ok((server, receiver))
     }

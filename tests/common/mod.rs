@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: run the real binary, scrape it, parse exposition.
 #![allow(dead_code)]
 
+pub mod alerting;
 pub mod dcb_answer;
 pub mod gnmi_target;
 pub mod prometheus;

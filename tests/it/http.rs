@@ -213,6 +213,39 @@ fn collect_params_run_only_the_named_collectors() {
     promtool_check_metrics(&two);
 }
 
+/// The full job of the shipped scrape config: everything but the storm sampler, which the
+/// fast job scrapes on its own (its peak gauge restarts at every scrape that takes it).
+#[test]
+fn exclude_params_run_every_other_collector() {
+    let exporter = cx7_exporter(&["--no-collector.process"]);
+    let (status, _, body) = exporter.get("/metrics?exclude[]=pfc_storm");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(collectors_reported(&body), ["sysfs", "ethtool", "netlink"]);
+    assert!(body.contains("rdma_pfc_pause_duration_seconds_total{"));
+    assert!(!body.contains("rdma_pfc_storms_detected_total"), "{body}");
+    promtool_check_metrics(&body);
+    // Known but off here (process, switch): nothing to exclude, so one config fits every agent.
+    let (status, _, body) =
+        exporter.get("/metrics?exclude[]=pfc_storm&exclude[]=process&exclude[]=switch");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(collectors_reported(&body), ["sysfs", "ethtool", "netlink"]);
+    for (path, error) in [
+        ("/metrics?exclude[]=bogus", "unknown collector \"bogus\""),
+        (
+            "/metrics?exclude[]=ethtool",
+            "runs in one pass with sysfs, ethtool",
+        ),
+        (
+            "/metrics?collect[]=sysfs&exclude[]=pfc_storm",
+            "cannot be combined",
+        ),
+    ] {
+        let (status, _, body) = exporter.get(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(error), "{path}: {body}");
+    }
+}
+
 #[test]
 fn unknown_or_disabled_collect_names_are_a_400_with_the_names() {
     let exporter = cx7_exporter(&["--no-collector.process"]);
