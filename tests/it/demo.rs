@@ -61,7 +61,7 @@ impl Window {
     fn observe(scenario: &str) -> Window {
         let demo = start(scenario);
         // Let the switch poller read the leaves once.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while value_of(
             &parse_exposition(&demo.metrics()),
             "rdma_switch_up",
