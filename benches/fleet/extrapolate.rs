@@ -54,11 +54,7 @@ impl Measured {
             );
         }
         if counts.nodes as usize != plan.nodes() {
-            anyhow::bail!(
-                "{} of {} nodes scraped",
-                counts.nodes,
-                plan.nodes()
-            );
+            anyhow::bail!("{} of {} nodes scraped", counts.nodes, plan.nodes());
         }
         let clusters = (plan.demos * plan.replicas) as f64;
         Ok(Measured {
@@ -118,8 +114,7 @@ impl Measured {
     }
 
     fn series_at(&self, fleet: &Fleet) -> (f64, f64, f64) {
-        let nodes =
-            fleet.nodes * (self.full_per_node + self.fast_per_node + 2.0 * SCRAPE_SERIES);
+        let nodes = fleet.nodes * (self.full_per_node + self.fast_per_node + 2.0 * SCRAPE_SERIES);
         let switches = fleet.switches * self.per_switch + fleet.switch_ports * self.per_switch_port;
         let recorded = fleet.nodes * self.recorded_per_node
             + fleet.switch_ports * self.recorded_per_switch_port;
@@ -168,7 +163,10 @@ impl Fleet {
         let half = SWITCH_RADIX / 2.0;
         let leaves = (nic_ports / half).ceil();
         let (switches, tiers) = if leaves <= SWITCH_RADIX {
-            (leaves + (leaves * half / SWITCH_RADIX).ceil(), "leaf + spine")
+            (
+                leaves + (leaves * half / SWITCH_RADIX).ceil(),
+                "leaf + spine",
+            )
         } else {
             let spines = leaves;
             let supers = (spines * half / SWITCH_RADIX).ceil();

@@ -36,7 +36,9 @@ impl Plan {
         if demos > SCENARIOS.len() {
             bail!("FLEET_DEMOS={demos}: at most {}", SCENARIOS.len());
         }
-        let hosts = nodes.div_ceil(demos).clamp(2, max_hosts.clamp(2, MAX_HOSTS));
+        let hosts = nodes
+            .div_ceil(demos)
+            .clamp(2, max_hosts.clamp(2, MAX_HOSTS));
         let replicas = nodes.div_ceil(demos * hosts).max(1);
         Ok(Plan {
             demos,

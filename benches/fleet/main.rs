@@ -16,7 +16,9 @@
 //!
 //! Environment: FLEET_NODES=N simulated nodes (default 256), FLEET_DEMOS=N demo processes
 //! (default 2) of at most FLEET_DEMO_HOSTS hosts (default 32, at most 64), FLEET_WARMUP_S / FLEET_MEASURE_S (default 90 / 120), FLEET_SOURCE=DIR to read
-//! alerts/ and dashboards/ from another checkout (the before/after comparison in BENCHMARKS.md).
+//! alerts/ and dashboards/ from another checkout, FLEET_BEFORE=DIR to run a second Prometheus
+//! with DIR's rules and dashboards against the same fleet at the same time and compare (the
+//! before/after figures in BENCHMARKS.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,32 +63,46 @@ fn run() -> anyhow::Result<()> {
     let demo_hosts = env_number("FLEET_DEMO_HOSTS", 32)? as usize;
     let warmup = Duration::from_secs(env_number("FLEET_WARMUP_S", 90)?);
     let measure = Duration::from_secs(env_number("FLEET_MEASURE_S", 120)?);
-    let source = std::env::var_os("FLEET_SOURCE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let mut sources = vec![(
+        "this checkout",
+        std::env::var_os("FLEET_SOURCE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+    )];
+    if let Some(before) = std::env::var_os("FLEET_BEFORE") {
+        sources.push(("before", PathBuf::from(before)));
+    }
     let plan = fleet::Plan::new(nodes, demos, demo_hosts)?;
     println!(
-        "fleet: {} nodes ({} demos x {} hosts x {} clusters), 8 NICs and {} leaves per demo; rules and dashboards from {}; load {}",
+        "fleet: {} nodes ({} demos x {} hosts x {} clusters), 8 NICs and {} leaves per demo; load {}",
         plan.nodes(),
         plan.demos,
         plan.hosts,
         plan.replicas,
         plan.leaves,
-        source.display(),
         load_average()
     );
     let dir = tempfile::Builder::new().prefix("rfe-fleet-").tempdir()?;
     let mut fleet = fleet::Fleet::start(&plan, dir.path())?;
-    let rule_files = ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"]
-        .iter()
-        .map(|f| source.join(f))
-        .collect::<Vec<_>>();
-    let (_prometheus, address) = prometheus::launch(dir.path(), &fleet.prometheus_config(&rule_files));
-    let client = scrape::Client::new(&address)?;
-    client.wait_ready(Duration::from_secs(60))?;
+    let mut sides = Vec::new();
+    for (index, (name, source)) in sources.into_iter().enumerate() {
+        println!(
+            "Prometheus {index}: {name}, rules and dashboards from {}",
+            source.display()
+        );
+        sides.push(Side::start(
+            name,
+            source,
+            &dir.path().join(index.to_string()),
+            &fleet,
+        )?);
+    }
     // Prometheus' own memory before any target, taken out of the per-series figure.
     std::thread::sleep(Duration::from_secs(5));
-    let baseline = client.self_metrics()?;
+    let baselines = sides
+        .iter()
+        .map(|s| s.client.self_metrics())
+        .collect::<anyhow::Result<Vec<_>>>()?;
     fleet.list_targets()?;
     let started = Instant::now();
     println!(
@@ -96,18 +112,75 @@ fn run() -> anyhow::Result<()> {
     );
     std::thread::sleep(warmup);
     fleet.check_alive()?;
-    let window = scrape::RuleWindow::sample(&client, measure)?;
+    let clients: Vec<&scrape::Client> = sides.iter().map(|s| &s.client).collect();
+    let windows = scrape::RuleWindow::sample(&clients, measure)?;
     fleet.check_alive()?;
-    let counts = scrape::Counts::query(&client)?;
-    let panels = panels::load(&source.join("dashboards"))?;
     let range = started.elapsed().min(Duration::from_secs(3600));
-    let timings = panels::time_all(&client, &panels, range)?;
+    let mut results = Vec::new();
+    for side in &sides {
+        let counts = scrape::Counts::query(&side.client)?;
+        let panels = panels::load(&side.source.join("dashboards"))?;
+        let timings = panels::time_all(&side.client, &panels, range)?;
+        results.push((counts, timings));
+    }
     fleet.check_alive()?;
 
-    let measured = extrapolate::Measured::new(&plan, &counts, &baseline, &window)?;
-    scrape::print_rule_groups(&window);
-    panels::print(&timings);
-    measured.print();
-    extrapolate::print_table(&measured, &window, &timings);
+    for (((side, (counts, timings)), window), baseline) in
+        sides.iter().zip(&results).zip(&windows).zip(&baselines)
+    {
+        println!(
+            "
+## {} ({})",
+            side.name,
+            side.source.display()
+        );
+        let measured = extrapolate::Measured::new(&plan, counts, baseline, window)?;
+        scrape::print_rule_groups(window);
+        panels::print(timings);
+        measured.print();
+        extrapolate::print_table(&measured, window, timings);
+    }
+    if let ([after, before], [(_, after_timings), (_, before_timings)]) =
+        (&windows[..], &results[..])
+    {
+        println!(
+            "
+## before and after, same fleet, same time"
+        );
+        scrape::print_comparison(before, after);
+        panels::print_comparison(before_timings, after_timings);
+    }
     Ok(())
+}
+
+/// One Prometheus with one checkout's rules, and the dashboards it is queried with.
+struct Side {
+    name: &'static str,
+    source: PathBuf,
+    client: scrape::Client,
+    _prometheus: ChildGuard,
+}
+
+impl Side {
+    fn start(
+        name: &'static str,
+        source: PathBuf,
+        dir: &std::path::Path,
+        fleet: &fleet::Fleet,
+    ) -> anyhow::Result<Side> {
+        std::fs::create_dir_all(dir)?;
+        let rule_files: Vec<PathBuf> = ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"]
+            .iter()
+            .map(|f| source.join(f))
+            .collect();
+        let (prometheus, address) = prometheus::launch(dir, &fleet.prometheus_config(&rule_files));
+        let client = scrape::Client::new(&address)?;
+        client.wait_ready(Duration::from_secs(60))?;
+        Ok(Side {
+            name,
+            source,
+            client,
+            _prometheus: prometheus,
+        })
+    }
 }

@@ -159,7 +159,9 @@ pub fn per_dashboard(timings: &[Timing]) -> Vec<(String, usize, Duration, String
 }
 
 pub fn print(timings: &[Timing]) {
-    println!("\ndashboard panel queries (median of {RUNS}; range at a {STEP_S} s step unless instant):");
+    println!(
+        "\ndashboard panel queries (median of {RUNS}; range at a {STEP_S} s step unless instant):"
+    );
     println!("| dashboard | panel | kind | ms | series |");
     println!("| --- | --- | --- | ---: | ---: |");
     for t in timings {
@@ -180,5 +182,48 @@ pub fn print(timings: &[Timing]) {
             total.as_secs_f64() * 1000.0,
             its.as_secs_f64() * 1000.0
         );
+    }
+}
+
+/// Each dashboard's refresh, and every panel whose query changed, under both checkouts.
+pub fn print_comparison(before: &[Timing], after: &[Timing]) {
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+    println!("\n| dashboard | before, one refresh ms | after, one refresh ms |");
+    println!("| --- | ---: | ---: |");
+    let after_totals = per_dashboard(after);
+    for (name, _, total, _, _) in per_dashboard(before) {
+        let now = after_totals
+            .iter()
+            .find(|a| a.0 == name)
+            .map_or("-".to_string(), |a| ms(a.2));
+        println!("| {name} | {} | {now} |", ms(total));
+    }
+    println!("\n| dashboard | changed panel | before ms | after ms | series before / after |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    // The same dashboard, title and position among that title's targets.
+    let key = |ts: &[Timing], i: usize| {
+        let t = &ts[i];
+        let nth = ts[..i]
+            .iter()
+            .filter(|o| o.panel.dashboard == t.panel.dashboard && o.panel.title == t.panel.title)
+            .count();
+        (t.panel.dashboard.clone(), t.panel.title.clone(), nth)
+    };
+    for i in 0..before.len() {
+        let wanted = key(before, i);
+        let Some(j) = (0..after.len()).find(|&j| key(after, j) == wanted) else {
+            continue;
+        };
+        if before[i].panel.expr != after[j].panel.expr {
+            println!(
+                "| {} | {} | {} | {} | {} / {} |",
+                wanted.0,
+                wanted.1,
+                ms(before[i].median),
+                ms(after[j].median),
+                before[i].series,
+                after[j].series
+            );
+        }
     }
 }

@@ -116,9 +116,7 @@ impl Client {
             match name {
                 "process_resident_memory_bytes" => figures.resident_bytes = value,
                 "prometheus_tsdb_head_series" => figures.head_series = value,
-                "prometheus_tsdb_head_samples_appended_total" => {
-                    figures.samples_appended += value
-                }
+                "prometheus_tsdb_head_samples_appended_total" => figures.samples_appended += value,
                 "prometheus_rule_group_last_duration_seconds" => {
                     figures.rule_group_seconds.insert(rule_group(series), value);
                 }
@@ -168,24 +166,33 @@ pub struct RuleWindow {
 }
 
 impl RuleWindow {
-    /// Reads Prometheus' `/metrics` every 5 s (the fastest group's interval) for `measure`.
-    pub fn sample(client: &Client, measure: Duration) -> anyhow::Result<RuleWindow> {
-        let first = client.self_metrics()?;
-        let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        loop {
+    /// Reads each Prometheus' `/metrics` every 5 s (the fastest group's interval) for
+    /// `measure`, all of them in the same loop.
+    pub fn sample(clients: &[&Client], measure: Duration) -> anyhow::Result<Vec<RuleWindow>> {
+        let mut windows = Vec::new();
+        for client in clients {
+            windows.push(RuleWindow {
+                first: client.self_metrics()?,
+                last: client.self_metrics()?,
+                durations: BTreeMap::new(),
+            });
+        }
+        let started = Instant::now();
+        while started.elapsed() < measure {
             std::thread::sleep(Duration::from_secs(5));
-            let now = client.self_metrics()?;
-            for (group, seconds) in &now.rule_group_seconds {
-                durations.entry(group.clone()).or_default().push(*seconds);
-            }
-            if now.at.duration_since(first.at) >= measure {
-                return Ok(RuleWindow {
-                    first,
-                    last: now,
-                    durations,
-                });
+            for (client, window) in clients.iter().zip(&mut windows) {
+                let now = client.self_metrics()?;
+                for (group, seconds) in &now.rule_group_seconds {
+                    window
+                        .durations
+                        .entry(group.clone())
+                        .or_default()
+                        .push(*seconds);
+                }
+                window.last = now;
             }
         }
+        Ok(windows)
     }
 
     pub fn samples_per_second(&self) -> f64 {
@@ -225,6 +232,32 @@ pub fn print_rule_groups(window: &RuleWindow) {
     }
 }
 
+/// Each rule group's mean evaluation time under both rule sets.
+pub fn print_comparison(before: &RuleWindow, after: &RuleWindow) {
+    let mut groups: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for (group, mean, _) in before.groups() {
+        groups.entry(group).or_default().0 = Some(mean);
+    }
+    for (group, mean, _) in after.groups() {
+        groups.entry(group).or_default().1 = Some(mean);
+    }
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}", v * 1000.0));
+    let total = |w: &RuleWindow| w.groups().iter().map(|g| g.1).sum::<f64>() * 1000.0;
+    println!(
+        "
+| rule group | before, mean ms | after, mean ms |"
+    );
+    println!("| --- | ---: | ---: |");
+    for (group, (b, a)) in groups {
+        println!("| {group} | {} | {} |", ms(b), ms(a));
+    }
+    println!(
+        "| all groups | {:.2} | {:.2} |",
+        total(before),
+        total(after)
+    );
+}
+
 /// The fleet's series, by where they come from.
 pub struct Counts {
     pub nodes: f64,
@@ -247,8 +280,11 @@ pub struct Counts {
 impl Counts {
     pub fn query(client: &Client) -> anyhow::Result<Counts> {
         let q = |expr: &str| client.scalar(expr);
-        let samples =
-            |job: &str| q(&format!(r#"sum(scrape_samples_post_metric_relabeling{{job="{job}"}})"#));
+        let samples = |job: &str| {
+            q(&format!(
+                r#"sum(scrape_samples_post_metric_relabeling{{job="{job}"}})"#
+            ))
+        };
         let counts = Counts {
             nodes: q(r#"count(up{job="rdma-node"})"#)?,
             full_job: samples("rdma-node")?,
