@@ -383,6 +383,11 @@ fn is_nic_metric(metric: &str) -> bool {
             && !metric.starts_with("rdma_exporter_"))
 }
 
+/// Per-host aggregates of the NIC series (`instance`, no `device`).
+fn is_node_metric(metric: &str) -> bool {
+    metric.starts_with("rdma:node_")
+}
+
 fn is_datasource_variable(value: &Value) -> bool {
     value["type"] == "prometheus" && value["uid"] == "${datasource}"
 }
@@ -575,7 +580,10 @@ fn dashboards_are_provisionable_and_consistent() {
                         continue;
                     };
                     let mut wanted = vec!["cluster"];
-                    if is_nic_metric(&s.metric) || s.metric.starts_with("rdma_exporter_") {
+                    if is_nic_metric(&s.metric)
+                        || is_node_metric(&s.metric)
+                        || s.metric.starts_with("rdma_exporter_")
+                    {
                         wanted.push("instance");
                     }
                     if is_nic_metric(&s.metric) {

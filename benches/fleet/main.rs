@@ -1,0 +1,186 @@
+//! The fleet at scale: the shipped rules and dashboards in a real Prometheus against a simulated
+//! fleet, and what 1 000 and 10 000 GPU nodes would cost.
+//!
+//! `cargo bench --bench fleet`. A few `demo` processes (up to 64 hosts of 8 RoCE NICs and 8
+//! leaves each) simulate the fabric; each demo is scraped as several clusters (file_sd target
+//! groups with their own `cluster` label pointing at the same demo endpoints: Prometheus keeps
+//! one target, and one set of series, per label set), so the fleet grows without a simulator
+//! per host. A real Prometheus runs the shipped node jobs of `deploy/prometheus/scrape-config.yml`
+//! (15 s full scrape, 5 s storm sampler), the switches every 30 s (as the shipped
+//! `rdma-switches` job), and the shipped rule files at their intervals. After a warm-up it
+//! measures series per node and per switch port, samples per second ingested
+//! (`prometheus_tsdb_head_samples_appended_total`), every rule group's evaluation time
+//! (`prometheus_rule_group_last_duration_seconds`, sampled every 5 s), Prometheus' memory per
+//! series, and the query time of every dashboard panel (variables at All), then extrapolates to
+//! 1 000 and 10 000 nodes with their leaf/spine switches.
+//!
+//! Environment: FLEET_NODES=N simulated nodes (default 256), FLEET_DEMOS=N demo processes
+//! (default 2) of at most FLEET_DEMO_HOSTS hosts (default 32, at most 64), FLEET_WARMUP_S / FLEET_MEASURE_S (default 90 / 120), FLEET_SOURCE=DIR to read
+//! alerts/ and dashboards/ from another checkout, FLEET_BEFORE=DIR to run a second Prometheus
+//! with DIR's rules and dashboards against the same fleet at the same time and compare (the
+//! before/after figures in BENCHMARKS.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[path = "../common/mod.rs"]
+mod common;
+mod extrapolate;
+mod fleet;
+mod panels;
+mod scrape;
+
+// The integration tests' real Prometheus helpers, shared rather than copied (they name
+// `super::ChildGuard` and `super::prometheus`).
+#[allow(dead_code)]
+#[path = "../../tests/common/prometheus.rs"]
+mod prometheus;
+
+#[allow(dead_code)]
+#[path = "../../tests/common/alerting.rs"]
+mod alerting;
+
+/// A child process killed and reaped on drop (Prometheus).
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+use common::proc::{env_number, load_average};
+
+fn main() -> ExitCode {
+    common::exit_code("fleet", run())
+}
+
+fn run() -> anyhow::Result<()> {
+    let nodes = env_number("FLEET_NODES", 256)? as usize;
+    let demos = env_number("FLEET_DEMOS", 2)? as usize;
+    let demo_hosts = env_number("FLEET_DEMO_HOSTS", 32)? as usize;
+    let warmup = Duration::from_secs(env_number("FLEET_WARMUP_S", 90)?);
+    let measure = Duration::from_secs(env_number("FLEET_MEASURE_S", 120)?);
+    let mut sources = vec![(
+        "this checkout",
+        std::env::var_os("FLEET_SOURCE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+    )];
+    if let Some(before) = std::env::var_os("FLEET_BEFORE") {
+        sources.push(("before", PathBuf::from(before)));
+    }
+    let plan = fleet::Plan::new(nodes, demos, demo_hosts)?;
+    println!(
+        "fleet: {} nodes ({} demos x {} hosts x {} clusters), 8 NICs and {} leaves per demo; load {}",
+        plan.nodes(),
+        plan.demos,
+        plan.hosts,
+        plan.replicas,
+        plan.leaves,
+        load_average()
+    );
+    let dir = tempfile::Builder::new().prefix("rfe-fleet-").tempdir()?;
+    let mut fleet = fleet::Fleet::start(&plan, dir.path())?;
+    let mut sides = Vec::new();
+    for (index, (name, source)) in sources.into_iter().enumerate() {
+        println!(
+            "Prometheus {index}: {name}, rules and dashboards from {}",
+            source.display()
+        );
+        sides.push(Side::start(
+            name,
+            source,
+            &dir.path().join(index.to_string()),
+            &fleet,
+        )?);
+    }
+    // Prometheus' own memory before any target, taken out of the per-series figure.
+    std::thread::sleep(Duration::from_secs(5));
+    let baselines = sides
+        .iter()
+        .map(|s| s.client.self_metrics())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    fleet.list_targets()?;
+    let started = Instant::now();
+    println!(
+        "warming up {} s (every rate window has samples), then measuring {} s",
+        warmup.as_secs(),
+        measure.as_secs()
+    );
+    std::thread::sleep(warmup);
+    fleet.check_alive()?;
+    let clients: Vec<&scrape::Client> = sides.iter().map(|s| &s.client).collect();
+    let windows = scrape::RuleWindow::sample(&clients, measure)?;
+    fleet.check_alive()?;
+    let range = started.elapsed().min(Duration::from_secs(3600));
+    let mut results = Vec::new();
+    for side in &sides {
+        let counts = scrape::Counts::query(&side.client)?;
+        let panels = panels::load(&side.source.join("dashboards"))?;
+        let timings = panels::time_all(&side.client, &panels, range)?;
+        results.push((counts, timings));
+    }
+    fleet.check_alive()?;
+
+    for (((side, (counts, timings)), window), baseline) in
+        sides.iter().zip(&results).zip(&windows).zip(&baselines)
+    {
+        println!(
+            "
+## {} ({})",
+            side.name,
+            side.source.display()
+        );
+        let measured = extrapolate::Measured::new(&plan, counts, baseline, window)?;
+        scrape::print_rule_groups(window);
+        panels::print(timings);
+        measured.print();
+        extrapolate::print_table(&measured, window, timings);
+    }
+    if let ([after, before], [(_, after_timings), (_, before_timings)]) =
+        (&windows[..], &results[..])
+    {
+        println!(
+            "
+## before and after, same fleet, same time"
+        );
+        scrape::print_comparison(before, after);
+        panels::print_comparison(before_timings, after_timings);
+    }
+    Ok(())
+}
+
+/// One Prometheus with one checkout's rules, and the dashboards it is queried with.
+struct Side {
+    name: &'static str,
+    source: PathBuf,
+    client: scrape::Client,
+    _prometheus: ChildGuard,
+}
+
+impl Side {
+    fn start(
+        name: &'static str,
+        source: PathBuf,
+        dir: &std::path::Path,
+        fleet: &fleet::Fleet,
+    ) -> anyhow::Result<Side> {
+        std::fs::create_dir_all(dir)?;
+        let rule_files: Vec<PathBuf> = ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"]
+            .iter()
+            .map(|f| source.join(f))
+            .collect();
+        let (prometheus, address) = prometheus::launch(dir, &fleet.prometheus_config(&rule_files));
+        let client = scrape::Client::new(&address)?;
+        client.wait_ready(Duration::from_secs(60))?;
+        Ok(Side {
+            name,
+            source,
+            client,
+            _prometheus: prometheus,
+        })
+    }
+}

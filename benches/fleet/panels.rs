@@ -1,0 +1,229 @@
+//! Every dashboard panel query, run as Grafana runs it over the fleet: variables at All (their
+//! `allValue`), `$__rate_interval` 1m and `$__interval` 15s (Prometheus' 15 s scrape), range
+//! queries at a 15 s step over the time the fleet has been scraped, instant ones for the
+//! targets that ask for it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::scrape::Client;
+
+/// Grafana's step and `$__interval` for a 1 h dashboard at the scrape interval.
+const STEP_S: u64 = 15;
+/// Runs of each query; the median is kept.
+const RUNS: usize = 3;
+
+pub struct Panel {
+    pub dashboard: String,
+    pub title: String,
+    pub expr: String,
+    pub instant: bool,
+}
+
+pub struct Timing {
+    pub panel: Panel,
+    pub median: Duration,
+    pub series: usize,
+}
+
+/// Every panel target of every dashboard in `dir`, its variables substituted.
+pub fn load(dir: &Path) -> anyhow::Result<Vec<Panel>> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let mut panels = Vec::new();
+    for file in files {
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)
+            .with_context(|| format!("{}", file.display()))?;
+        let dashboard = json["uid"].as_str().unwrap_or_default().to_string();
+        let mut all_values: BTreeMap<String, String> = BTreeMap::new();
+        for variable in json["templating"]["list"].as_array().into_iter().flatten() {
+            if let (Some(name), Some(all)) =
+                (variable["name"].as_str(), variable["allValue"].as_str())
+            {
+                all_values.insert(name.to_string(), all.to_string());
+            }
+        }
+        let mut found = Vec::new();
+        collect_targets(&json, &mut found);
+        for (title, target) in found {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            panels.push(Panel {
+                dashboard: dashboard.clone(),
+                title,
+                expr: substitute(expr, &all_values)
+                    .with_context(|| format!("{dashboard}: {expr}"))?,
+                instant: target["instant"].as_bool().unwrap_or(false),
+            });
+        }
+    }
+    Ok(panels)
+}
+
+/// (panel title, target) of every panel, those inside collapsed rows included.
+fn collect_targets<'a>(value: &'a Value, found: &mut Vec<(String, &'a Value)>) {
+    if let Some(panels) = value["panels"].as_array() {
+        for panel in panels {
+            let title = panel["title"].as_str().unwrap_or_default();
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                found.push((title.to_string(), target));
+            }
+            collect_targets(panel, found);
+        }
+    }
+}
+
+fn substitute(expr: &str, all_values: &BTreeMap<String, String>) -> anyhow::Result<String> {
+    let pattern = regex::Regex::new(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)").expect("a valid regex");
+    let mut unknown = None;
+    let text = pattern.replace_all(expr, |c: &regex::Captures| {
+        let name = c.get(1).or_else(|| c.get(2)).map_or("", |m| m.as_str());
+        match name {
+            "__rate_interval" => "1m".to_string(),
+            "__interval" => format!("{STEP_S}s"),
+            // The 1 h dashboard range; the fleet has less history, which costs no more.
+            "__range" => "1h".to_string(),
+            // `$1` in label_replace.
+            n if n.chars().all(|c| c.is_ascii_digit()) => c[0].to_string(),
+            n => all_values.get(n).cloned().unwrap_or_else(|| {
+                unknown = Some(n.to_string());
+                String::new()
+            }),
+        }
+    });
+    if let Some(name) = unknown {
+        bail!("unknown variable ${name}");
+    }
+    Ok(text.into_owned())
+}
+
+/// Runs each query `RUNS` times over the last `range`; keeps the median time.
+pub fn time_all(client: &Client, panels: &[Panel], range: Duration) -> anyhow::Result<Vec<Timing>> {
+    let mut timings = Vec::new();
+    for panel in panels {
+        let mut times = Vec::new();
+        let mut series = 0;
+        for _ in 0..RUNS {
+            let started = Instant::now();
+            series = if panel.instant {
+                client.query(&panel.expr)?.len()
+            } else {
+                client.query_range(&panel.expr, range, STEP_S)?
+            };
+            times.push(started.elapsed());
+        }
+        times.sort();
+        timings.push(Timing {
+            panel: Panel {
+                dashboard: panel.dashboard.clone(),
+                title: panel.title.clone(),
+                expr: panel.expr.clone(),
+                instant: panel.instant,
+            },
+            median: times[RUNS / 2],
+            series,
+        });
+    }
+    Ok(timings)
+}
+
+/// Each dashboard's total (one refresh runs every query) and its slowest panel.
+pub fn per_dashboard(timings: &[Timing]) -> Vec<(String, usize, Duration, String, Duration)> {
+    let mut dashboards: BTreeMap<&str, Vec<&Timing>> = BTreeMap::new();
+    for t in timings {
+        dashboards.entry(&t.panel.dashboard).or_default().push(t);
+    }
+    dashboards
+        .into_iter()
+        .map(|(name, ts)| {
+            let total = ts.iter().map(|t| t.median).sum();
+            let slowest = ts.iter().max_by_key(|t| t.median).expect("a panel");
+            (
+                name.to_string(),
+                ts.len(),
+                total,
+                slowest.panel.title.clone(),
+                slowest.median,
+            )
+        })
+        .collect()
+}
+
+pub fn print(timings: &[Timing]) {
+    println!(
+        "\ndashboard panel queries (median of {RUNS}; range at a {STEP_S} s step unless instant):"
+    );
+    println!("| dashboard | panel | kind | ms | series |");
+    println!("| --- | --- | --- | ---: | ---: |");
+    for t in timings {
+        println!(
+            "| {} | {} | {} | {:.1} | {} |",
+            t.panel.dashboard,
+            t.panel.title,
+            if t.panel.instant { "instant" } else { "range" },
+            t.median.as_secs_f64() * 1000.0,
+            t.series
+        );
+    }
+    println!("\n| dashboard | queries | one refresh, ms | slowest panel | its ms |");
+    println!("| --- | ---: | ---: | --- | ---: |");
+    for (name, queries, total, slowest, its) in per_dashboard(timings) {
+        println!(
+            "| {name} | {queries} | {:.0} | {slowest} | {:.1} |",
+            total.as_secs_f64() * 1000.0,
+            its.as_secs_f64() * 1000.0
+        );
+    }
+}
+
+/// Each dashboard's refresh, and every panel whose query changed, under both checkouts.
+pub fn print_comparison(before: &[Timing], after: &[Timing]) {
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+    println!("\n| dashboard | before, one refresh ms | after, one refresh ms |");
+    println!("| --- | ---: | ---: |");
+    let after_totals = per_dashboard(after);
+    for (name, _, total, _, _) in per_dashboard(before) {
+        let now = after_totals
+            .iter()
+            .find(|a| a.0 == name)
+            .map_or("-".to_string(), |a| ms(a.2));
+        println!("| {name} | {} | {now} |", ms(total));
+    }
+    println!("\n| dashboard | changed panel | before ms | after ms | series before / after |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    // The same dashboard, title and position among that title's targets.
+    let key = |ts: &[Timing], i: usize| {
+        let t = &ts[i];
+        let nth = ts[..i]
+            .iter()
+            .filter(|o| o.panel.dashboard == t.panel.dashboard && o.panel.title == t.panel.title)
+            .count();
+        (t.panel.dashboard.clone(), t.panel.title.clone(), nth)
+    };
+    for i in 0..before.len() {
+        let wanted = key(before, i);
+        let Some(j) = (0..after.len()).find(|&j| key(after, j) == wanted) else {
+            continue;
+        };
+        if before[i].panel.expr != after[j].panel.expr {
+            println!(
+                "| {} | {} | {} | {} | {} / {} |",
+                wanted.0,
+                wanted.1,
+                ms(before[i].median),
+                ms(after[j].median),
+                before[i].series,
+                after[j].series
+            );
+        }
+    }
+}
