@@ -189,3 +189,119 @@ pub fn add_self(families: &mut Families<'_>, reading: &ScanReading, fresh: bool)
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ib::model::{Guid, LinkSpeed, LinkWidth, RemoteEnd};
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::registry::Registry;
+
+    #[derive(Debug)]
+    struct Encoded<'a>(std::sync::Mutex<Option<Families<'a>>>);
+
+    fn text(scan: &FabricScan, errors_only: bool) -> String {
+        let mut families = Families::default();
+        add_scan(&mut families, scan, errors_only);
+        // Families borrow the scan: encode through a collector that owns a clone.
+        let owned: Families<'static> = {
+            let mut f = Families::default();
+            for (name, labels, value) in families.samples() {
+                let labels = labels
+                    .iter()
+                    .map(|(k, v)| (*k, std::borrow::Cow::Owned(v.to_string())))
+                    .collect();
+                let kind = if name.ends_with("_total") {
+                    Kind::Counter
+                } else if name.ends_with("_info") {
+                    Kind::Info
+                } else {
+                    Kind::Gauge
+                };
+                f.add(name, kind, "h", labels, value).unwrap();
+            }
+            f
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Encoded(std::sync::Mutex::new(Some(owned)))));
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    impl prometheus_client::collector::Collector for Encoded<'static> {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder,
+        ) -> std::fmt::Result {
+            match self.0.lock().unwrap().take() {
+                Some(f) => f.encode(&mut encoder),
+                None => Ok(()),
+            }
+        }
+    }
+
+    fn scan(description: &str) -> FabricScan {
+        let port = IbPort {
+            number: 3,
+            active_width: Some(LinkWidth(2)),
+            enabled_width: Some(LinkWidth(4)),
+            active_speed: Some(LinkSpeed::Hdr),
+            enabled_speed: Some(LinkSpeed::Ndr),
+            remote: Some(RemoteEnd {
+                guid: Guid(0xb83f_d203_0029_1a46),
+                port: 1,
+                description: "gpu-07 mlx5_0".into(),
+                kind: NodeKind::Hca,
+            }),
+            counters: [
+                ("PortXmitData".to_owned(), 10),
+                ("PortXmitWait".to_owned(), 7),
+                ("SymbolErrorCounter".to_owned(), 2),
+            ]
+            .into_iter()
+            .collect(),
+            ..IbPort::default()
+        };
+        FabricScan {
+            nodes: vec![IbNode {
+                guid: Guid(0x0002_c903_00a1_b2c3),
+                kind: NodeKind::Switch,
+                description: description.into(),
+                ports: vec![port],
+            }],
+            ..FabricScan::default()
+        }
+    }
+
+    #[test]
+    fn ports_become_counters_links_and_width_speed_gauges() {
+        let out = text(&scan("MF0;leaf-01:MQM9700/U1"), false);
+        let labels =
+            r#"{switch="MF0;leaf-01:MQM9700/U1",switch_guid="0002:c903:00a1:b2c3",port="3"}"#;
+        for line in [
+            format!("rdma_ib_switch_port_xmit_data_bytes_total{labels} 40"),
+            format!("rdma_ib_switch_port_xmit_wait_total{labels} 7"),
+            format!("rdma_ib_link_width_active_lanes{labels} 2"),
+            format!("rdma_ib_link_width_enabled_lanes{labels} 4"),
+            format!("rdma_ib_link_speed_active_gbps{labels} 50.0"),
+            format!("rdma_ib_link_speed_enabled_gbps{labels} 100.0"),
+            r#"rdma_ib_link_info{switch="MF0;leaf-01:MQM9700/U1",switch_guid="0002:c903:00a1:b2c3",port="3",remote="gpu-07 mlx5_0",remote_guid="b83f:d203:0029:1a46",remote_port="1",width="2X",speed="HDR"} 1"#.to_owned(),
+        ] {
+            assert!(out.contains(&line), "{line} not in:\n{out}");
+        }
+        let errors_only = text(&scan("s"), true);
+        assert!(!errors_only.contains("xmit_data"), "{errors_only}");
+        assert!(errors_only.contains("rdma_ib_switch_port_symbol_error_total"));
+    }
+
+    #[test]
+    fn hostile_descriptions_are_escaped() {
+        let out = text(&scan("evil\"} 1\nrdma_fake 2 \\"), false);
+        assert!(!out.lines().any(|l| l.starts_with("rdma_fake")), "{out}");
+        assert!(
+            out.contains(r#"switch="evil\"} 1\nrdma_fake 2 \\""#),
+            "{out}"
+        );
+    }
+}

@@ -29,6 +29,7 @@ mod http;
 mod hung_reads;
 mod ib_corpus;
 mod ib_diags_source;
+mod ib_fabric;
 mod ib_report;
 mod landing;
 mod landing_browser;
