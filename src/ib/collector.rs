@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::IbFabricConfig;
 use super::metrics::{add_scan, add_self, ScanReading};
+use super::selection::Selection;
 use super::source::{FabricSource, ScanLimits};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::Families;
@@ -17,6 +18,7 @@ use crate::periodic::Periodic;
 #[derive(Debug)]
 pub struct IbFabricCollector {
     config: IbFabricConfig,
+    selection: Selection,
     scans: Periodic<ScanReading>,
 }
 
@@ -71,6 +73,7 @@ impl IbFabricCollector {
             },
         )?;
         Ok(IbFabricCollector {
+            selection: config.selection(),
             config,
             scans: periodic,
         })
@@ -104,7 +107,12 @@ impl Collector for IbFabricCollector {
         let fresh = reading.result.is_some() && age <= self.stale_after().as_secs_f64();
         let mut families = Families::default();
         if let Some(Ok(scan)) = &reading.result {
-            add_scan(&mut families, scan, self.config.errors_only);
+            add_scan(
+                &mut families,
+                scan,
+                self.config.errors_only,
+                &self.selection,
+            );
         }
         add_self(&mut families, &reading, fresh);
         out.encode(&families)?;

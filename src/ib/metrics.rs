@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::model::{FabricScan, IbNode, IbPort, NodeKind, QueryFailureReason};
+use super::selection::Selection;
 use super::source::ScanError;
 use crate::exposition::{Families, Kind, Labels, Value};
 
@@ -35,9 +36,18 @@ fn port_labels<'a>(switch: &'a IbNode, port: &IbPort) -> Labels<'a> {
     ]
 }
 
-/// The families of one scan's switch ports: counters, links, widths and speeds.
-pub fn add_scan<'a>(families: &mut Families<'a>, scan: &'a FabricScan, errors_only: bool) {
-    for switch in scan.switches() {
+/// The families of one scan's switch ports: counters, links, widths and speeds, for the switches
+/// `selection` keeps only, so that instances that split a fabric export each port once.
+pub fn add_scan<'a>(
+    families: &mut Families<'a>,
+    scan: &'a FabricScan,
+    errors_only: bool,
+    selection: &Selection,
+) {
+    for switch in scan
+        .switches()
+        .filter(|s| selection.keeps_switch(s.guid, &s.description))
+    {
         for port in &switch.ports {
             add_counters(families, switch, port, errors_only);
             add_link(families, switch, port);
@@ -202,7 +212,7 @@ mod tests {
 
     fn text(scan: &FabricScan, errors_only: bool) -> String {
         let mut families = Families::default();
-        add_scan(&mut families, scan, errors_only);
+        add_scan(&mut families, scan, errors_only, &Selection::default());
         // Families borrow the scan: encode through a collector that owns a clone.
         let owned: Families<'static> = {
             let mut f = Families::default();

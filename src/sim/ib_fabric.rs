@@ -164,10 +164,13 @@ impl SimIbFabric {
         let leaves = shape.leaves.max(1);
         let spines = shape.spines;
         let hcas_per_leaf = (shape.hosts * shape.hcas_per_host).div_ceil(leaves);
+        // As many uplinks as host ports, spread over the spines, within half the leaf's ports.
         let uplinks = if spines == 0 {
             0
         } else {
-            (hcas_per_leaf.max(1) / spines).clamp(1, (usize::from(SWITCH_PORTS) / 2) / spines)
+            (hcas_per_leaf / spines)
+                .min(usize::from(SWITCH_PORTS) / 2 / spines)
+                .max(1)
         };
         let hca = |h: usize, n: usize| {
             hca_guids
@@ -319,23 +322,95 @@ impl SimIbFabric {
         }
     }
 
-    /// A large fabric of switches only, for the scale bench: `switches` 64-port switches
-    /// (a fifth of them spines), every port carrying counters.
-    pub fn switches_only(switches: usize, clock: Clock) -> SimIbFabric {
+    /// A large healthy fabric for the scale bench: about `switches` 64-port switches, four
+    /// leaves per spine, each leaf with 48 HCAs and 16 uplinks, each spine port cabled to a
+    /// leaf, so that every switch port is linked and carries counters.
+    pub fn scale(switches: usize, clock: Clock) -> SimIbFabric {
+        const HCAS_PER_LEAF: usize = 48;
+        const UPLINKS: usize = 16;
         let spines = (switches / 5).max(1);
-        let leaves = switches.saturating_sub(spines).max(1);
-        SimIbFabric::new(
-            IbShape {
-                hosts: 0,
-                hcas_per_host: 0,
-                leaves,
-                spines,
-            },
-            ScenarioName::IbHealthy,
+        let leaves = spines * 4;
+        let link = |guid: Guid, port: u8, description: String, kind: NodeKind| RemoteEnd {
+            guid,
+            port,
+            description,
+            kind,
+        };
+        let mut nodes = Vec::with_capacity(switches + leaves * HCAS_PER_LEAF);
+        let mut spine_nodes: Vec<SimNode> = (0..spines)
+            .map(|s| SimNode {
+                guid: spine_guid(s),
+                kind: NodeKind::Switch,
+                description: spine_description(s),
+                ports: Vec::with_capacity(64),
+            })
+            .collect();
+        for l in 0..leaves {
+            let mut ports = Vec::with_capacity(64);
+            for h in 0..HCAS_PER_LEAF {
+                let number = (h + 1) as u8;
+                let hca = hca_guid(l, h);
+                let description = format!("node-{l:05} mlx5_{h}");
+                ports.push(SimPort {
+                    number,
+                    remote: Some(link(hca, 1, description.clone(), NodeKind::Hca)),
+                    load: healthy(leaf_guid(l), number),
+                });
+                nodes.push(SimNode {
+                    guid: hca,
+                    kind: NodeKind::Hca,
+                    description,
+                    ports: vec![SimPort {
+                        number: 1,
+                        remote: Some(link(
+                            leaf_guid(l),
+                            number,
+                            leaf_description(l),
+                            NodeKind::Switch,
+                        )),
+                        load: healthy(hca, 1),
+                    }],
+                });
+            }
+            for k in 0..UPLINKS {
+                let number = (HCAS_PER_LEAF + k + 1) as u8;
+                let j = l * UPLINKS + k;
+                let (s, spine_port) = (j / 64, (j % 64 + 1) as u8);
+                ports.push(SimPort {
+                    number,
+                    remote: Some(link(
+                        spine_guid(s),
+                        spine_port,
+                        spine_description(s),
+                        NodeKind::Switch,
+                    )),
+                    load: healthy(leaf_guid(l), number),
+                });
+                spine_nodes[s].ports.push(SimPort {
+                    number: spine_port,
+                    remote: Some(link(
+                        leaf_guid(l),
+                        number,
+                        leaf_description(l),
+                        NodeKind::Switch,
+                    )),
+                    load: healthy(spine_guid(s), spine_port),
+                });
+            }
+            nodes.push(SimNode {
+                guid: leaf_guid(l),
+                kind: NodeKind::Switch,
+                description: leaf_description(l),
+                ports,
+            });
+        }
+        nodes.extend(spine_nodes);
+        nodes.sort_by_key(|n| n.guid);
+        SimIbFabric {
+            nodes,
+            scenario: ScenarioName::IbHealthy,
             clock,
-            &[],
-            &[],
-        )
+        }
     }
 
     pub fn scenario(&self) -> ScenarioName {
@@ -422,11 +497,6 @@ fn counters(load: &Load, t: f64) -> BTreeMap<String, u64> {
     c
 }
 
-/// An unconnected port's counters: all zero.
-fn idle_counters() -> BTreeMap<String, u64> {
-    counters(&IDLE, 0.0)
-}
-
 impl FabricSource for SimIbFabric {
     fn name(&self) -> &'static str {
         "sim"
@@ -435,7 +505,6 @@ impl FabricSource for SimIbFabric {
     fn scan(&self, _limits: ScanLimits, selection: &Selection) -> Result<FabricScan, ScanError> {
         let started = Instant::now();
         let t = (self.clock)();
-        let idle = idle_counters();
         let nodes = self
             .nodes
             .iter()
@@ -466,10 +535,12 @@ impl FabricSource for SimIbFabric {
                             enabled_speed: Some(LinkSpeed::Ndr),
                             lid: None,
                             remote: port.remote.clone(),
-                            counters: match (read, linked) {
-                                (false, _) => BTreeMap::new(),
-                                (true, true) => counters(&port.load, t),
-                                (true, false) => idle.clone(),
+                            // Unconnected ports are not read: the tools would show zeros, and the
+                            // demo's Prometheus has enough to do without them.
+                            counters: if read && linked {
+                                counters(&port.load, t)
+                            } else {
+                                BTreeMap::new()
                             },
                         }
                     })
@@ -536,6 +607,12 @@ mod tests {
             }
         }
         assert!(scan.switches().all(|s| s.ports.len() == 64));
+        let big = SimIbFabric::scale(2_000, Arc::new(|| 5.0));
+        let switches = big.nodes.iter().filter(|n| n.kind == NodeKind::Switch);
+        assert!(switches
+            .clone()
+            .all(|n| n.ports.len() == 64 && n.ports.iter().all(|p| p.remote.is_some())));
+        assert_eq!(switches.count(), 2_000);
     }
 
     #[test]
@@ -587,7 +664,7 @@ mod tests {
 
     #[test]
     fn selection_leaves_other_switches_unread() {
-        let fabric = SimIbFabric::switches_only(40, Arc::new(|| 5.0));
+        let fabric = SimIbFabric::scale(40, Arc::new(|| 5.0));
         let selection = Selection {
             shard: Some(crate::ib::selection::Shard { index: 0, count: 4 }),
             ..Selection::default()

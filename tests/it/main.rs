@@ -27,6 +27,7 @@ mod hostile_peers;
 mod hot_unplug;
 mod http;
 mod hung_reads;
+mod ib_alerts_e2e;
 mod ib_corpus;
 mod ib_diags_source;
 mod ib_fabric;
