@@ -165,13 +165,9 @@ impl SimIbFabric {
         let spines = shape.spines;
         let hcas_per_leaf = (shape.hosts * shape.hcas_per_host).div_ceil(leaves);
         // As many uplinks as host ports, spread over the spines, within half the leaf's ports.
-        let uplinks = if spines == 0 {
-            0
-        } else {
-            (hcas_per_leaf / spines)
-                .min(usize::from(SWITCH_PORTS) / 2 / spines)
-                .max(1)
-        };
+        let uplinks = hcas_per_leaf.checked_div(spines).map_or(0, |per_spine| {
+            per_spine.min(usize::from(SWITCH_PORTS) / 2 / spines).max(1)
+        });
         let hca = |h: usize, n: usize| {
             hca_guids
                 .get(h)
@@ -245,8 +241,8 @@ impl SimIbFabric {
                     .collect()
             })
             .collect();
-        for l in 0..leaves {
-            for s in 0..spines {
+        for (l, leaf) in leaf_ports.iter_mut().enumerate() {
+            for (s, spine) in spine_ports.iter_mut().enumerate() {
                 for k in 0..uplinks {
                     let leaf_index = down_ports + s * uplinks + k;
                     let spine_index = l * uplinks + k;
@@ -255,8 +251,8 @@ impl SimIbFabric {
                     {
                         continue;
                     }
-                    let leaf_number = leaf_ports[l][leaf_index].number;
-                    let spine_number = spine_ports[s][spine_index].number;
+                    let leaf_number = leaf[leaf_index].number;
+                    let spine_number = spine[spine_index].number;
                     let mut leaf_load = healthy(leaf_guid(l), leaf_number);
                     let mut spine_load = healthy(spine_guid(s), spine_number);
                     match scenario {
@@ -280,20 +276,20 @@ impl SimIbFabric {
                         }
                         _ => {}
                     }
-                    leaf_ports[l][leaf_index].remote = Some(RemoteEnd {
+                    leaf[leaf_index].remote = Some(RemoteEnd {
                         guid: spine_guid(s),
                         port: spine_number,
                         description: spine_description(s),
                         kind: NodeKind::Switch,
                     });
-                    leaf_ports[l][leaf_index].load = leaf_load;
-                    spine_ports[s][spine_index].remote = Some(RemoteEnd {
+                    leaf[leaf_index].load = leaf_load;
+                    spine[spine_index].remote = Some(RemoteEnd {
                         guid: leaf_guid(l),
                         port: leaf_number,
                         description: leaf_description(l),
                         kind: NodeKind::Switch,
                     });
-                    spine_ports[s][spine_index].load = spine_load;
+                    spine[spine_index].load = spine_load;
                 }
             }
         }

@@ -29,6 +29,9 @@ fn demo(scenario: &str) -> Exporter {
     )
 }
 
+/// A scenario (the `cluster` label), the alert it must raise and labels the alert carries.
+type Expected<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 #[test]
 fn degraded_link_and_congestion_raise_their_ib_alerts_and_healthy_none() {
     let _exclusive = common::exclusive(module_path!());
@@ -58,7 +61,7 @@ fn degraded_link_and_congestion_raise_their_ib_alerts_and_healthy_none() {
     // 2 hosts x 4 HCAs on 4 leaves: each leaf has 2 host ports, then one uplink per spine, so
     // ib-leaf-01's uplink to ib-spine-02 is its port 4 (ib-spine-02's port 1), and
     // ib-spine-01's port to ib-leaf-02 is its port 2.
-    let expected: [(&str, &str, &[(&str, &str)]); 3] = [
+    let expected: [Expected; 3] = [
         (
             "ib-degraded-link",
             "RdmaIbLinkDegraded",
