@@ -156,10 +156,33 @@ fn pods_collector(config: &Config) -> Option<PodsCollector> {
     }
 }
 
+/// The `ib_fabric` collector, when `ib_fabric.enabled`: its scan thread starts here. On a real
+/// host the infiniband-diags tools on `PATH` scan the subnet; `source` replaces them (the demo).
+fn ib_fabric_collector(
+    config: &Config,
+    source: Option<Arc<dyn crate::ib::source::FabricSource>>,
+) -> Option<crate::ib::collector::IbFabricCollector> {
+    use crate::ib::diags::source::{DiagsOptions, DiagsSource};
+    if !config.ib_fabric.enabled {
+        return None;
+    }
+    let source =
+        source.unwrap_or_else(|| Arc::new(DiagsSource::new(DiagsOptions::default())) as Arc<_>);
+    match crate::ib::collector::IbFabricCollector::spawn(source, config.ib_fabric.clone()) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the InfiniBand fabric scan thread did not start: {e}");
+            None
+        }
+    }
+}
+
 /// Sources that a config file cannot name: the demo's simulated hosts.
 #[derive(Debug, Default)]
 pub struct Simulated {
     pub netlink: Option<Arc<dyn NetlinkSource>>,
+    /// The subnet the `ib_fabric` collector scans (the demo's simulated IB fabric).
+    pub ib_fabric: Option<Arc<dyn crate::ib::source::FabricSource>>,
 }
 
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
@@ -204,6 +227,9 @@ pub fn app_state_with(
             poller: poller.clone(),
             only: None,
         }));
+    }
+    if let Some(ib_fabric) = ib_fabric_collector(config, simulated.ib_fabric) {
+        collectors.push(Arc::new(ib_fabric));
     }
     if let Some(process) = process.filter(|_| config.process.enabled) {
         collectors.push(Arc::new(process));

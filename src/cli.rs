@@ -214,6 +214,8 @@ pub struct ServeArgs {
     pub nccl_aggregate_only: bool,
     #[command(flatten)]
     pub collectors: CollectorFlags,
+    #[command(flatten)]
+    pub ib_fabric: IbFabricFlags,
     /// For benchmarks only: every scrape walks sysfs itself, however many run at once.
     #[arg(long = "debug.no-scrape-coalescing", hide = true)]
     pub no_scrape_coalescing: bool,
@@ -286,6 +288,7 @@ impl ServeArgs {
         if self.nccl_aggregate_only {
             config.nccl.aggregate_only = true;
         }
+        self.ib_fabric.apply(&mut config.ib_fabric);
         self.collectors
             .apply(&mut config)
             .map_err(|message| ConfigError::Invalid {
@@ -347,6 +350,12 @@ pub struct CollectorFlags {
     pods: bool,
     #[arg(long = "no-collector.pods", overrides_with = "pods")]
     no_pods: bool,
+    /// Scan the InfiniBand subnet (switches, links, switch port counters) with the
+    /// infiniband-diags tools: one or two hosts per subnet [default: off].
+    #[arg(long = "collector.ib_fabric", overrides_with = "no_ib_fabric")]
+    ib_fabric: bool,
+    #[arg(long = "no-collector.ib_fabric", overrides_with = "ib_fabric")]
+    no_ib_fabric: bool,
 }
 
 impl CollectorFlags {
@@ -400,6 +409,12 @@ impl CollectorFlags {
         if self.no_pods {
             config.pods.enabled = false;
         }
+        if self.ib_fabric {
+            config.ib_fabric.enabled = true;
+        }
+        if self.no_ib_fabric {
+            config.ib_fabric.enabled = false;
+        }
         if self.process {
             config.process.enabled = true;
         }
@@ -407,5 +422,59 @@ impl CollectorFlags {
             config.process.enabled = false;
         }
         Ok(())
+    }
+}
+
+/// `--collector.ib_fabric.*`: the subnet scan's schedule, bounds and selection; each overrides
+/// `ib_fabric:` of the config file.
+#[derive(Debug, Args, Default, Clone)]
+pub struct IbFabricFlags {
+    /// Time between two subnet scans [default: 60s].
+    #[arg(long = "collector.ib_fabric.interval", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
+    interval: Option<std::time::Duration>,
+    /// Deadline of a whole scan; what is not read by then is reported as failed [default: 45s].
+    #[arg(long = "collector.ib_fabric.timeout", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
+    timeout: Option<std::time::Duration>,
+    /// The longest one query (one perfquery run) may take [default: 10s].
+    #[arg(long = "collector.ib_fabric.query-timeout", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
+    query_timeout: Option<std::time::Duration>,
+    /// Read only the switches whose GUID falls in shard INDEX of COUNT (instances split a
+    /// fabric without overlap).
+    #[arg(long = "collector.ib_fabric.shard", value_name = "INDEX/COUNT")]
+    shard: Option<crate::ib::selection::Shard>,
+    /// Read only the switches whose node description matches (anchored regex).
+    #[arg(long = "collector.ib_fabric.switch-include", value_name = "REGEX", value_parser = crate::ib::config::anchored_regex)]
+    switch_include: Option<Regex>,
+    /// Never read the switches whose node description matches (anchored regex).
+    #[arg(long = "collector.ib_fabric.switch-exclude", value_name = "REGEX", value_parser = crate::ib::config::anchored_regex)]
+    switch_exclude: Option<Regex>,
+    /// Export only error and congestion counters (no data or packet counters).
+    #[arg(long = "collector.ib_fabric.errors-only")]
+    errors_only: bool,
+}
+
+impl IbFabricFlags {
+    fn apply(&self, ib: &mut crate::ib::config::IbFabricConfig) {
+        if let Some(v) = self.interval {
+            ib.interval = v;
+        }
+        if let Some(v) = self.timeout {
+            ib.timeout = v;
+        }
+        if let Some(v) = self.query_timeout {
+            ib.query_timeout = v;
+        }
+        if let Some(v) = self.shard {
+            ib.shard = Some(v);
+        }
+        if let Some(v) = &self.switch_include {
+            ib.switch_include = Some(v.clone());
+        }
+        if let Some(v) = &self.switch_exclude {
+            ib.switch_exclude = Some(v.clone());
+        }
+        if self.errors_only {
+            ib.errors_only = true;
+        }
     }
 }

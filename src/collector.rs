@@ -24,6 +24,7 @@ pub const KNOWN: &[&str] = &[
     "pods",
     "nccl",
     "switch",
+    "ib_fabric",
     "process",
 ];
 

@@ -48,6 +48,8 @@ pub struct Config {
     pub process: ProcessConfig,
     /// Pod attribution (off unless `pods.enabled`).
     pub pods: crate::pods::config::PodsConfig,
+    /// The InfiniBand subnet scan (off unless `ib_fabric.enabled`).
+    pub ib_fabric: crate::ib::config::IbFabricConfig,
 }
 
 /// `process:`: the `process` collector.
@@ -225,6 +227,7 @@ pub const DEMO_PATHS: &[&str] = &[
     "/assets",
     "/sd",
     "/hosts",
+    "/ib",
 ];
 
 /// A telemetry path must be a plain absolute path that no other route uses: the router would

@@ -205,7 +205,8 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
             speed = args.speed,
             hosts = demo.host_names.len(),
             fabric = %demo.dir().display(),
-            "rdma-fabric-exporter demo listening: /hosts/<host>{} per host, {} for the switches, /sd for Prometheus",
+            "rdma-fabric-exporter demo listening: /hosts/<host>{} per host, {} for the switches, /ib{} for the InfiniBand subnet, /sd for Prometheus",
+            args.telemetry_path,
             args.telemetry_path,
             args.telemetry_path,
         );

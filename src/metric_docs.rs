@@ -99,6 +99,24 @@ fn docs_list_every_label_value() {
                 .collect(),
         ),
         ("Netlink error reasons", NetlinkError::REASONS.to_vec()),
+        (
+            "`rdma_ib_fabric_query_failures{reason}`",
+            labels(
+                crate::ib::model::QueryFailureReason::ALL.as_slice(),
+                crate::ib::model::QueryFailureReason::as_label,
+            ),
+        ),
+        (
+            "`rdma_ib_fabric_nodes{kind}`",
+            [
+                crate::ib::model::NodeKind::Switch,
+                crate::ib::model::NodeKind::Hca,
+                crate::ib::model::NodeKind::Router,
+            ]
+            .iter()
+            .map(|k| k.as_label())
+            .collect(),
+        ),
     ];
     let mut missing = Vec::new();
     for (marker, values) in vocabularies {

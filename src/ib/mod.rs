@@ -5,7 +5,10 @@
 //! in docs/metrics.md. A source fills a [`model::FabricScan`]; everything after it (metrics,
 //! selection of switches, `ib-report` findings) reads only the model.
 
+pub mod collector;
+pub mod config;
 pub mod diags;
+pub mod metrics;
 pub mod model;
 pub mod selection;
 pub mod source;

@@ -4,7 +4,9 @@
 //!
 //! One listener serves it all: `/hosts/<host>/metrics` is one host's node agent (what a
 //! DaemonSet pod would serve), `/metrics` the switches (what the switch poller would serve),
-//! `/sd` lists the hosts for Prometheus' HTTP service discovery.
+//! `/ib/metrics` the InfiniBand subnet (what the `ib_fabric` collector of a scanner host would
+//! serve, over the simulated subnet of `ib_fabric.rs`), `/sd` lists them all for Prometheus'
+//! HTTP service discovery.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,6 +102,8 @@ pub struct Demo {
     options: DemoOptions,
     /// The switches' state, served at the telemetry path.
     pub state: Arc<AppState>,
+    /// The InfiniBand subnet's scanner, served at `/ib<telemetry path>`.
+    pub ib: Arc<AppState>,
     /// Each host's node agent, served at `/hosts/<host><telemetry path>`.
     pub hosts: BTreeMap<String, Arc<AppState>>,
     pub host_names: Vec<String>,
@@ -206,6 +210,7 @@ impl Demo {
                     fabric: fabric.clone(),
                     host: index,
                 })),
+                ..crate::app::Simulated::default()
             };
             hosts.insert(
                 name.clone(),
@@ -223,6 +228,7 @@ impl Demo {
             runtime: tokio::runtime::Handle::try_current().ok(),
         };
         let state = crate::app::app_state(&config, Some(poller), Some(process));
+        let ib = ib_state(&fabric, &options, telemetry_path);
         Ok(Demo {
             dir,
             written: Mutex::new(written),
@@ -233,6 +239,7 @@ impl Demo {
             profile,
             options,
             state: Arc::new(state),
+            ib: Arc::new(ib),
             hosts,
             host_names,
             leaf_addresses,
@@ -249,6 +256,7 @@ impl Demo {
         let path = &self.state.telemetry_path;
         let demo_routes = Router::new()
             .route(&format!("/hosts/{{host}}{path}"), get(host_metrics))
+            .route(&format!("{IB_PREFIX}{path}"), get(ib_metrics))
             .route("/sd", get(service_discovery_route))
             .route("/", get(super::demo_page::landing_page))
             .route(
@@ -351,6 +359,66 @@ fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
     Ok(())
 }
 
+/// Where the InfiniBand subnet's scanner is served: `/ib/metrics`.
+pub const IB_PREFIX: &str = "/ib";
+
+/// The scanner of the simulated InfiniBand subnet: the `ib_fabric` collector alone, over
+/// [`SimIbFabric`](super::ib_fabric::SimIbFabric) with the RoCE hosts' names and GUIDs, so
+/// that `rdma_ib_link_info{remote_guid}` joins each host's `rdma_port_info{node_guid}`.
+fn ib_state(fabric: &Arc<Mutex<Fabric>>, options: &DemoOptions, telemetry_path: &str) -> AppState {
+    use super::ib_fabric::{IbShape, SimIbFabric};
+    let (names, guids): (Vec<String>, Vec<Vec<crate::ib::model::Guid>>) = {
+        let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+        fabric
+            .hosts
+            .iter()
+            .map(|h| {
+                let guids = h
+                    .nics
+                    .iter()
+                    .filter_map(|n| n.spec.node_guid.parse().ok())
+                    .collect();
+                (h.name.clone(), guids)
+            })
+            .unzip()
+    };
+    let clock_fabric = fabric.clone();
+    let clock = Arc::new(move || {
+        clock_fabric
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .time_s
+    });
+    let shape = IbShape {
+        hosts: names.len(),
+        hcas_per_host: options.shape.nics_per_host,
+        ..IbShape::default()
+    };
+    let source = SimIbFabric::new(shape, options.scenario, clock, &guids, &names);
+    let mut config = Config::default();
+    config.node.enabled = false;
+    config.node.netlink.enabled = false;
+    config.process.enabled = false;
+    config.ib_fabric.enabled = true;
+    config.ib_fabric.interval = options.switch_interval;
+    config.ib_fabric.timeout = options.switch_interval;
+    config.web.telemetry_path = Some(telemetry_path.to_string());
+    let simulated = crate::app::Simulated {
+        ib_fabric: Some(Arc::new(source)),
+        ..crate::app::Simulated::default()
+    };
+    crate::app::app_state_with(&config, None, None, simulated)
+}
+
+/// The simulated InfiniBand subnet's scanner.
+async fn ib_metrics(
+    State(demo): State<Arc<Demo>>,
+    Query(params): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Response {
+    crate::server::serve_metrics(demo.ib.clone(), &params, &headers).await
+}
+
 /// One simulated host's node agent.
 async fn host_metrics(
     State(demo): State<Arc<Demo>>,
@@ -379,7 +447,7 @@ async fn service_discovery_route(State(demo): State<Arc<Demo>>, headers: HeaderM
 }
 
 /// Prometheus HTTP service discovery for the demo: one target per host, each with its own
-/// metrics path and `instance` label, and one for the switches.
+/// metrics path and `instance` label, one for the switches and one for the InfiniBand subnet.
 pub fn service_discovery(address: &str, telemetry_path: &str, hosts: &[String]) -> String {
     let mut groups: Vec<serde_json::Value> = hosts
         .iter()
@@ -397,6 +465,10 @@ pub fn service_discovery(address: &str, telemetry_path: &str, hosts: &[String]) 
     groups.push(serde_json::json!({
         "targets": [address],
         "labels": {"__metrics_path__": telemetry_path, "instance": "switch-poller", "job": "rdma-switches"}
+    }));
+    groups.push(serde_json::json!({
+        "targets": [address],
+        "labels": {"__metrics_path__": format!("{IB_PREFIX}{telemetry_path}"), "instance": "ib-fabric", "job": "rdma-ib-fabric"}
     }));
     serde_json::Value::Array(groups).to_string()
 }

@@ -5,6 +5,7 @@
 pub mod demo;
 pub mod demo_page;
 pub mod fabric;
+pub mod ib_fabric;
 pub mod pod_resources_server;
 pub mod scenario;
 pub mod snmp_agent;

@@ -29,10 +29,16 @@ pub enum ScenarioName {
     CnpIgnored,
     /// One NIC's connections see out-of-sequence packets, sequence errors and ACK timeouts.
     TransportErrors,
+    /// The InfiniBand subnet (`/ib/metrics`) healthy: every link 4X NDR, no errors.
+    IbHealthy,
+    /// One leaf-spine InfiniBand link retrains at 2X instead of 4X, with symbol errors.
+    IbDegradedLink,
+    /// A spine port of the InfiniBand subnet congested: PortXmitWait rising, its feeders busy.
+    IbCongestion,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 7] = [
+    pub const ALL: [ScenarioName; 10] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -40,6 +46,9 @@ impl ScenarioName {
         ScenarioName::LinkFlap,
         ScenarioName::CnpIgnored,
         ScenarioName::TransportErrors,
+        ScenarioName::IbHealthy,
+        ScenarioName::IbDegradedLink,
+        ScenarioName::IbCongestion,
     ];
 
     /// The name as given on the command line.
@@ -52,6 +61,9 @@ impl ScenarioName {
             ScenarioName::LinkFlap => "link-flap",
             ScenarioName::CnpIgnored => "cnp-ignored",
             ScenarioName::TransportErrors => "transport-errors",
+            ScenarioName::IbHealthy => "ib-healthy",
+            ScenarioName::IbDegradedLink => "ib-degraded-link",
+            ScenarioName::IbCongestion => "ib-congestion",
         }
     }
 
@@ -65,6 +77,9 @@ impl ScenarioName {
             ScenarioName::LinkFlap => "gpu-node-02 mlx5_5: port state DOWN 5 s of every 30 s, link_downed and link_down_events_phy count up, switch port oper status 2",
             ScenarioName::CnpIgnored => "gpu-node-02 mlx5_1: rdma_hw_rp_cnp_ignored_total rises instead of rp_cnp_handled",
             ScenarioName::TransportErrors => "gpu-node-02 mlx5_0: out_of_sequence, packet_seq_err and local_ack_timeout_err rise",
+            ScenarioName::IbHealthy => "/ib/metrics: every rdma_ib_link_width_active_lanes 4 and speed 100 Gb/s per lane, error counters flat, PortXmitWait near zero",
+            ScenarioName::IbDegradedLink => "/ib/metrics: ib-leaf-01's first uplink to ib-spine-02 (both ends) active 2X of 4X enabled, symbol errors ~12/s, link downed +1 at the fault's start and end",
+            ScenarioName::IbCongestion => "/ib/metrics: ib-spine-01's port to ib-leaf-02 waits 45% of the time (PortXmitWait), the leaves' uplinks into ib-spine-01 run at 97% with some wait",
         }
     }
 }
@@ -136,7 +151,11 @@ impl Scenario {
         }
         let me = (host, nic);
         match self.name {
-            ScenarioName::Healthy => {}
+            // The InfiniBand scenarios leave the RoCE hosts healthy (`ib_fabric.rs`).
+            ScenarioName::Healthy
+            | ScenarioName::IbHealthy
+            | ScenarioName::IbDegradedLink
+            | ScenarioName::IbCongestion => {}
             ScenarioName::PfcStorm => {
                 let (victim_host, victim_nic) = PFC_STORM_NIC;
                 let leaves = self.leaves.max(1);

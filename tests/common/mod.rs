@@ -158,8 +158,15 @@ impl Exporter {
 
     /// Starts `rdma-fabric-exporter SUBCOMMAND ARGS` (`serve` or `demo`) the same way.
     pub fn start_subcommand(subcommand: &str, args: &[&str]) -> Exporter {
+        Exporter::start_with_env(subcommand, args, &[])
+    }
+
+    /// [`Exporter::start_subcommand`] with environment variables set for the exporter alone
+    /// (`PATH` with stand-in tools first).
+    pub fn start_with_env(subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Exporter {
         use std::io::BufRead;
         let mut child = Command::new(binary())
+            .envs(env.iter().copied())
             .arg(subcommand)
             .args(["--web.listen-address", "127.0.0.1:0"])
             .args(args)

@@ -16,7 +16,7 @@ use common::prometheus;
 use common::*;
 
 /// Prometheus with the given rule files, sending alerts to `alertmanager`.
-fn prometheus(
+pub(crate) fn prometheus(
     dir: &Path,
     interval: &str,
     rule_files: &[&Path],
@@ -32,7 +32,7 @@ fn prometheus(
 
 /// The shipped alerts with every `for:` cut to 10 s: the expressions and thresholds are the
 /// shipped ones, only the wait before firing is shortened so a test can see them.
-fn alerts_without_long_waits(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn alerts_without_long_waits(dir: &Path) -> std::path::PathBuf {
     let shipped = std::fs::read_to_string(project_root().join("alerts/rdma-alerts.yml")).unwrap();
     let for_line = regex::Regex::new(r"(?m)^(\s+)for: \d+[smh]$").unwrap();
     let fast = for_line.replace_all(&shipped, "${1}for: 10s");

@@ -297,7 +297,8 @@ fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
     let (status, _, sd) = demo.get("/sd");
     assert_eq!(status, 200);
     let groups: serde_json::Value = serde_json::from_str(&sd).unwrap();
-    assert_eq!(groups.as_array().unwrap().len(), HOSTS.len() + 1);
+    // The hosts, the switch poller and the InfiniBand subnet's scanner.
+    assert_eq!(groups.as_array().unwrap().len(), HOSTS.len() + 2);
     assert_eq!(
         groups[0]["labels"]["__metrics_path__"],
         "/hosts/gpu-node-01/metrics"

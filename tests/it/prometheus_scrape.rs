@@ -80,7 +80,7 @@ fn prometheus_discovers_the_demo_hosts_and_finds_the_storm() {
         ),
     );
     let up = wait_for(&address, "up == 1", Duration::from_secs(60), |up| {
-        up.len() == 5
+        up.len() == 6
     });
     let mut instances: Vec<&str> = up.iter().map(|(l, _)| l["instance"].as_str()).collect();
     instances.sort();
@@ -91,6 +91,7 @@ fn prometheus_discovers_the_demo_hosts_and_finds_the_storm() {
             "gpu-node-02",
             "gpu-node-03",
             "gpu-node-04",
+            "ib-fabric",
             "switch-poller"
         ]
     );

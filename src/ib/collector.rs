@@ -1,0 +1,124 @@
+//! The `ib_fabric` collector: a [`FabricSource`] scanned on a thread of its own every
+//! `ib_fabric.interval`, each scan bounded by `ib_fabric.timeout` (whole scan) and
+//! `ib_fabric.query_timeout` (one query). A scrape encodes the last finished scan and never
+//! waits on one in progress: a hung switch costs the scan its deadline, not the scrape.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::config::IbFabricConfig;
+use super::metrics::{add_scan, add_self, ScanReading};
+use super::selection::Selection;
+use super::source::{FabricSource, ScanLimits};
+use crate::collector::{Collector, Outcome, Output};
+use crate::exposition::Families;
+use crate::periodic::Periodic;
+
+#[derive(Debug)]
+pub struct IbFabricCollector {
+    config: IbFabricConfig,
+    selection: Selection,
+    scans: Periodic<ScanReading>,
+}
+
+impl IbFabricCollector {
+    /// Starts the scan thread; the first scan starts at once.
+    pub fn spawn(
+        source: Arc<dyn FabricSource>,
+        config: IbFabricConfig,
+    ) -> io::Result<IbFabricCollector> {
+        let selection = config.selection();
+        let (timeout, query_timeout) = (config.timeout, config.query_timeout);
+        let mut scans = 0u64;
+        let mut failing = false;
+        let periodic = Periodic::spawn(
+            "ib-fabric-scan",
+            config.interval,
+            ScanReading::default(),
+            move || {
+                let started = Instant::now();
+                let limits = ScanLimits {
+                    deadline: started + timeout,
+                    query_timeout,
+                };
+                let result = source.scan(limits, &selection);
+                scans += 1;
+                match &result {
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(source = source.name(), "InfiniBand subnet scan: {e}");
+                    }
+                    Err(_) => {}
+                    Ok(scan) => {
+                        failing = false;
+                        for failure in &scan.failures {
+                            tracing::debug!(
+                                node = %failure.node,
+                                reason = failure.reason.as_label(),
+                                "InfiniBand query failed: {}",
+                                failure.detail
+                            );
+                        }
+                    }
+                }
+                ScanReading {
+                    result: Some(result),
+                    scans,
+                    finished_unix_s: SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()),
+                    duration: started.elapsed(),
+                }
+            },
+        )?;
+        Ok(IbFabricCollector {
+            selection: config.selection(),
+            config,
+            scans: periodic,
+        })
+    }
+
+    /// Two intervals and a scan's deadline: past this the served scan is stale.
+    fn stale_after(&self) -> Duration {
+        self.config
+            .interval
+            .saturating_mul(2)
+            .saturating_add(self.config.timeout)
+    }
+}
+
+/// Success is that of the last scan: the subnet discovered, recently.
+impl Collector for IbFabricCollector {
+    fn name(&self) -> &'static str {
+        "ib_fabric"
+    }
+
+    fn retire(&self) {
+        self.scans.stop();
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+        let reading = self.scans.last();
+        let age = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+            - reading.finished_unix_s;
+        let fresh = reading.result.is_some() && age <= self.stale_after().as_secs_f64();
+        let mut families = Families::default();
+        if let Some(Ok(scan)) = &reading.result {
+            add_scan(
+                &mut families,
+                scan,
+                self.config.errors_only,
+                &self.selection,
+            );
+        }
+        add_self(&mut families, &reading, fresh);
+        out.encode(&families)?;
+        Ok(Outcome {
+            ok: fresh && matches!(reading.result, Some(Ok(_))),
+            duration: reading.result.as_ref().map(|_| reading.duration),
+        })
+    }
+}

@@ -1,0 +1,253 @@
+//! The `ib_fabric` collector through the real binary: `serve --collector.ib_fabric` with
+//! stand-in `ibnetdiscover` and `perfquery` scripts first on `PATH`, printing real outputs from
+//! the corpus (tests/corpus/infiniband-diags/), one switch hanging. The served metrics carry the
+//! corpus' values and labels, the hung switch is a failed query and the others are served, and
+//! a scrape never waits on a scan in progress.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, parse_exposition, project_root, value_of, Exporter};
+
+fn corpus(name: &str) -> PathBuf {
+    project_root()
+        .join("tests/corpus/infiniband-diags")
+        .join(name)
+}
+
+fn script(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `serve` with only the ib_fabric collector, the stand-ins of `bin` first on PATH.
+fn serve(bin: &Path, extra: &[&str]) -> Exporter {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut args = vec![
+        "--no-collector.sysfs",
+        "--no-collector.netlink",
+        "--no-collector.process",
+        "--collector.ib_fabric",
+    ];
+    args.extend_from_slice(extra);
+    Exporter::start_with_env("serve", &args, &[("PATH", &path)])
+}
+
+/// Switches of the corpus topology: ec8240 (LID 48) and ec8480 (LID 23) answer with the
+/// corpus' counters, ec81e0 (LID 21) hangs past the query timeout.
+#[test]
+fn a_served_scan_has_the_corpus_values_and_the_hung_switch_as_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!(
+            "exec cat '{}'",
+            corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt").display()
+        ),
+    );
+    script(
+        dir.path(),
+        "perfquery",
+        &format!(
+            "for a in \"$@\"; do lid=$a; done\n\
+             case \"$lid\" in 21) exec sleep 600 ;; esac\n\
+             exec cat '{}'",
+            corpus("perfquery-x-treydock-edr-two-ports.out").display()
+        ),
+    );
+    let exporter = serve(
+        dir.path(),
+        &[
+            "--collector.ib_fabric.query-timeout=500ms",
+            "--collector.ib_fabric.interval=1h",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let samples = loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]).is_some() {
+            break samples;
+        }
+        assert!(Instant::now() < deadline, "no scan within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        value_of(&samples, "rdma_ib_fabric_scan_success", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_ib_fabric_query_failures",
+            &[("reason", "timeout")]
+        ),
+        Some(1.0),
+        "the hung switch"
+    );
+    let answered = [
+        ("switch_guid", "ec0d:9a03:00ec:8240"),
+        ("port", "1"),
+        ("switch", "SwitchIB Mellanox Technologies"),
+    ];
+    assert_eq!(
+        value_of(&samples, "rdma_ib_switch_port_xmit_wait_total", &answered),
+        Some(22_730_501.0)
+    );
+    // PortXmitData counts 4-octet words; the metric is in bytes.
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_ib_switch_port_xmit_data_bytes_total",
+            &answered
+        ),
+        Some(36_298_026_860_928.0 * 4.0)
+    );
+    assert!(value_of(
+        &samples,
+        "rdma_ib_switch_port_xmit_wait_total",
+        &[("switch_guid", "ec0d:9a03:00ec:8480"), ("port", "1")]
+    )
+    .is_some());
+    assert!(
+        !samples
+            .iter()
+            .any(|s| s.name.starts_with("rdma_ib_switch_port_")
+                && s.labels.get("switch_guid").map(String::as_str) == Some("ec0d:9a03:00ec:81e0")),
+        "the hung switch has no counters"
+    );
+    // Its links are still known from discovery: the link of ec8240 port 13 leads to it.
+    let link = samples
+        .iter()
+        .find(|s| {
+            s.name == "rdma_ib_link_info"
+                && s.labels["switch_guid"] == "ec0d:9a03:00ec:8240"
+                && s.labels["port"] == "13"
+        })
+        .expect("rdma_ib_link_info of ec8240 port 13");
+    assert_eq!(link.labels["remote_guid"], "ec0d:9a03:00ec:81e0");
+    assert_eq!(link.labels["remote_port"], "19");
+    assert_eq!(link.labels["width"], "4X");
+    assert_eq!(link.labels["speed"], "EDR");
+    assert_eq!(
+        value_of(&samples, "rdma_ib_fabric_nodes", &[("kind", "switch")]).map(|v| v >= 4.0),
+        Some(true)
+    );
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_exporter_collector_success",
+            &[("collector", "ib_fabric")]
+        ),
+        Some(1.0)
+    );
+    common::promtool_check_metrics(&exporter.metrics());
+}
+
+/// Errors-only drops the data and packet counters and keeps the error and wait counters.
+#[test]
+fn errors_only_keeps_error_and_congestion_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!(
+            "exec cat '{}'",
+            corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt").display()
+        ),
+    );
+    script(
+        dir.path(),
+        "perfquery",
+        &format!(
+            "exec cat '{}'",
+            corpus("perfquery-x-treydock-edr-two-ports.out").display()
+        ),
+    );
+    let exporter = serve(
+        dir.path(),
+        &[
+            "--collector.ib_fabric.errors-only",
+            "--collector.ib_fabric.switch-include=SwitchIB.*",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let samples = loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]).is_some() {
+            break samples;
+        }
+        assert!(Instant::now() < deadline, "no scan within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let names: std::collections::BTreeSet<&str> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("rdma_ib_switch_port_"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        names.contains("rdma_ib_switch_port_xmit_wait_total"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains("rdma_ib_switch_port_symbol_error_total"),
+        "{names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("_data_") || n.contains("packets")),
+        "{names:?}"
+    );
+}
+
+/// A discovery that hangs: scrapes answer at once with the initial state (no scan yet,
+/// success 0), and keep answering while the scan waits out its deadline.
+#[test]
+fn a_scrape_does_not_wait_on_a_hung_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    script(dir.path(), "ibnetdiscover", "exec sleep 600");
+    script(dir.path(), "perfquery", "exit 1");
+    let exporter = serve(
+        dir.path(),
+        &[
+            "--collector.ib_fabric.timeout=2s",
+            "--collector.ib_fabric.interval=1h",
+        ],
+    );
+    let started = Instant::now();
+    let samples = parse_exposition(&exporter.metrics());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_ib_fabric_scan_success", &[]),
+        Some(0.0)
+    );
+    assert_eq!(value_of(&samples, "rdma_ib_fabric_scans_total", &[]), None);
+    // The deadline ends the scan: a failed one is served, still success 0.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]) == Some(1.0) {
+            assert_eq!(
+                value_of(&samples, "rdma_ib_fabric_scan_success", &[]),
+                Some(0.0)
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scan did not end at its deadline"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
