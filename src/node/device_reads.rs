@@ -165,7 +165,9 @@ impl DeviceReads {
                 if took > timeout {
                     tracing::warn!(device, ?took, "a read that outlived its scrape returned");
                 }
-                let _ = results.send((index, read));
+                Box::new(move || {
+                    let _ = results.send((index, read));
+                })
             })
             // Without a thread the closure, and with it the mark, is dropped at once.
             .err()

@@ -20,7 +20,12 @@ pub const IDLE_THREAD_NAME: &str = "sysfs-idle";
 /// How long an idle thread waits for work before it ends.
 pub const IDLE_EXIT: Duration = Duration::from_secs(300);
 
-type Job = Box<dyn FnOnce() + Send>;
+/// What a job hands back to run once its thread counts as idle again: the delivery of its
+/// result. So a walk that starts right after the last result finds the thread available
+/// instead of starting another.
+pub type Deliver = Box<dyn FnOnce() + Send>;
+
+type Job = Box<dyn FnOnce() -> Deliver + Send>;
 
 #[derive(Default)]
 struct Queue {
@@ -58,7 +63,7 @@ fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 impl ReaderPool {
     /// Runs `job` on a pool thread. Fails only when a needed thread could not be started; the
     /// job is then dropped unrun.
-    pub fn run(&self, job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    pub fn run(&self, job: impl FnOnce() -> Deliver + Send + 'static) -> std::io::Result<()> {
         let mut queue = lock(&self.shared.queue);
         queue.jobs.push_back(Box::new(job));
         if queue.jobs.len() <= queue.waiting {
@@ -86,9 +91,14 @@ fn work(shared: &Shared) {
         if let Some(job) = queue.jobs.pop_front() {
             drop(queue);
             name_thread(READER_THREAD_NAME);
-            job();
+            let deliver = job();
             name_thread(IDLE_THREAD_NAME);
+            // Counted as waiting before the result goes out; it looks at the queue again
+            // before it really waits, so a job queued meanwhile is not missed.
+            lock(&shared.queue).waiting += 1;
+            deliver();
             queue = lock(&shared.queue);
+            queue.waiting -= 1;
             continue;
         }
         queue.waiting += 1;
@@ -147,13 +157,17 @@ mod tests {
         let d = done.clone();
         pool.run(move || {
             let _ = blocked.recv();
-            let _ = d.send("blocked");
+            Box::new(move || {
+                let _ = d.send("blocked");
+            })
         })
         .unwrap();
         for round in 0..3 {
             let d = done.clone();
             pool.run(move || {
-                let _ = d.send("quick");
+                Box::new(move || {
+                    let _ = d.send("quick");
+                })
             })
             .unwrap();
             assert_eq!(

@@ -50,7 +50,7 @@ struct DirNode {
     /// Set in a cached tree: what the tree shares (descriptor budget, staleness).
     tree: Option<Arc<TreeShared>>,
     /// Identity and change times when opened; only taken in a cached tree.
-    stamp: Option<Stamp>,
+    stamp: Option<Kept>,
     /// This directory's own descriptor, charged to the budget.
     _charge: Option<Charge>,
     state: Mutex<DirState>,
@@ -89,7 +89,8 @@ impl Stamp {
         }
     }
 
-    /// True when both change times were at least [`SETTLE`] old at `now`.
+    /// True when both change times were at least [`SETTLE`] old at `now`: a change after
+    /// `now` then gets a later time than these, so it cannot go unseen.
     fn settled_at(&self, now: SystemTime) -> bool {
         let Ok(now) = now.duration_since(UNIX_EPOCH) else {
             return false;
@@ -101,6 +102,28 @@ impl Stamp {
         let nanos = u32::try_from(newest.1).unwrap_or(0);
         now.checked_sub(Duration::new(secs, nanos))
             .is_some_and(|age| age >= SETTLE)
+    }
+}
+
+/// A kept directory's stamp, trusted across scrapes only when it was settled when taken.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    stamp: Stamp,
+    settled: bool,
+}
+
+impl Kept {
+    fn take(fd: &OwnedFd) -> std::io::Result<Kept> {
+        let stamp = Stamp::of(&rustix::fs::fstat(fd)?);
+        Ok(Kept {
+            stamp,
+            settled: stamp.settled_at(SystemTime::now()),
+        })
+    }
+
+    /// True when `now` (a fresh stat of the same path or descriptor) shows nothing changed.
+    fn still(&self, now: &Stat) -> bool {
+        self.settled && Stamp::of(now) == self.stamp
     }
 }
 
@@ -123,10 +146,7 @@ impl SysDir {
     fn new(fd: OwnedFd, path: PathBuf, tree: Option<Arc<TreeShared>>) -> std::io::Result<SysDir> {
         let (tree, stamp, charge) = match tree {
             Some(tree) => match tree.budget.charge() {
-                Some(charge) => {
-                    let stamp = Stamp::of(&rustix::fs::fstat(&fd)?);
-                    (Some(tree), Some(stamp), Some(charge))
-                }
+                Some(charge) => (Some(tree), Some(Kept::take(&fd)?), Some(charge)),
                 // No descriptor to spare: this directory and what is below it are not kept.
                 None => (None, None, None),
             },
@@ -169,28 +189,28 @@ impl SysDir {
     /// True when `name` below `parent` is still this directory, unchanged and settled: what a
     /// kept tree's root is checked with, through the class directory's entry.
     pub fn is_entry_of(&self, parent: &SysDir, name: &str) -> bool {
-        let Some(stamp) = self.0.stamp else {
+        let Some(kept) = self.0.stamp else {
             return false;
         };
-        let now = SystemTime::now();
-        parent
-            .with_fd(|fd| rustix::fs::statat(fd, name, rustix::fs::AtFlags::empty()))
-            .ok()
-            .and_then(Result::ok)
-            .is_some_and(|stat| Stamp::of(&stat) == stamp && stamp.settled_at(now))
+        kept.settled
+            && parent
+                .with_fd(|fd| rustix::fs::statat(fd, name, rustix::fs::AtFlags::empty()))
+                .ok()
+                .and_then(Result::ok)
+                .is_some_and(|stat| kept.still(&stat))
     }
 
     /// True when this kept directory still has the identity and times it was opened with.
-    fn is_unchanged(&self, now: SystemTime) -> bool {
-        let Some(stamp) = self.0.stamp else {
+    fn is_unchanged(&self) -> bool {
+        let Some(kept) = self.0.stamp else {
             return false;
         };
-        stamp.settled_at(now)
+        kept.settled
             && self
                 .with_fd(|fd| rustix::fs::fstat(fd))
                 .ok()
                 .and_then(Result::ok)
-                .is_some_and(|stat| Stamp::of(&stat) == stamp)
+                .is_some_and(|stat| kept.still(&stat))
     }
 
     /// What a cached tree shares; `None` in a plain walk.
@@ -206,7 +226,7 @@ impl SysDir {
     pub fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
         let mut state = lock(&self.0.state);
         if let Some(kept) = state.subdirs.get(name) {
-            if kept.is_unchanged(SystemTime::now()) {
+            if kept.is_unchanged() {
                 return Ok(kept.clone());
             }
             state.subdirs.remove(name);
