@@ -1,9 +1,13 @@
 //! Scrape-time reads of the node, each device bounded by a deadline. A device's read runs on a
-//! detached thread of its own: when the read hangs (a firmware reset; `mlx5_core` commands time
-//! out after tens of seconds, a wedged one never), the walk stops waiting at the deadline, serves
-//! the other devices and reports the late one as `timeout`. The hung thread is left to finish,
-//! and no new read of that device starts before it has: at most one outstanding read per device,
-//! so a device that stays stuck costs one thread, not one per scrape.
+//! thread of its own from a pool of long-lived readers ([`super::reader_pool`]): when the read
+//! hangs (a firmware reset; `mlx5_core` commands time out after tens of seconds, a wedged one
+//! never), the walk stops waiting at the deadline, serves the other devices and reports the late
+//! one as `timeout`. The hung thread is left to finish, and no new read of that device starts
+//! before it has: at most one outstanding read per device, so a device that stays stuck costs
+//! one thread, not one per scrape.
+//!
+//! Each device's read goes through the device's kept tree ([`super::tree_cache`]): open
+//! directories, listings and attribute descriptors from the previous scrape, checked before use.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,25 +15,50 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::counter_filter::CounterFilter;
+use super::reader_pool::ReaderPool;
 use super::reason::ReadErrorReason;
 use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeSnapshot, Port};
+use super::tree_cache::{DeviceTree, FdBudget, TreeCache};
 
 /// Per-port work done by the device's own reader (the netdev's driver statistics).
 pub type PortHook = dyn Fn(&str, &mut Port) + Send + Sync;
 
-/// The name of every device reader thread (`/proc/<pid>/task/*/comm`).
-pub const READER_THREAD_NAME: &str = "sysfs-read";
+/// The name of a device reader thread while it reads (`/proc/<pid>/task/*/comm`).
+pub use super::reader_pool::READER_THREAD_NAME;
 
 /// Devices whose read has not returned, with when that read started.
 type Outstanding = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Reads the node's devices, each within a deadline, and remembers the reads still out.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DeviceReads {
     outstanding: Outstanding,
+    pool: ReaderPool,
+    trees: TreeCache,
+}
+
+impl Default for DeviceReads {
+    /// Keeps descriptors within half the process's `RLIMIT_NOFILE`.
+    fn default() -> Self {
+        DeviceReads::with_budget(FdBudget::from_rlimit())
+    }
 }
 
 impl DeviceReads {
+    /// Keeps at most `budget`'s descriptors open between scrapes.
+    pub fn with_budget(budget: Arc<FdBudget>) -> DeviceReads {
+        DeviceReads {
+            outstanding: Outstanding::default(),
+            pool: ReaderPool::default(),
+            trees: TreeCache::new(budget),
+        }
+    }
+
+    /// The kept trees (tests).
+    pub fn trees(&self) -> &TreeCache {
+        &self.trees
+    }
+
     /// Reads every device the filter allows, each on its own thread, waiting at most `timeout`
     /// in all. A device not back by then, or whose previous read is still out, is left out of
     /// the snapshot and reported with [`ReadErrorReason::Timeout`]: stale values are never
@@ -51,11 +80,19 @@ impl DeviceReads {
             ),
         };
         let deadline = Instant::now() + timeout;
+        // Devices no longer listed lose their kept trees (and descriptors) here.
+        let trees = self.trees.retain(&names);
         let (results, arrivals) = mpsc::channel();
         let mut reads: Vec<Option<DeviceRead>> = Vec::with_capacity(names.len());
         let mut waiting = 0;
-        for (index, name) in names.iter().enumerate() {
-            let settled = self.start(&class_dir, (index, name), timeout, &port_hook, &results);
+        for ((index, name), tree) in names.iter().enumerate().zip(trees) {
+            let job = Job {
+                class_dir: &class_dir,
+                index,
+                name,
+                tree,
+            };
+            let settled = self.start(job, timeout, &port_hook, &results);
             waiting += usize::from(settled.is_none());
             reads.push(settled);
         }
@@ -78,17 +115,22 @@ impl DeviceReads {
         NodeSnapshot::of_reads(reads)
     }
 
-    /// Starts the read of device `name` on its own thread, which sends `(index, read)` when it
-    /// returns. When none starts (an earlier read of the device is still out, or no thread could
-    /// be started), returns the device's outcome at once.
+    /// Starts the read of device `name` on a thread of its own, which sends `(index, read)` when
+    /// it returns. When none starts (an earlier read of the device is still out, or no thread
+    /// could be started), returns the device's outcome at once.
     fn start(
         &self,
-        class_dir: &Arc<ClassDir>,
-        (index, name): (usize, &str),
+        job: Job<'_>,
         timeout: Duration,
         port_hook: &Arc<PortHook>,
         results: &mpsc::Sender<(usize, DeviceRead)>,
     ) -> Option<DeviceRead> {
+        let Job {
+            class_dir,
+            index,
+            name,
+            tree,
+        } = job;
         let Some(marker) = OutstandingRead::mark(&self.outstanding, name) else {
             return Some(still_out(class_dir, name, &self.outstanding));
         };
@@ -96,14 +138,25 @@ impl DeviceReads {
         let port_hook = port_hook.clone();
         let results = results.clone();
         let device = name.to_string();
-        std::thread::Builder::new()
-            .name(READER_THREAD_NAME.into())
-            .spawn(move || {
+        let budget = self.trees.budget().cloned();
+        self.pool
+            .run(move || {
                 let started = Instant::now();
                 let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    dir.read_device(&device, &*port_hook)
+                    // Only this read uses the tree: the mark keeps out any other of the device.
+                    let mut tree = tree.lock().unwrap_or_else(|p| p.into_inner());
+                    match &budget {
+                        Some(budget) => {
+                            dir.read_device_kept(&device, &mut tree, budget, &*port_hook)
+                        }
+                        None => dir.read_device(&device, &*port_hook),
+                    }
                 }))
-                .unwrap_or_else(|_| failed(&dir, &device, "its reader thread panicked".into()));
+                .unwrap_or_else(|_| {
+                    // What a panicking read left in the tree is not trusted.
+                    *tree.lock().unwrap_or_else(|p| p.into_inner()) = DeviceTree::default();
+                    failed(&dir, &device, "its reader thread panicked".into())
+                });
                 // The read is over: clear the mark first, so that a scrape that follows at once
                 // reads the device again. The walk may have stopped listening (the deadline
                 // passed): then the result is dropped.
@@ -112,12 +165,23 @@ impl DeviceReads {
                 if took > timeout {
                     tracing::warn!(device, ?took, "a read that outlived its scrape returned");
                 }
-                let _ = results.send((index, read));
+                Box::new(move || {
+                    let _ = results.send((index, read));
+                })
             })
             // Without a thread the closure, and with it the mark, is dropped at once.
             .err()
             .map(|e| failed(class_dir, name, format!("no reader thread started: {e}")))
     }
+}
+
+/// One device's read, as the walk hands it out.
+struct Job<'a> {
+    class_dir: &'a Arc<ClassDir>,
+    /// The device's place in the snapshot.
+    index: usize,
+    name: &'a str,
+    tree: Arc<Mutex<DeviceTree>>,
 }
 
 /// Marks a device's read as outstanding for as long as it lives; it lives on the reader thread
@@ -205,6 +269,7 @@ fn error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::tree_cache::FdBudget;
     use regex::Regex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Condvar;
@@ -335,5 +400,156 @@ mod tests {
         let plain = sysfs::read_node(&sys(), &all);
         assert_eq!(format!("{bounded:?}"), format!("{plain:?}"));
         assert_eq!(names(&bounded).len(), 10);
+    }
+
+    /// A copy of the bundled node in a temporary directory, old enough for its directories to be
+    /// kept between reads.
+    fn settled_copy() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(sys())
+            .arg(dir.path().join("sys"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        settle();
+        dir
+    }
+
+    fn settle() {
+        std::thread::sleep(crate::node::sys_dir::SETTLE + Duration::from_millis(100));
+    }
+
+    fn read(reads: &DeviceReads, sys: &Path) -> NodeSnapshot {
+        reads.read_node(
+            sys,
+            &DeviceFilter::default(),
+            &Arc::default(),
+            Duration::from_secs(30),
+            Arc::new(|_: &str, _: &mut Port| {}),
+        )
+    }
+
+    /// Reads through the kept trees, checks the result against a plain walk of the same tree.
+    fn read_as_plain(reads: &DeviceReads, sys: &Path) -> NodeSnapshot {
+        let kept = read(reads, sys);
+        let plain = sysfs::read_node(sys, &DeviceFilter::default());
+        assert_eq!(format!("{kept:?}"), format!("{plain:?}"));
+        kept
+    }
+
+    fn device<'a>(snapshot: &'a NodeSnapshot, name: &str) -> Option<&'a sysfs::Device> {
+        snapshot.devices.iter().find(|d| d.name == name)
+    }
+
+    #[test]
+    fn kept_trees_read_as_the_plain_walk_does_and_are_used() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let reads = DeviceReads::default();
+        for _ in 0..3 {
+            assert_eq!(names(&read_as_plain(&reads, &sys)).len(), 10);
+        }
+        assert_eq!(reads.trees().reads(), (20, 10), "(kept, fresh)");
+        // An in-place write (what a counter does) is seen through the kept descriptor.
+        let counter = sys.join("class/infiniband/mlx5_1/ports/1/hw_counters/np_cnp_sent");
+        std::fs::write(&counter, "987654321\n").unwrap();
+        let snapshot = read_as_plain(&reads, &sys);
+        let port = &device(&snapshot, "mlx5_1").unwrap().ports[0];
+        assert!(port
+            .hw_counters
+            .contains(&("np_cnp_sent".to_string(), 987_654_321)));
+        assert_eq!(reads.trees().reads(), (30, 10));
+    }
+
+    #[test]
+    fn a_device_recreated_under_its_name_is_read_afresh() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let reads = DeviceReads::default();
+        read_as_plain(&reads, &sys);
+        read_as_plain(&reads, &sys);
+        // Gone, and back as another device object: other GUID, other counters.
+        let link = sys.join("class/infiniband/mlx5_2");
+        let target = link
+            .parent()
+            .unwrap()
+            .join(std::fs::read_link(&link).unwrap());
+        let parked = tree.path().join("parked");
+        std::fs::rename(&target, &parked).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&parked)
+            .arg(&target)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        std::fs::write(target.join("node_guid"), "dead:beef:0000:0001\n").unwrap();
+        std::fs::write(target.join("ports/1/counters/port_xmit_packets"), "42\n").unwrap();
+        std::fs::remove_file(target.join("ports/1/hw_counters/out_of_sequence")).unwrap();
+        for _ in 0..2 {
+            let snapshot = read_as_plain(&reads, &sys);
+            let recreated = device(&snapshot, "mlx5_2").unwrap();
+            assert_eq!(recreated.node_guid.as_deref(), Some("dead:beef:0000:0001"));
+            let port = &recreated.ports[0];
+            assert!(port
+                .counters
+                .contains(&("port_xmit_packets".to_string(), 42)));
+            assert!(!port.hw_counters.iter().any(|(n, _)| n == "out_of_sequence"));
+            assert!(snapshot.errors.is_empty(), "{:?}", snapshot.errors);
+        }
+    }
+
+    #[test]
+    fn removed_counters_and_devices_are_not_served_and_added_ones_are() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let class = sys.join("class/infiniband");
+        let reads = DeviceReads::default();
+        read_as_plain(&reads, &sys);
+        read_as_plain(&reads, &sys);
+        // A counter file and a whole device go; a device (a second name for mlx5_4's
+        // directory) comes.
+        let hw = class.join("mlx5_0/ports/1/hw_counters");
+        std::fs::remove_file(hw.join("rx_write_requests")).unwrap();
+        std::fs::remove_file(class.join("mlx5_3")).unwrap();
+        let target = std::fs::read_link(class.join("mlx5_4")).unwrap();
+        std::os::unix::fs::symlink(&target, class.join("mlx5_44")).unwrap();
+        let snapshot = read_as_plain(&reads, &sys);
+        let port = &device(&snapshot, "mlx5_0").unwrap().ports[0];
+        assert!(!port
+            .hw_counters
+            .iter()
+            .any(|(n, _)| n == "rx_write_requests"));
+        assert!(device(&snapshot, "mlx5_3").is_none());
+        assert!(device(&snapshot, "mlx5_44").is_some());
+        assert!(snapshot.errors.is_empty(), "{:?}", snapshot.errors);
+        assert!(!reads.trees().devices().contains(&"mlx5_3".to_string()));
+        // Settled again: the changed directories are kept once more.
+        settle();
+        read_as_plain(&reads, &sys);
+        let (kept, _) = reads.trees().reads();
+        read_as_plain(&reads, &sys);
+        assert_eq!(reads.trees().reads().0, kept + 10);
+    }
+
+    #[test]
+    fn a_small_descriptor_budget_is_respected_and_given_back() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let budget = FdBudget::new(40);
+        let reads = DeviceReads::with_budget(budget.clone());
+        for _ in 0..3 {
+            assert_eq!(names(&read_as_plain(&reads, &sys)).len(), 10);
+        }
+        assert_eq!(budget.left(), 0, "every descriptor of the budget is in use");
+        drop(reads);
+        // The readers drop their jobs, and the trees with them, right after answering.
+        let until = Instant::now() + Duration::from_secs(5);
+        while budget.left() != 40 {
+            assert!(Instant::now() < until, "{} of 40 given back", budget.left());
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

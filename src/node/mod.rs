@@ -12,10 +12,13 @@ pub mod netlink_collector;
 pub mod parse;
 pub mod priority_traffic;
 pub mod rdma_netlink;
+pub mod reader_pool;
 pub mod reason;
 pub mod saturation;
 pub mod storm;
+pub mod sys_dir;
 pub mod sysfs;
+pub mod tree_cache;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};

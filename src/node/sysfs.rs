@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use regex::Regex;
-use rustix::fs::{AtFlags, Dir, Mode, OFlags};
+use rustix::fs::AtFlags;
 
 use super::counter_filter::CounterFilter;
 use super::parse::{self, ValueError};
 use super::reason::ReadErrorReason;
+use super::sys_dir::{AttrBuf, SysDir};
+use super::tree_cache::{DeviceTree, FdBudget, TreeShared};
 
 /// Device include/exclude, applied to the names listed in `class/infiniband` before any file of
 /// the device is opened (reading counters of firmware-restricted PFs floods the kernel log).
@@ -84,14 +86,26 @@ impl Port {
     }
 
     /// Fills `netdev_driver` from `class/net/<netdev>/device/driver`, beside `class/infiniband`.
+    /// A kept tree remembers the answer per netdev name (a netdev's driver is that of its PCI
+    /// function, and a port's netdev name only comes back on the same function).
     fn with_netdev_driver(mut self, device_dir: &SysDir) -> Port {
-        let class = device_dir.path.parent().and_then(Path::parent);
+        let Some(netdev) = self.netdev.as_deref() else {
+            return self;
+        };
+        let tree = device_dir.tree();
+        if let Some(known) = tree.and_then(|t| t.netdev_driver(netdev)) {
+            self.netdev_driver = known;
+            return self;
+        }
+        let class = device_dir.path().parent().and_then(Path::parent);
         self.netdev_driver = class
-            .zip(self.netdev.as_deref())
-            .and_then(|(class, netdev)| {
+            .and_then(|class| {
                 std::fs::read_link(class.join("net").join(netdev).join("device/driver")).ok()
             })
             .and_then(|link| Some(link.file_name()?.to_str()?.to_string()));
+        if let Some(tree) = tree {
+            tree.remember_netdev_driver(netdev, self.netdev_driver.clone());
+        }
         self
     }
 }
@@ -134,7 +148,7 @@ pub enum ClassListing {
 /// excluded device is ever opened.
 pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
     let class_path = sysfs_root.join("class/infiniband");
-    let listing = SysDir::open(&class_path).and_then(|mut d| {
+    let listing = SysDir::open(&class_path).and_then(|d| {
         let names = d.entries()?;
         Ok((d, names))
     });
@@ -174,7 +188,7 @@ pub struct DeviceRead {
 
 impl ClassDir {
     pub fn path(&self) -> &Path {
-        &self.dir.path
+        self.dir.path()
     }
 
     /// Reads only the `hw_counters` that `filter` allows (ports' and devices').
@@ -190,16 +204,66 @@ impl ClassDir {
             hw_counters: self.hw_counters.clone(),
             ..Walk::default()
         };
-        let device = walk.device(&self.dir, name).map(|mut device| {
-            for port in &mut device.ports {
-                port_hook(&device.name, port);
+        // A device removed after the listing (or a dangling class symlink) is one error, not one
+        // per attribute.
+        let device = match self.dir.subdir(name) {
+            Ok(dir) => Some(walk.device(&dir, name)),
+            Err(e) => {
+                walk.io_error(name, &self.dir, name, &e);
+                None
             }
-            device
-        });
-        DeviceRead {
-            device,
-            errors: walk.errors,
+        };
+        walk.finish(device, port_hook)
+    }
+
+    /// As [`ClassDir::read_device`], through the device's kept tree: its directories, listings
+    /// and descriptors from earlier reads where they are still valid (see
+    /// [`super::tree_cache`]), and whatever this read opens is kept for the next one. A kept
+    /// tree found stale during the read is dropped and the device read again from scratch.
+    pub fn read_device_kept(
+        &self,
+        name: &str,
+        tree: &mut DeviceTree,
+        budget: &Arc<FdBudget>,
+        port_hook: &dyn Fn(&str, &mut Port),
+    ) -> DeviceRead {
+        let kept = tree
+            .root
+            .take()
+            .filter(|root| root.is_entry_of(&self.dir, name));
+        if let Some(root) = kept {
+            let mut walk = Walk {
+                hw_counters: self.hw_counters.clone(),
+                ..Walk::default()
+            };
+            let device = walk.device(&root, name);
+            if !root.is_stale() {
+                tree.root = Some(root);
+                tree.kept_reads += 1;
+                return walk.finish(Some(device), port_hook);
+            }
+            tracing::debug!(
+                device = name,
+                "a kept descriptor's file is gone; reading afresh"
+            );
         }
+        tree.fresh_reads += 1;
+        let mut walk = Walk {
+            hw_counters: self.hw_counters.clone(),
+            ..Walk::default()
+        };
+        let device = match self.dir.open_cached(name, TreeShared::new(budget.clone())) {
+            Ok(root) => {
+                let device = walk.device(&root, name);
+                tree.root = Some(root);
+                Some(device)
+            }
+            Err(e) => {
+                walk.io_error(name, &self.dir, name, &e);
+                None
+            }
+        };
+        walk.finish(device, port_hook)
     }
 }
 
@@ -227,75 +291,12 @@ impl NodeSnapshot {
     }
 }
 
-/// An open sysfs directory: files below it are opened relative to its descriptor, so the kernel
-/// resolves one path component per file instead of the whole symlinked path.
-struct SysDir {
-    dir: Dir,
-    path: PathBuf,
-}
-
-impl SysDir {
-    fn open(path: &Path) -> std::io::Result<SysDir> {
-        let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty())?;
-        Ok(SysDir {
-            dir: Dir::new(fd)?,
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
-        let fd = rustix::fs::openat(self.dir.fd()?, name, DIR_FLAGS, Mode::empty())?;
-        Ok(SysDir {
-            dir: Dir::new(fd)?,
-            path: self.path.join(name),
-        })
-    }
-
-    /// Entry names, sorted so that output order does not depend on the filesystem.
-    fn entries(&mut self) -> std::io::Result<Vec<String>> {
-        self.dir.rewind();
-        let mut names = Vec::new();
-        while let Some(entry) = self.dir.read() {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            if let Ok(name) = std::str::from_utf8(name) {
-                names.push(name.to_string());
-            }
-        }
-        names.sort_unstable();
-        Ok(names)
-    }
-
-    /// Reads an attribute with one `read(2)`: attributes are at most a page, and one read avoids
-    /// spinning on drivers that return EAGAIN forever. Returns the byte count read into `buf`.
-    fn read(&self, name: &str, buf: &mut [u8; 4096]) -> std::io::Result<usize> {
-        let fd = rustix::fs::openat(self.dir.fd()?, name, FILE_FLAGS, Mode::empty())?;
-        Ok(rustix::io::read(&fd, &mut buf[..])?)
-    }
-
-    fn path_of(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::CLOEXEC);
-/// NONBLOCK: a FIFO or device node where an attribute should be (a broken or hostile tree)
-/// must not wedge the walk; regular sysfs attributes ignore the flag.
-const FILE_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::CLOEXEC)
-    .union(OFlags::NONBLOCK);
-
 struct Walk {
     errors: Vec<ReadError>,
     /// Which `hw_counters` files are opened at all.
     hw_counters: Arc<CounterFilter>,
     /// One attribute buffer for the whole walk: no per-file allocation or zeroing.
-    buf: Box<[u8; 4096]>,
+    buf: Box<AttrBuf>,
 }
 
 impl Default for Walk {
@@ -316,6 +317,14 @@ enum Presence {
     Optional,
 }
 
+/// Whether an attribute's value is fixed while the device object lives (`fw_ver`, GUIDs,
+/// `link_layer`): a kept tree then reads it once.
+#[derive(Clone, Copy, PartialEq)]
+enum Fixed {
+    Yes,
+    No,
+}
+
 impl Walk {
     fn error(&mut self, device: &str, reason: ReadErrorReason, path: &Path, detail: String) {
         self.errors.push(ReadError {
@@ -331,18 +340,24 @@ impl Walk {
         self.error(device, reason, &dir.path_of(name), e.to_string());
     }
 
-    fn device(&mut self, class_dir: &SysDir, name: &str) -> Option<Device> {
-        // A device removed after the listing (or a dangling class symlink) is one error, not one
-        // per attribute.
-        let dir = match class_dir.subdir(name) {
-            Ok(dir) => dir,
-            Err(e) => {
-                self.io_error(name, class_dir, name, &e);
-                return None;
+    /// The device's values and errors, with the port hook run on each port.
+    fn finish(self, device: Option<Device>, port_hook: &dyn Fn(&str, &mut Port)) -> DeviceRead {
+        let device = device.map(|mut device| {
+            for port in &mut device.ports {
+                port_hook(&device.name, port);
             }
-        };
+            device
+        });
+        DeviceRead {
+            device,
+            errors: self.errors,
+        }
+    }
+
+    fn device(&mut self, dir: &SysDir, name: &str) -> Device {
+        // Fixed for the device object's lifetime: a kept tree keeps their bytes.
         let text = |walk: &mut Self, attr: &str| {
-            walk.value(name, &dir, attr, Presence::Optional, parse::text)
+            walk.attr(name, dir, attr, Presence::Optional, Fixed::Yes, parse::text)
         };
         let mut device = Device {
             name: name.to_string(),
@@ -350,10 +365,10 @@ impl Walk {
             board_id: text(self, "board_id"),
             hca_type: text(self, "hca_type"),
             node_guid: text(self, "node_guid"),
-            hw_counters: self.hw_counter_dir(name, &dir, Presence::Optional),
+            hw_counters: self.hw_counter_dir(name, dir, Presence::Optional),
             ports: Vec::new(),
         };
-        match dir.subdir("ports").and_then(|mut ports| {
+        match dir.subdir("ports").and_then(|ports| {
             let entries = ports.entries()?;
             Ok((ports, entries))
         }) {
@@ -363,16 +378,16 @@ impl Walk {
                 for number in numbers {
                     match ports_dir.subdir(&number.to_string()) {
                         Ok(port_dir) => {
-                            let port = self.port(name, &dir, &port_dir, number);
+                            let port = self.port(name, dir, &port_dir, number);
                             device.ports.push(port);
                         }
                         Err(e) => self.io_error(name, &ports_dir, &number.to_string(), &e),
                     }
                 }
             }
-            Err(e) => self.io_error(name, &dir, "ports", &e),
+            Err(e) => self.io_error(name, dir, "ports", &e),
         }
-        Some(device)
+        device
     }
 
     fn port(&mut self, device: &str, device_dir: &SysDir, dir: &SysDir, number: u32) -> Port {
@@ -380,7 +395,7 @@ impl Walk {
         Port {
             number,
             number_text: number.to_string(),
-            link_layer: self.value(device, dir, "link_layer", Required, parse::text),
+            link_layer: self.attr(device, dir, "link_layer", Required, Fixed::Yes, parse::text),
             state: self.value(device, dir, "state", Required, parse::state),
             phys_state: self.value(device, dir, "phys_state", Required, parse::state),
             rate_bytes_per_second: self.value(
@@ -410,7 +425,24 @@ impl Walk {
         presence: Presence,
         parse: impl Fn(&[u8]) -> Result<T, ValueError>,
     ) -> Option<T> {
-        match dir.read(name, &mut self.buf) {
+        self.attr(device, dir, name, presence, Fixed::No, parse)
+    }
+
+    /// [`Walk::value`], saying whether the attribute is fixed for the device's lifetime.
+    fn attr<T>(
+        &mut self,
+        device: &str,
+        dir: &SysDir,
+        name: &str,
+        presence: Presence,
+        fixed: Fixed,
+        parse: impl Fn(&[u8]) -> Result<T, ValueError>,
+    ) -> Option<T> {
+        let read = match fixed {
+            Fixed::Yes => dir.read_static(name, &mut self.buf),
+            Fixed::No => dir.read(name, &mut self.buf),
+        };
+        match read {
             Ok(n) => match parse(&self.buf[..n]) {
                 Ok(v) => Some(v),
                 Err(e) => {
@@ -457,7 +489,7 @@ impl Walk {
         presence: Presence,
         keep: &CounterFilter,
     ) -> Vec<(String, u64)> {
-        let listing = parent.subdir(name).and_then(|mut dir| {
+        let listing = parent.subdir(name).and_then(|dir| {
             let names = dir.entries()?;
             Ok((dir, names))
         });
@@ -498,8 +530,10 @@ fn is_absent(dir: &SysDir, name: &str, e: &std::io::Error) -> bool {
 }
 
 fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
-    match dir.and_then(|d| d.dir.fd().ok()) {
-        Some(fd) => rustix::fs::statat(fd, path, AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+    match dir {
+        Some(dir) => dir
+            .with_fd(|fd| rustix::fs::statat(fd, path, AtFlags::SYMLINK_NOFOLLOW).is_ok())
+            .unwrap_or(false),
         None => std::fs::symlink_metadata(path).is_ok(),
     }
 }
@@ -508,7 +542,7 @@ fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
 /// entry of the PCI function's `device/net/` (IPoIB, or RoCE ports with an empty GID table).
 /// Unreadable GID entries are normal (unused slots return an error), so they are not recorded.
 fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
-    if let Ok(mut ndevs) = port_dir.subdir("gid_attrs").and_then(|d| d.subdir("ndevs")) {
+    if let Ok(ndevs) = port_dir.subdir("gid_attrs").and_then(|d| d.subdir("ndevs")) {
         let mut indexes: Vec<u32> = ndevs
             .entries()
             .unwrap_or_default()
@@ -528,7 +562,7 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
     device_dir
         .subdir("device")
         .and_then(|d| d.subdir("net"))
-        .and_then(|mut net| net.entries())
+        .and_then(|net| net.entries_now())
         .ok()
         .and_then(|names| names.into_iter().next())
 }

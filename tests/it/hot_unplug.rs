@@ -284,3 +284,121 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
         "and return with it"
     );
 }
+
+/// `node_guid` of `device`'s `rdma_port_info`, if it has one.
+fn node_guid(samples: &[Sample], device: &str) -> Option<String> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == "rdma_port_info" && s.labels.get("device").map(String::as_str) == Some(device)
+        })
+        .and_then(|s| s.labels.get("node_guid").cloned())
+}
+
+fn read_errors_of(samples: &[Sample], device: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| {
+            s.name == "rdma_exporter_read_errors_total"
+                && s.labels.get("device").map(String::as_str) == Some(device)
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Long enough for a changed directory to be kept again (`node::sys_dir::SETTLE`, 1 s).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+}
+
+/// The exporter keeps each device's directories and attribute descriptors between scrapes.
+/// Whatever the kernel does to a device between two scrapes, the next one serves what is on
+/// disk: a device re-created under its name (another GUID, other counters, one counter fewer),
+/// a counter file gone, a device gone, a device added.
+#[test]
+fn kept_trees_follow_devices_that_are_recreated_removed_and_added() {
+    let _exclusive = common::exclusive(module_path!());
+    let tree = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce"), tree.path());
+    let sys = tree.path().join("sys");
+    let class = sys.join("class/infiniband");
+    let parked = tree.path().join("parked");
+    settle();
+    let exporter = Exporter::on_node(&sys, &tree.path().join("ethtool"), &[]);
+    let port = |device: &'static str| [("device", device), ("port", "1")];
+    for _ in 0..3 {
+        let samples = scrape_without_duplicates(&exporter);
+        assert_eq!(
+            node_guid(&samples, "mlx5_2").as_deref(),
+            Some("b83f:d203:009d:c782")
+        );
+        assert_eq!(
+            value_of(&samples, "rdma_port_xmit_packets_total", &port("mlx5_2")),
+            Some(13374824501.0)
+        );
+    }
+
+    // Re-created under the same name: a new directory with another GUID and other counters.
+    let link = class.join("mlx5_2");
+    let target = class.join(std::fs::read_link(&link).unwrap());
+    std::fs::rename(&target, &parked).unwrap();
+    copy_tree(&parked, &target);
+    std::fs::write(target.join("node_guid"), "dead:beef:0000:0002\n").unwrap();
+    std::fs::write(target.join("ports/1/counters/port_xmit_packets"), "42\n").unwrap();
+    std::fs::remove_file(target.join("ports/1/hw_counters/out_of_sequence")).unwrap();
+    let check_recreated = |samples: &[Sample]| {
+        assert_eq!(
+            node_guid(samples, "mlx5_2").as_deref(),
+            Some("dead:beef:0000:0002")
+        );
+        assert_eq!(
+            value_of(samples, "rdma_port_xmit_packets_total", &port("mlx5_2")),
+            Some(42.0)
+        );
+        assert!(!has(samples, "rdma_hw_out_of_sequence_total", "mlx5_2"));
+        assert_eq!(read_errors_of(samples, "mlx5_2"), 0.0);
+    };
+    check_recreated(&scrape_without_duplicates(&exporter));
+    // Once settled, the new directory is the one kept: still its values, and live ones.
+    settle();
+    check_recreated(&scrape_without_duplicates(&exporter));
+    check_recreated(&scrape_without_duplicates(&exporter));
+    std::fs::write(target.join("ports/1/counters/port_xmit_packets"), "43\n").unwrap();
+    let samples = scrape_without_duplicates(&exporter);
+    assert_eq!(
+        value_of(&samples, "rdma_port_xmit_packets_total", &port("mlx5_2")),
+        Some(43.0)
+    );
+
+    // A counter file goes from a kept directory: its series goes, nothing is counted as failed.
+    assert!(has(&samples, "rdma_hw_rx_write_requests_total", "mlx5_0"));
+    std::fs::remove_file(class.join("mlx5_0/ports/1/hw_counters/rx_write_requests")).unwrap();
+    let samples = scrape_without_duplicates(&exporter);
+    assert!(!has(&samples, "rdma_hw_rx_write_requests_total", "mlx5_0"));
+    assert!(has(&samples, "rdma_hw_np_cnp_sent_total", "mlx5_0"));
+    assert_eq!(read_errors_of(&samples, "mlx5_0"), 0.0);
+
+    // A device goes: no sysfs series of it at the next scrape (the storm sampler re-lists its
+    // ports on its own period). It comes back under another name.
+    let mlx5_3 = std::fs::read_link(class.join(REMOVED_DEVICE)).unwrap();
+    std::fs::remove_file(class.join(REMOVED_DEVICE)).unwrap();
+    let samples = scrape_without_duplicates(&exporter);
+    let stale: Vec<&str> = samples
+        .iter()
+        .filter(|s| {
+            ["rdma_port_", "rdma_hw_", "rdma_device_"]
+                .iter()
+                .any(|p| s.name.starts_with(p))
+                && s.labels.get("device").map(String::as_str) == Some(REMOVED_DEVICE)
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(stale.is_empty(), "series of a removed device: {stale:?}");
+    assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(9.0));
+    std::os::unix::fs::symlink(&mlx5_3, class.join("mlx5_10")).unwrap();
+    let samples = scrape_without_duplicates(&exporter);
+    assert_eq!(value_of(&samples, "rdma_devices", &[]), Some(10.0));
+    assert!(has(&samples, "rdma_port_info", "mlx5_10"));
+    assert_eq!(read_errors_of(&samples, "mlx5_10"), 0.0);
+    promtool_check_metrics(&exporter.metrics());
+}
