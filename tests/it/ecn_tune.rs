@@ -70,17 +70,29 @@ fn fabric_under(scenario: &str) -> (Exporter, ChildGuard, tempfile::TempDir, Str
         ),
         &[&project_root().join("alerts/rdma-rules.yml")],
     );
+    // Every target the demo lists (hosts, switches, the IB subnet), as Prometheus discovers them.
+    let (status, _, sd) = demo.get("/sd");
+    assert_eq!(status, 200, "{sd}");
+    let targets: usize = serde_json::from_str::<serde_json::Value>(&sd)
+        .unwrap()
+        .as_array()
+        .map_or(0, |groups| {
+            groups
+                .iter()
+                .map(|g| g["targets"].as_array().map_or(0, Vec::len))
+                .sum()
+        });
     // Scrapes counted, not time waited: a loaded machine that misses scrapes waits longer.
     // 125 one-second scrapes span at least 124 s.
     let filled = wait_for(
         &address,
         &format!("count_over_time(up{{cluster=\"{scenario}\"}}[3m])"),
         Duration::from_secs(360),
-        |v| v.len() == 3 && v.iter().all(|(_, n)| *n >= 125.0),
+        |v| v.len() == targets && v.iter().all(|(_, n)| *n >= 125.0),
     );
     assert!(
-        filled.len() == 3 && filled.iter().all(|(_, n)| *n >= 125.0),
-        "Prometheus did not collect two minutes of scrapes of the demo's 3 targets in 6 minutes: {filled:?}"
+        targets >= 3 && filled.len() == targets && filled.iter().all(|(_, n)| *n >= 125.0),
+        "Prometheus did not collect two minutes of scrapes of the demo's {targets} targets in 6 minutes: {filled:?}"
     );
     (demo, prometheus, dir, address, started)
 }
