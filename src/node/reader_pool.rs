@@ -101,6 +101,9 @@ fn work(shared: &Shared) {
             queue.waiting -= 1;
             continue;
         }
+        // A thread started for a job that an idle one took first waits here without having
+        // run one: it must not keep the reader's name.
+        name_thread(IDLE_THREAD_NAME);
         queue.waiting += 1;
         let (woken, timeout) = shared
             .wake
