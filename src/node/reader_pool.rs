@@ -32,6 +32,9 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// Threads waiting for a job.
     waiting: usize,
+    /// The pool was dropped: waiting threads end now rather than after [`IDLE_EXIT`] (a
+    /// config reload replaces the pool, and its idle threads must not pile up).
+    closed: bool,
 }
 
 #[derive(Default)]
@@ -40,7 +43,7 @@ struct Shared {
     wake: Condvar,
 }
 
-/// The pool; dropping it lets idle threads end at their next wake-up.
+/// The pool; dropping it ends its idle threads at once, and busy ones after their job.
 #[derive(Default)]
 pub struct ReaderPool {
     shared: Arc<Shared>,
@@ -85,9 +88,19 @@ impl ReaderPool {
     }
 }
 
+impl Drop for ReaderPool {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).closed = true;
+        self.shared.wake.notify_all();
+    }
+}
+
 fn work(shared: &Shared) {
     let mut queue = lock(&shared.queue);
     loop {
+        if queue.closed && queue.jobs.is_empty() {
+            return;
+        }
         if let Some(job) = queue.jobs.pop_front() {
             drop(queue);
             name_thread(READER_THREAD_NAME);
