@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, parse_exposition, project_root, value_of, Exporter};
+use crate::common::{self, parse_exposition, project_root, value_of, Exporter, Sample};
 
 fn corpus(name: &str) -> PathBuf {
     project_root()
@@ -41,6 +41,19 @@ fn serve(bin: &Path, extra: &[&str]) -> Exporter {
 
 /// Switches of the corpus topology: ec8240 (LID 48) and ec8480 (LID 23) answer with the
 /// corpus' counters, ec81e0 (LID 21) hangs past the query timeout.
+/// The exposition once the collector has finished its first scan (30 s at most).
+fn first_scan(exporter: &Exporter) -> Vec<Sample> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let samples = parse_exposition(&exporter.metrics());
+        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]).is_some() {
+            return samples;
+        }
+        assert!(Instant::now() < deadline, "no scan within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_served_scan_has_the_corpus_values_and_the_hung_switch_as_a_failure() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,15 +82,7 @@ fn a_served_scan_has_the_corpus_values_and_the_hung_switch_as_a_failure() {
             "--collector.ib_fabric.interval=1h",
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let samples = loop {
-        let samples = parse_exposition(&exporter.metrics());
-        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]).is_some() {
-            break samples;
-        }
-        assert!(Instant::now() < deadline, "no scan within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let samples = first_scan(&exporter);
     assert_eq!(
         value_of(&samples, "rdma_ib_fabric_scan_success", &[]),
         Some(1.0)
@@ -177,15 +182,7 @@ fn errors_only_keeps_error_and_congestion_counters() {
             "--collector.ib_fabric.switch-include=SwitchIB.*",
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let samples = loop {
-        let samples = parse_exposition(&exporter.metrics());
-        if value_of(&samples, "rdma_ib_fabric_scans_total", &[]).is_some() {
-            break samples;
-        }
-        assert!(Instant::now() < deadline, "no scan within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let samples = first_scan(&exporter);
     let names: std::collections::BTreeSet<&str> = samples
         .iter()
         .filter(|s| s.name.starts_with("rdma_ib_switch_port_"))
