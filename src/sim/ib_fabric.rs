@@ -183,17 +183,7 @@ impl SimIbFabric {
         };
         let mut nodes = Vec::new();
         // Leaf l: host ports first, then `uplinks` ports to each spine.
-        let mut leaf_ports: Vec<Vec<SimPort>> = (0..leaves)
-            .map(|_| {
-                (1..=SWITCH_PORTS)
-                    .map(|number| SimPort {
-                        number,
-                        remote: None,
-                        load: IDLE,
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut leaf_ports = unlinked_switches(leaves);
         let mut next_port = vec![0usize; leaves];
         for h in 0..shape.hosts {
             for n in 0..shape.hcas_per_host {
@@ -230,17 +220,7 @@ impl SimIbFabric {
             }
         }
         let down_ports = hcas_per_leaf.min(usize::from(SWITCH_PORTS));
-        let mut spine_ports: Vec<Vec<SimPort>> = (0..spines)
-            .map(|_| {
-                (1..=SWITCH_PORTS)
-                    .map(|number| SimPort {
-                        number,
-                        remote: None,
-                        load: IDLE,
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut spine_ports = unlinked_switches(spines);
         for (l, leaf) in leaf_ports.iter_mut().enumerate() {
             for (s, spine) in spine_ports.iter_mut().enumerate() {
                 for k in 0..uplinks {
@@ -555,6 +535,21 @@ impl FabricSource for SimIbFabric {
             duration: started.elapsed(),
         })
     }
+}
+
+/// `count` switches of `SWITCH_PORTS` ports each, none linked yet.
+fn unlinked_switches(count: usize) -> Vec<Vec<SimPort>> {
+    (0..count)
+        .map(|_| {
+            (1..=SWITCH_PORTS)
+                .map(|number| SimPort {
+                    number,
+                    remote: None,
+                    load: IDLE,
+                })
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
