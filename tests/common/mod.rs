@@ -161,6 +161,32 @@ impl Exporter {
         Exporter::start_with_env(subcommand, args, &[])
     }
 
+    /// A `demo` of 2 hosts with `nics_per_host` NICs each, `start_at` simulated seconds into its
+    /// scenario's cycle, the switches walked every `switch_interval`: small enough that several
+    /// of them and a Prometheus fit on a 2-core machine.
+    pub fn small_demo(
+        scenario: &str,
+        start_at: &str,
+        switch_interval: &str,
+        nics_per_host: &str,
+    ) -> Exporter {
+        Exporter::start_subcommand(
+            "demo",
+            &[
+                "--scenario",
+                scenario,
+                "--start-at",
+                start_at,
+                "--switch-interval",
+                switch_interval,
+                "--hosts",
+                "2",
+                "--nics-per-host",
+                nics_per_host,
+            ],
+        )
+    }
+
     /// [`Exporter::start_subcommand`] with environment variables set for the exporter alone
     /// (`PATH` with stand-in tools first).
     pub fn start_with_env(subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Exporter {

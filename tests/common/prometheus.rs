@@ -120,6 +120,20 @@ pub fn start_with_rules(
     )
 }
 
+/// A scrape job that finds a demo's targets through its `/sd`; with `cluster`, every target
+/// carries that label, which keeps several demos' series apart as across real clusters.
+pub fn demo_sd_job(job: &str, demo_address: &str, cluster: Option<&str>) -> String {
+    let mut job = format!(
+        "  - job_name: {job}\n    http_sd_configs:\n      - url: http://{demo_address}/sd\n        refresh_interval: 1s\n"
+    );
+    if let Some(cluster) = cluster {
+        job.push_str(&format!(
+            "    relabel_configs:\n      - target_label: cluster\n        replacement: {cluster}\n"
+        ));
+    }
+    job
+}
+
 /// `rule_files:` items, one per line.
 pub fn rule_file_list(rule_files: &[&Path]) -> String {
     rule_files

@@ -48,21 +48,7 @@ pub(crate) fn alerts_without_long_waits(dir: &Path) -> std::path::PathBuf {
 /// A small fabric (2 hosts of 6 NICs: every scenario's faulty NIC is there) so that seven of
 /// them and Prometheus fit on a small machine. The switches are walked every 2 s.
 fn demo(scenario: &str, start_at: &str) -> Exporter {
-    Exporter::start_subcommand(
-        "demo",
-        &[
-            "--scenario",
-            scenario,
-            "--start-at",
-            start_at,
-            "--switch-interval",
-            "2s",
-            "--hosts",
-            "2",
-            "--nics-per-host",
-            "6",
-        ],
-    )
+    Exporter::small_demo(scenario, start_at, "2s", "6")
 }
 
 fn has(labels: &BTreeMap<String, String>, wanted: &[(&str, &str)]) -> bool {
@@ -149,10 +135,7 @@ fn each_scenario_pages_with_its_own_alert_and_healthy_pages_nothing() {
         .iter()
         .zip(&demos)
         .map(|((scenario, _, _), d)| {
-            format!(
-                "  - job_name: rdma-{scenario}\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n    relabel_configs:\n      - target_label: cluster\n        replacement: {scenario}\n",
-                d.address
-            )
+            prometheus::demo_sd_job(&format!("rdma-{scenario}"), &d.address, Some(scenario))
         })
         .collect();
     let fast = alerts_without_long_waits(dir.path());

@@ -699,10 +699,7 @@ fn every_panel_query_returns_data_from_the_pfc_storm_demo() {
     let dir = tempfile::tempdir().unwrap();
     let (_prometheus, address) = prometheus::start_with_rules(
         dir.path(),
-        &format!(
-            "  - job_name: rdma-demo\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n",
-            demo.address
-        ),
+        &prometheus::demo_sd_job("rdma-demo", &demo.address, None),
         &[&rules],
     );
     let up = wait_for(&address, "up == 1", Duration::from_secs(60), |up| {

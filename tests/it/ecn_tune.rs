@@ -19,21 +19,7 @@ const NICS: usize = 8;
 /// The demo straight in the fault (`--start-at 60`), at real speed so rates mean line rate;
 /// the fault lasts 180 s from here. Switches walked every second.
 fn demo(scenario: &str) -> Exporter {
-    Exporter::start_subcommand(
-        "demo",
-        &[
-            "--scenario",
-            scenario,
-            "--start-at",
-            "60",
-            "--switch-interval",
-            "1s",
-            "--hosts",
-            "2",
-            "--nics-per-host",
-            "4",
-        ],
-    )
+    Exporter::small_demo(scenario, "60", "1s", "4")
 }
 
 struct Run {
@@ -64,10 +50,7 @@ fn fabric_under(scenario: &str) -> (Exporter, ChildGuard, tempfile::TempDir, Str
     let dir = tempfile::tempdir().unwrap();
     let (prometheus, address) = prometheus::start_with_rules(
         dir.path(),
-        &format!(
-            "  - job_name: rdma-{scenario}\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n    relabel_configs:\n      - target_label: cluster\n        replacement: {scenario}\n",
-            demo.address
-        ),
+        &prometheus::demo_sd_job(&format!("rdma-{scenario}"), &demo.address, Some(scenario)),
         &[&project_root().join("alerts/rdma-rules.yml")],
     );
     // Every target the demo lists (hosts, switches, the IB subnet), as Prometheus discovers them.
@@ -289,10 +272,7 @@ fn a_prometheus_without_the_series_says_which_are_missing_and_why() {
     let dir = tempfile::tempdir().unwrap();
     let (_prometheus, address) = prometheus::start(
         dir.path(),
-        &format!(
-            "  - job_name: rdma\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n",
-            demo.address
-        ),
+        &prometheus::demo_sd_job("rdma", &demo.address, None),
     );
     let nics = wait_for(
         &address,

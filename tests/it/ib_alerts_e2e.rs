@@ -11,24 +11,6 @@ use std::time::{Duration, Instant};
 use common::alerting::{alertmanager, webhook};
 use common::*;
 
-fn demo(scenario: &str) -> Exporter {
-    Exporter::start_subcommand(
-        "demo",
-        &[
-            "--scenario",
-            scenario,
-            "--start-at",
-            "60",
-            "--switch-interval",
-            "2s",
-            "--hosts",
-            "2",
-            "--nics-per-host",
-            "4",
-        ],
-    )
-}
-
 /// A scenario (the `cluster` label), the alert it must raise and labels the alert carries.
 type Expected<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 
@@ -36,7 +18,10 @@ type Expected<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
 fn degraded_link_and_congestion_raise_their_ib_alerts_and_healthy_none() {
     let _exclusive = common::exclusive(module_path!());
     let scenarios = ["ib-healthy", "ib-degraded-link", "ib-congestion"];
-    let demos: Vec<Exporter> = scenarios.iter().map(|s| demo(s)).collect();
+    let demos: Vec<Exporter> = scenarios
+        .iter()
+        .map(|s| Exporter::small_demo(s, "60", "2s", "4"))
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     let (hook, received) = webhook();
     let (_am, am_address) = alertmanager(dir.path(), &hook);
@@ -44,10 +29,7 @@ fn degraded_link_and_congestion_raise_their_ib_alerts_and_healthy_none() {
         .iter()
         .zip(&demos)
         .map(|(scenario, d)| {
-            format!(
-                "  - job_name: rdma-{scenario}\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n    relabel_configs:\n      - target_label: cluster\n        replacement: {scenario}\n",
-                d.address
-            )
+            prometheus::demo_sd_job(&format!("rdma-{scenario}"), &d.address, Some(scenario))
         })
         .collect();
     let fast = crate::alerts_e2e::alerts_without_long_waits(dir.path());

@@ -74,10 +74,7 @@ fn prometheus_discovers_the_demo_hosts_and_finds_the_storm() {
     let dir = tempfile::tempdir().unwrap();
     let (_prometheus, address) = prometheus::start(
         dir.path(),
-        &format!(
-            "  - job_name: rdma-demo\n    http_sd_configs:\n      - url: http://{}/sd\n        refresh_interval: 1s\n",
-            demo.address
-        ),
+        &prometheus::demo_sd_job("rdma-demo", &demo.address, None),
     );
     let up = wait_for(&address, "up == 1", Duration::from_secs(60), |up| {
         up.len() == 6
