@@ -72,6 +72,12 @@ fn run() -> anyhow::Result<()> {
     if let Some(before) = std::env::var_os("FLEET_BEFORE") {
         sources.push(("before", PathBuf::from(before)));
     }
+    // Prometheus resolves relative rule_files against its config file's directory (a temporary
+    // one), where a relative FLEET_BEFORE would match no file and load no rule, silently.
+    for (_, source) in &mut sources {
+        *source = std::fs::canonicalize(&*source)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", source.display()))?;
+    }
     let plan = fleet::Plan::new(nodes, demos, demo_hosts)?;
     println!(
         "fleet: {} nodes ({} demos x {} hosts x {} clusters), 8 NICs and {} leaves per demo; load {}",
@@ -173,6 +179,10 @@ impl Side {
             .iter()
             .map(|f| source.join(f))
             .collect();
+        // rule_files are globs to Prometheus: a missing file loads nothing and says nothing.
+        if let Some(missing) = rule_files.iter().find(|f| !f.is_file()) {
+            anyhow::bail!("{}: no such rule file", missing.display());
+        }
         let (prometheus, address) = prometheus::launch(dir, &fleet.prometheus_config(&rule_files));
         let client = scrape::Client::new(&address)?;
         client.wait_ready(Duration::from_secs(60))?;
