@@ -1,8 +1,8 @@
 //! Metric families built fresh at each scrape and encoded with prometheus-client, in OpenMetrics
 //! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -52,7 +52,8 @@ pub struct Families<'a> {
     families: Vec<Family<'a>>,
     /// Exposed name -> family index: lookups by `&str` allocate nothing, and a second family
     /// under a taken name is refused.
-    exposed: HashMap<String, usize>,
+    /// Keys are the exporter's own metric names (hashed once per sample: Fx, not SipHash).
+    exposed: FxHashMap<String, usize>,
 }
 
 /// Why a sample was dropped.

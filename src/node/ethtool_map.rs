@@ -11,6 +11,8 @@
 //! (`frames_rx_pri_<p>`).
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::LazyLock;
 
 pub use crate::direction::Direction;
@@ -288,9 +290,9 @@ const IONIC: DriverStats = DriverStats {
 pub const DRIVERS: &[DriverStats] = &[MLX5, BNXT, ICE, I40E, IONIC];
 
 /// Each table's names with `{p}` expanded; `None` stands for "driver unknown": every table.
-static BY_DRIVER: LazyLock<HashMap<Option<&'static str>, HashMap<String, TypedStat>>> =
+static BY_DRIVER: LazyLock<HashMap<Option<&'static str>, FxHashMap<String, TypedStat>>> =
     LazyLock::new(|| {
-        let mut all = HashMap::new();
+        let mut all = FxHashMap::default();
         let mut by_driver = HashMap::new();
         for table in DRIVERS {
             let names = expand(table);
@@ -305,8 +307,9 @@ static BY_DRIVER: LazyLock<HashMap<Option<&'static str>, HashMap<String, TypedSt
         by_driver
     });
 
-fn expand(table: &DriverStats) -> HashMap<String, TypedStat> {
-    let mut names = HashMap::new();
+fn expand(table: &DriverStats) -> FxHashMap<String, TypedStat> {
+    // Looked up once per driver statistic per scrape, by the driver's own names: Fx hash.
+    let mut names = FxHashMap::default();
     for (pattern, meaning) in table.names {
         if pattern.contains("{p}") {
             for priority in 0..8u8 {
