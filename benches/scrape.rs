@@ -307,7 +307,8 @@ impl Target {
         let collect_s: f64 = text
             .lines()
             .filter(|l| {
-                // Ours: one line per collector (sysfs, ethtool); node_exporter: its infiniband one.
+                // Ours: one line per collector (they run concurrently); node_exporter: its
+                // infiniband one.
                 l.starts_with("rdma_exporter_collector_duration_seconds{")
                     || l.starts_with(
                         "node_scrape_collector_duration_seconds{collector=\"infiniband\"}",
@@ -380,7 +381,8 @@ fn print_report(scrapes: usize, counts: &FileCounts, results: &[Results]) {
         );
     }
     println!(
-        "  (collect: median of the collector duration the server reports in its own body; \
+        "  (collect: median of the collector durations the server reports in its own body, \
+         summed; ours run concurrently, so the sum can exceed the latency; \
          CPU ms: server CPU ms per scrape, utime+stime)"
     );
 
