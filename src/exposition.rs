@@ -1,7 +1,6 @@
 //! Metric families built fresh at each scrape and encoded with prometheus-client, in OpenMetrics
 //! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
-use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -9,6 +8,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use rustc_hash::FxHashMap;
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -24,6 +24,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+
 #[path = "../common/mod.rs"]
 mod common;
 mod extrapolate;
@@ -75,8 +77,7 @@ fn run() -> anyhow::Result<()> {
     // Prometheus resolves relative rule_files against its config file's directory (a temporary
     // one), where a relative FLEET_BEFORE would match no file and load no rule, silently.
     for (_, source) in &mut sources {
-        *source = std::fs::canonicalize(&*source)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", source.display()))?;
+        *source = std::fs::canonicalize(&*source).with_context(|| source.display().to_string())?;
     }
     let plan = fleet::Plan::new(nodes, demos, demo_hosts)?;
     println!(

@@ -11,9 +11,9 @@
 //! (`frames_rx_pri_<p>`).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use rustc_hash::FxHashMap;
-use std::sync::LazyLock;
 
 pub use crate::direction::Direction;
 

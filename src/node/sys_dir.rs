@@ -16,11 +16,11 @@
 //! descriptor fails with ENODEV (ENOENT elsewhere): the tree is then marked stale and the
 //! caller reads the device again from scratch.
 
-use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rustc_hash::FxHashMap;
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::{Dir, FileType, Mode, OFlags, Stat};
 
