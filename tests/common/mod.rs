@@ -211,17 +211,21 @@ impl Exporter {
                 .lines()
                 .map_while(Result::ok)
             {
+                log.push_str(&line);
+                log.push('\n');
+                {
+                    let mut shared = log_sink.lock().unwrap();
+                    shared.push_str(&line);
+                    shared.push('\n');
+                }
+                // After the line is in the shared log: a caller woken by the address reads
+                // the rest of that line (a demo's `fabric=`) from `logs()` at once.
                 if let Some(address) = line
                     .split_whitespace()
                     .find_map(|w| w.strip_prefix("address="))
                 {
                     let _ = sender.send(Ok(address.to_string()));
                 }
-                log.push_str(&line);
-                log.push('\n');
-                let mut shared = log_sink.lock().unwrap();
-                shared.push_str(&line);
-                shared.push('\n');
             }
             let _ = sender.send(Err(log));
         });
