@@ -2,6 +2,7 @@
 //! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -28,18 +29,40 @@ pub enum Value {
     F64(f64),
 }
 
-/// Label pairs of one sample; values borrow from the snapshot where they can, so a scrape does
-/// not copy every device name once per series.
-pub type Labels<'a> = Vec<(&'static str, Cow<'a, str>)>;
+/// One label pair; the value borrows from the snapshot where it can, so a scrape does not copy
+/// every device name once per series.
+pub type Label<'a> = (&'static str, Cow<'a, str>);
+
+/// Label pairs of one sample.
+pub type Labels<'a> = Vec<Label<'a>>;
 
 #[derive(Debug)]
 struct Family<'a> {
-    /// The name without the `_total`/`_info` suffix that prometheus-client appends.
-    base: String,
-    exposed: String,
+    /// The exposed name (`_total`/`_info` included); also the key of [`Families::exposed`].
+    exposed: Arc<str>,
     help: Cow<'static, str>,
     kind: Kind,
-    samples: Vec<(Labels<'a>, Value)>,
+    /// Every sample's labels, one sample after another: one buffer per family that grows,
+    /// instead of a vector per sample (a node scrape has about a thousand samples).
+    labels: Vec<Label<'a>>,
+    /// Each sample: where its labels end in `labels`, and its value.
+    samples: Vec<(usize, Value)>,
+}
+
+impl<'a> Family<'a> {
+    /// The name prometheus-client is given: it appends `_total`/`_info` itself.
+    fn base(&self) -> &str {
+        &self.exposed[..self.exposed.len() - self.kind.suffix().len()]
+    }
+
+    fn samples(&self) -> impl Iterator<Item = (&[Label<'a>], Value)> {
+        let mut start = 0;
+        self.samples.iter().map(move |&(end, value)| {
+            let labels = &self.labels[start..end];
+            start = end;
+            (labels, value)
+        })
+    }
 }
 
 /// Metric families of one scrape. Encoded sorted by exposed name (`_total`/`_info` included), so
@@ -53,7 +76,7 @@ pub struct Families<'a> {
     /// Exposed name -> family index: lookups by `&str` allocate nothing, and a second family
     /// under a taken name is refused.
     /// Keys are the exporter's own metric names (hashed once per sample: Fx, not SipHash).
-    exposed: FxHashMap<String, usize>,
+    exposed: FxHashMap<Arc<str>, usize>,
 }
 
 /// Why a sample was dropped.
@@ -104,7 +127,7 @@ impl<'a> Families<'a> {
         exposed: &str,
         kind: Kind,
         help: impl Into<Cow<'static, str>>,
-        labels: Labels<'a>,
+        labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) -> Result<(), FamilyError> {
         let index = match self.exposed.get(exposed) {
@@ -112,7 +135,9 @@ impl<'a> Families<'a> {
             Some(_) => return Err(FamilyError::TypeConflict(exposed.to_string())),
             None => self.create(exposed, kind, help.into())?,
         };
-        self.families[index].samples.push((labels, value));
+        let family = &mut self.families[index];
+        family.labels.extend(labels);
+        family.samples.push((family.labels.len(), value));
         Ok(())
     }
 
@@ -122,35 +147,61 @@ impl<'a> Families<'a> {
         kind: Kind,
         help: Cow<'static, str>,
     ) -> Result<usize, FamilyError> {
-        let base = base_name(exposed, kind)?.to_string();
+        base_name(exposed, kind)?;
         let index = self.families.len();
-        self.exposed.insert(exposed.to_string(), index);
+        let exposed: Arc<str> = Arc::from(exposed);
+        self.exposed.insert(exposed.clone(), index);
         self.families.push(Family {
-            base,
-            exposed: exposed.to_string(),
+            exposed,
             help,
             kind,
+            labels: Vec::new(),
             samples: Vec::new(),
         });
         Ok(index)
     }
 
     /// A sample of a counter family; `exposed` ends in `_total`.
-    pub fn counter(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>, value: Value) {
+    pub fn counter(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
         // Static names never conflict; a conflict here is a programming error caught by tests.
         let added = self.add(exposed, Kind::Counter, help, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
-    pub fn gauge(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>, value: Value) {
+    pub fn gauge(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
         let added = self.add(exposed, Kind::Gauge, help, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
     /// An info series (value 1); `exposed` ends in `_info`.
-    pub fn info(&mut self, exposed: &str, help: &'static str, labels: Labels<'a>) {
+    pub fn info(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+    ) {
         let added = self.add(exposed, Kind::Info, help, labels, Value::U64(1));
         debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// The labels of the last sample added to the family exposed as `exposed`.
+    pub fn last_labels(&self, exposed: &str) -> Option<&[Label<'a>]> {
+        let family = &self.families[*self.exposed.get(exposed)?];
+        let end = family.samples.last()?.0;
+        let start = family.samples.iter().rev().nth(1).map_or(0, |s| s.0);
+        Some(&family.labels[start..end])
     }
 
     pub fn contains(&self, exposed: &str) -> bool {
@@ -167,12 +218,11 @@ impl<'a> Families<'a> {
     }
 
     /// Every sample as (exposed name, labels, value), families in the order they were created.
-    pub fn samples(&self) -> impl Iterator<Item = (&str, &Labels<'a>, Value)> {
+    pub fn samples(&self) -> impl Iterator<Item = (&str, &[Label<'a>], Value)> {
         self.families.iter().flat_map(|family| {
             family
-                .samples
-                .iter()
-                .map(move |(labels, value)| (family.exposed.as_str(), labels, *value))
+                .samples()
+                .map(move |(labels, value)| (&*family.exposed, labels, value))
         })
     }
 
@@ -188,20 +238,20 @@ impl<'a> Families<'a> {
                 Kind::Untyped => MetricType::Unknown,
             };
             let mut metric =
-                encoder.encode_descriptor(&family.base, &family.help, None, metric_type)?;
-            for (labels, value) in &family.samples {
+                encoder.encode_descriptor(family.base(), &family.help, None, metric_type)?;
+            for (labels, value) in family.samples() {
                 match family.kind {
-                    Kind::Info => metric.encode_info(labels)?,
+                    Kind::Info => metric.encode_info(&labels)?,
                     Kind::Counter => {
-                        let sample = metric.encode_family(labels)?;
-                        match *value {
+                        let sample = metric.encode_family(&labels)?;
+                        match value {
                             Value::U64(v) => ConstCounter::new(v).encode(sample)?,
                             Value::F64(v) => ConstCounter::new(v).encode(sample)?,
                         }
                     }
                     Kind::Gauge | Kind::Untyped => {
-                        let sample = metric.encode_family(labels)?;
-                        match *value {
+                        let sample = metric.encode_family(&labels)?;
+                        match value {
                             Value::U64(v) => ConstGauge::new(v).encode(sample)?,
                             Value::F64(v) => ConstGauge::new(v).encode(sample)?,
                         }

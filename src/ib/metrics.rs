@@ -217,7 +217,7 @@ mod tests {
         let owned: Families<'static> = {
             let mut f = Families::default();
             for (name, labels, value) in families.samples() {
-                let labels = labels
+                let labels: Vec<_> = labels
                     .iter()
                     .map(|(k, v)| (*k, std::borrow::Cow::Owned(v.to_string())))
                     .collect();

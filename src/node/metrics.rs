@@ -1,15 +1,15 @@
 //! The one place where node snapshots become metric families: names, help texts and units.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 
 use regex::Regex;
+use rustc_hash::FxHashSet;
 
 use super::ethtool_map::{classify_for, pause_names_show_pfc, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
-use crate::exposition::{sanitize_name_part, Families, Kind, Labels, Value};
+use crate::exposition::{sanitize_name_part, Families, Kind, Label, Labels, Value};
 
 /// `counters/*`: kernel name, help. Names without an entry still pass through.
 const PORT_COUNTER_HELP: &[(&str, &str)] = &[
@@ -157,8 +157,8 @@ fn push_driver_counter_name(out: &mut String, raw: &str) {
     }
 }
 
-fn port_labels<'a>(device: &'a Device, port: &'a Port) -> Labels<'a> {
-    vec![
+fn port_labels<'a>(device: &'a Device, port: &'a Port) -> [Label<'a>; 2] {
+    [
         ("device", Cow::Borrowed(device.name.as_str())),
         ("port", Cow::Borrowed(port.number_text.as_str())),
     ]
@@ -206,7 +206,7 @@ pub fn add_node_metrics<'a>(
 
 fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: &'a Port) {
     let text = |v: &'a Option<String>| Cow::Borrowed(v.as_deref().unwrap_or_default());
-    let info_labels = vec![
+    let info_labels = [
         ("device", Cow::Borrowed(device.name.as_str())),
         ("port", Cow::Borrowed(port.number_text.as_str())),
         ("link_layer", text(&port.link_layer)),
@@ -263,11 +263,12 @@ fn add_port_counters<'a>(
     name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
 ) {
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
     // Kernel names that differ only in case or in a `port_` prefix (`FOO`, `foo`, `port_foo`)
     // land on one metric name: the first keeps it, the others are reported, never exported as
-    // duplicate series that Prometheus would silently drop.
-    let mut exported: HashSet<String> = HashSet::new();
+    // duplicate series that Prometheus would silently drop. This port already has a sample
+    // under the name exactly when that family's last sample is this port's.
+    let labels = port_labels(device, port);
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
     let plain = port.counters.iter().map(|(n, v)| (n.as_str(), *v));
     let legacy = port
@@ -286,7 +287,7 @@ fn add_port_counters<'a>(
         };
         let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
         port_counter_name_into(name_buf, name);
-        if !exported.insert(name_buf.clone()) {
+        if families.last_labels(name_buf) == Some(&labels[..]) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: ReadErrorReason::NameCollision,
@@ -297,17 +298,12 @@ fn add_port_counters<'a>(
             });
             continue;
         }
-        let added = families.add(
-            name_buf,
-            Kind::Counter,
-            help,
-            port_labels(device, port),
-            value,
-        );
+        let added = families.add(name_buf, Kind::Counter, help, labels.clone(), value);
         debug_assert!(added.is_ok(), "{added:?}");
         if super::saturation::is_saturated(name, raw) {
-            let mut labels = port_labels(device, port);
-            labels.push(("counter", Cow::Borrowed(name)));
+            let labels = port_labels(device, port)
+                .into_iter()
+                .chain([("counter", Cow::Borrowed(name))]);
             families.gauge(
                 "rdma_port_counter_saturated",
                 "1 while a port counter sits at the maximum of its narrow PMA field (8-bit link_downed at 255, 16-bit symbol_error at 65535, ...): it no longer counts, and rules on its increase are blind. Present only while saturated.",
@@ -321,19 +317,19 @@ fn add_port_counters<'a>(
 /// Keeps driver counter names unique after sanitizing. Clean names (already valid metric name
 /// parts) always win; a name that needed sanitizing is dropped if it lands on a taken name.
 struct UniqueNames<'a> {
-    clean: HashSet<&'a str>,
-    sanitized: HashSet<String>,
+    counters: &'a [(String, u64)],
+    /// The clean names, collected at the first name that needs sanitizing (mlx5's are all
+    /// clean: most scrapes never build it).
+    clean: Option<FxHashSet<&'a str>>,
+    sanitized: FxHashSet<String>,
 }
 
 impl<'a> UniqueNames<'a> {
     fn new(counters: &'a [(String, u64)]) -> Self {
         UniqueNames {
-            clean: counters
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .filter(|n| is_clean_name(n))
-                .collect(),
-            sanitized: HashSet::new(),
+            counters,
+            clean: None,
+            sanitized: FxHashSet::default(),
         }
     }
 
@@ -345,7 +341,15 @@ impl<'a> UniqueNames<'a> {
         }
         let mut part = String::new();
         push_driver_counter_name(&mut part, raw);
-        if self.clean.contains(part.as_str()) || !self.sanitized.insert(part.clone()) {
+        let counters = self.counters;
+        let clean = self.clean.get_or_insert_with(|| {
+            counters
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| is_clean_name(n))
+                .collect()
+        });
+        if clean.contains(part.as_str()) || !self.sanitized.insert(part.clone()) {
             return false;
         }
         out.push_str(&part);
@@ -367,7 +371,7 @@ fn add_driver_counters<'a>(
             "rdma_hw_lifespan_seconds",
             "How long the driver caches hw_counters values before refreshing them.",
             UNKNOWN_HW_COUNTER_HELP,
-            port_labels(device, port),
+            port_labels(device, port).to_vec(),
         ),
         CounterScope::Device => (
             "rdma_device_hw_",
@@ -384,7 +388,7 @@ fn add_driver_counters<'a>(
             families.gauge(
                 lifespan_name,
                 lifespan_help,
-                labels.clone(),
+                labels.iter().cloned(),
                 Value::F64(*value as f64 / 1000.0),
             );
             continue;
@@ -408,7 +412,7 @@ fn add_driver_counters<'a>(
             name_buf,
             Kind::Counter,
             help,
-            labels.clone(),
+            labels.iter().cloned(),
             Value::U64(*value),
         ) {
             issues.push(EncodeIssue {
@@ -427,6 +431,14 @@ enum CounterScope<'a> {
     Device,
 }
 
+/// `base` followed by `extra`, without a vector per series.
+fn with_labels<'a, const N: usize, const M: usize>(
+    base: [Label<'a>; N],
+    extra: [Label<'a>; M],
+) -> impl Iterator<Item = Label<'a>> {
+    base.into_iter().chain(extra)
+}
+
 fn micros_to_seconds(micros: u64) -> Value {
     Value::F64(micros as f64 / 1e6)
 }
@@ -439,21 +451,16 @@ fn add_ethtool<'a>(
     issues: &mut Vec<EncodeIssue>,
 ) {
     let Some(netdev) = &port.netdev else { return };
-    let base_labels = || -> Labels<'a> {
-        vec![
+    let base_labels = || -> [Label<'a>; 3] {
+        [
             ("device", Cow::Borrowed(device.name.as_str())),
             ("port", Cow::Borrowed(port.number_text.as_str())),
             ("netdev", Cow::Borrowed(netdev.as_str())),
         ]
     };
-    let with = |extra: &[(&'static str, Cow<'a, str>)]| {
-        let mut labels = base_labels();
-        labels.extend_from_slice(extra);
-        labels
-    };
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
     let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
-    let mut seen_untyped = HashSet::new();
+    let mut seen_untyped = FxHashSet::default();
     let driver = port.netdev_driver.as_deref();
     let mut per_priority = PriorityTraffic::default();
     for (name, raw) in &port.ethtool {
@@ -464,7 +471,7 @@ fn add_ethtool<'a>(
                     "rdma_ethtool_stat",
                     Kind::Untyped,
                     "Driver statistic of the port's netdev (ethtool -S) selected by ethtool.include; type and unit are the driver's.",
-                    with(&[("stat", Cow::Borrowed(name.as_str()))]),
+                    with_labels(base_labels(), [("stat", Cow::Borrowed(name.as_str()))]),
                     Value::U64(raw),
                 );
                 if let Err(e) = added {
@@ -493,43 +500,43 @@ fn add_ethtool<'a>(
             TypedStat::PfcPauseFrames { priority, direction } => families.counter(
                 "rdma_pfc_pause_frames_total",
                 "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
-                with(&[prio(priority), dir(direction)]),
+                with_labels(base_labels(), [prio(priority), dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter(
                 "rdma_pfc_pause_duration_seconds_total",
                 "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
-                with(&[prio(priority), dir(direction)]),
+                with_labels(base_labels(), [prio(priority), dir(direction)]),
                 micros_to_seconds(raw),
             ),
             TypedStat::PfcPauseTransitions { priority, direction } => families.counter(
                 "rdma_pfc_pause_transitions_total",
                 "PFC XOFF to XON transitions per priority.",
-                with(&[prio(priority), dir(direction)]),
+                with_labels(base_labels(), [prio(priority), dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::GlobalPauseFrames { direction } => families.counter(
                 "rdma_global_pause_frames_total",
                 "IEEE 802.3x global pause frames (all priorities).",
-                with(&[dir(direction)]),
+                with_labels(base_labels(), [dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::GlobalPauseDurationMicros { direction } => families.counter(
                 "rdma_global_pause_duration_seconds_total",
                 "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
-                with(&[dir(direction)]),
+                with_labels(base_labels(), [dir(direction)]),
                 micros_to_seconds(raw),
             ),
             TypedStat::PauseStormEvents { severity } => families.counter(
                 "rdma_pfc_pause_storm_events_total",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with(&[("severity", Cow::Borrowed(severity.as_label()))]),
+                with_labels(base_labels(), [("severity", Cow::Borrowed(severity.as_label()))]),
                 Value::U64(raw),
             ),
             TypedStat::PhyDiscards { direction } => families.counter(
                 "rdma_phy_discards_total",
                 "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
-                with(&[dir(direction)]),
+                with_labels(base_labels(), [dir(direction)]),
                 Value::U64(raw),
             ),
             TypedStat::RxOutOfBuffer => families.counter(
@@ -579,16 +586,23 @@ fn add_ethtool<'a>(
     per_priority.add_metrics(families, base_labels, pause_names_show_pfc(driver));
 }
 
-/// The fast PFC storm sampler's findings since the previous scrape, and its own health.
-pub fn add_storm_metrics(families: &mut Families<'_>, detector: &super::storm::StormDetector) {
-    for report in detector.take_reports() {
-        let key = report.key;
+/// The fast PFC storm sampler's findings since the previous scrape (its `take_reports`).
+pub fn add_storm_metrics<'a>(
+    families: &mut Families<'a>,
+    reports: &'a [super::storm::PauseReport],
+) {
+    for report in reports {
+        let key = &report.key;
+        let priority = match PRIORITIES.get(usize::from(key.priority)) {
+            Some(p) => Cow::Borrowed(*p),
+            None => Cow::Owned(key.priority.to_string()),
+        };
         let labels = || {
-            vec![
-                ("device", Cow::Owned(key.device.clone())),
-                ("port", Cow::Owned(key.port.clone())),
-                ("netdev", Cow::Owned(key.netdev.clone())),
-                ("priority", Cow::Owned(key.priority.to_string())),
+            [
+                ("device", Cow::Borrowed(key.device.as_str())),
+                ("port", Cow::Borrowed(key.port.as_str())),
+                ("netdev", Cow::Borrowed(key.netdev.as_str())),
+                ("priority", priority.clone()),
                 ("direction", Cow::Borrowed(key.direction.as_label())),
             ]
         };
@@ -776,7 +790,7 @@ mod tests {
     #[test]
     fn every_known_name_has_distinct_help() {
         for table in [PORT_COUNTER_HELP, HW_COUNTER_HELP] {
-            let names: HashSet<_> = table.iter().map(|(n, _)| n).collect();
+            let names: std::collections::HashSet<_> = table.iter().map(|(n, _)| n).collect();
             assert_eq!(names.len(), table.len());
         }
     }

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 
 use super::ethtool_map::{Direction, TypedStat};
-use crate::exposition::{Families, Labels, Value};
+use crate::exposition::{Families, Label, Value};
 
 /// `priority` label values.
 const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
@@ -134,22 +134,20 @@ impl PriorityTraffic {
 
     /// Adds the per-priority series. `pfc_shown`: the driver lists pause statistics only for
     /// priorities with PFC enabled (mlx5), so a listed one means PFC is on there.
-    pub fn add_metrics<'a>(
+    pub fn add_metrics<'a, L: IntoIterator<Item = Label<'a>>>(
         &self,
         families: &mut Families<'a>,
-        port_labels: impl Fn() -> Labels<'a>,
+        port_labels: impl Fn() -> L,
         pfc_shown: bool,
     ) {
         for (priority, counters) in self.counters.iter().enumerate() {
             let pfc_enabled = pfc_shown && self.pause_listed[priority];
             let active = counters.carried_traffic() || pfc_enabled;
             let labels = |direction: Option<Direction>| {
-                let mut labels = port_labels();
-                labels.push(("priority", Cow::Borrowed(PRIORITIES[priority])));
-                if let Some(d) = direction {
-                    labels.push(("direction", Cow::Borrowed(d.as_label())));
-                }
-                labels
+                port_labels()
+                    .into_iter()
+                    .chain([("priority", Cow::Borrowed(PRIORITIES[priority]))])
+                    .chain(direction.map(|d| ("direction", Cow::Borrowed(d.as_label()))))
             };
             for ((name, help), value) in DROP_FAMILIES.iter().zip(self.drops[priority]) {
                 match value {

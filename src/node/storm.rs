@@ -288,8 +288,9 @@ impl crate::collector::Collector for StormDetector {
         &self,
         out: &mut crate::collector::Output<'_, '_>,
     ) -> Result<crate::collector::Outcome, std::fmt::Error> {
+        let reports = self.take_reports();
         let mut families = crate::exposition::Families::default();
-        super::metrics::add_storm_metrics(&mut families, self);
+        super::metrics::add_storm_metrics(&mut families, &reports);
         out.encode(&families)?;
         Ok(match self.last_round() {
             Some((duration, ok)) => crate::collector::Outcome {
