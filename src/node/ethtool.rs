@@ -2,11 +2,124 @@
 //! simulated fabric can feed the same numbers from text files.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::reason::ReadErrorReason;
 
 /// One driver statistic as the driver names it (`rx_prio3_pause`) and its raw value.
 pub type RawStat = (String, u64);
+
+/// A netdev's statistic names in driver order. Drivers list the same names scrape after scrape,
+/// so one list is shared by every read that finds it unchanged: a read then allocates no name.
+pub type StatNames = Arc<[Box<str>]>;
+
+/// A netdev's driver statistics: the names and, in the same order, the values of one read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EthtoolStats {
+    names: StatNames,
+    values: Vec<u64>,
+}
+
+impl EthtoolStats {
+    /// (name, value) in driver order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.names
+            .iter()
+            .map(|n| &**n)
+            .zip(self.values.iter().copied())
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The value of statistic `name`.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// The name list, to hand to the next read of the same netdev.
+    pub fn names(&self) -> &StatNames {
+        &self.names
+    }
+
+    /// `stats`, with `previous`'s names when they are the same list.
+    pub fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
+        let same = previous.filter(|names| {
+            names.len() == stats.len() && names.iter().zip(&stats).all(|(a, (b, _))| **a == **b)
+        });
+        let values = stats.iter().map(|(_, v)| *v).collect();
+        let names = match same {
+            Some(names) => names.clone(),
+            None => stats.into_iter().map(|(n, _)| n.into_boxed_str()).collect(),
+        };
+        EthtoolStats { names, values }
+    }
+}
+
+impl From<Vec<RawStat>> for EthtoolStats {
+    fn from(stats: Vec<RawStat>) -> Self {
+        EthtoolStats::reusing(stats, None)
+    }
+}
+
+impl FromIterator<RawStat> for EthtoolStats {
+    fn from_iter<I: IntoIterator<Item = RawStat>>(iter: I) -> Self {
+        EthtoolStats::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+/// Builds an [`EthtoolStats`] stat by stat, keeping the previous read's names for as long as
+/// the new ones match them.
+struct StatsBuilder<'p> {
+    previous: Option<&'p StatNames>,
+    /// Set at the first name that differs from `previous`: the names so far, then every next.
+    fresh: Option<Vec<Box<str>>>,
+    values: Vec<u64>,
+}
+
+impl<'p> StatsBuilder<'p> {
+    fn new(previous: Option<&'p StatNames>) -> Self {
+        StatsBuilder {
+            previous,
+            fresh: None,
+            values: Vec::with_capacity(previous.map_or(0, |p| p.len())),
+        }
+    }
+
+    fn push(&mut self, name: &str, value: u64) {
+        let index = self.values.len();
+        match (&mut self.fresh, self.previous) {
+            (Some(fresh), _) => fresh.push(name.into()),
+            (None, Some(previous)) if previous.get(index).is_some_and(|p| **p == *name) => {}
+            (None, previous) => {
+                let mut fresh: Vec<Box<str>> =
+                    previous.map_or_else(Vec::new, |p| p[..index].to_vec());
+                fresh.push(name.into());
+                self.fresh = Some(fresh);
+            }
+        }
+        self.values.push(value);
+    }
+
+    fn finish(self) -> EthtoolStats {
+        let names = match (self.fresh, self.previous) {
+            (Some(fresh), _) => fresh.into(),
+            (None, Some(previous)) if previous.len() == self.values.len() => previous.clone(),
+            // The list got shorter: a prefix of the previous one.
+            (None, Some(previous)) => previous[..self.values.len()].into(),
+            (None, None) => StatNames::default(),
+        };
+        EthtoolStats {
+            names,
+            values: self.values,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EthtoolError {
@@ -55,6 +168,17 @@ impl EthtoolError {
 pub trait EthtoolSource: Send + Sync + std::fmt::Debug {
     /// All statistics of `netdev`, in driver order.
     fn stats(&self, netdev: &str) -> Result<Vec<RawStat>, EthtoolError>;
+
+    /// As [`EthtoolSource::stats`], sharing `previous` (the names of this netdev's last read)
+    /// when the driver lists the same names.
+    fn read(
+        &self,
+        netdev: &str,
+        previous: Option<&StatNames>,
+    ) -> Result<EthtoolStats, EthtoolError> {
+        self.stats(netdev)
+            .map(|stats| EthtoolStats::reusing(stats, previous))
+    }
 }
 
 /// The real kernel: SIOCETHTOOL ioctls, no capability needed.
@@ -84,8 +208,8 @@ impl FileSource {
     }
 }
 
-impl EthtoolSource for FileSource {
-    fn stats(&self, netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
+impl FileSource {
+    fn bytes(&self, netdev: &str) -> Result<(PathBuf, Vec<u8>), EthtoolError> {
         if netdev.is_empty() || netdev.contains('/') || netdev.starts_with('.') {
             return Err(EthtoolError::BadName {
                 netdev: netdev.to_string(),
@@ -105,7 +229,25 @@ impl EthtoolSource for FileSource {
                     },
                 },
             )?;
+        Ok((path, bytes))
+    }
+}
+
+impl EthtoolSource for FileSource {
+    fn stats(&self, netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
+        let (path, bytes) = self.bytes(netdev)?;
         parse_ethtool_text(&path, &bytes)
+    }
+
+    fn read(
+        &self,
+        netdev: &str,
+        previous: Option<&StatNames>,
+    ) -> Result<EthtoolStats, EthtoolError> {
+        let (path, bytes) = self.bytes(netdev)?;
+        let mut stats = StatsBuilder::new(previous);
+        for_each_stat(&path, &bytes, |name, value| stats.push(name, value))?;
+        Ok(stats.finish())
     }
 }
 
@@ -116,6 +258,19 @@ const MAX_STATS_FILE_BYTES: u64 = 8 << 20;
 /// Parses `ethtool -S` output: an optional `NIC statistics:` header, then `name: value` lines.
 /// Names may contain spaces, dots and colons (`Queue[0] AllocFails`), so split on the last `: `.
 pub fn parse_ethtool_text(path: &Path, bytes: &[u8]) -> Result<Vec<RawStat>, EthtoolError> {
+    let mut stats = Vec::new();
+    for_each_stat(path, bytes, |name, value| {
+        stats.push((name.to_string(), value))
+    })?;
+    Ok(stats)
+}
+
+/// Calls `stat(name, value)` for each statistic of `ethtool -S` output, in order.
+fn for_each_stat(
+    path: &Path,
+    bytes: &[u8],
+    mut stat: impl FnMut(&str, u64),
+) -> Result<(), EthtoolError> {
     let text = std::str::from_utf8(bytes).map_err(|e| EthtoolError::Parse {
         path: path.to_path_buf(),
         line: 1 + bytes[..e.valid_up_to()]
@@ -124,7 +279,6 @@ pub fn parse_ethtool_text(path: &Path, bytes: &[u8]) -> Result<Vec<RawStat>, Eth
             .count(),
         reason: "not UTF-8".into(),
     })?;
-    let mut stats = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.ends_with("statistics:") {
@@ -142,14 +296,56 @@ pub fn parse_ethtool_text(path: &Path, bytes: &[u8]) -> Result<Vec<RawStat>, Eth
             .trim()
             .parse::<u64>()
             .map_err(|e| parse_error(format!("value of {name:?}: {e}")))?;
-        stats.push((name.trim().to_string(), value));
+        stat(name.trim(), value);
     }
-    Ok(stats)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read whose names match the previous read's shares that list; any change (a renamed,
+    /// added or removed statistic) gives a list of its own with the right names.
+    #[test]
+    fn a_read_shares_an_unchanged_name_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = FileSource::new(dir.path());
+        let write = |text: &str| std::fs::write(dir.path().join("eth0.txt"), text).unwrap();
+        let names =
+            |stats: &EthtoolStats| stats.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>();
+        write("NIC statistics:\n a: 1\n b: 2\n c: 3\n");
+        let first = source.read("eth0", None).unwrap();
+        assert_eq!(
+            first.iter().collect::<Vec<_>>(),
+            [("a", 1), ("b", 2), ("c", 3)]
+        );
+        write("NIC statistics:\n a: 4\n b: 5\n c: 6\n");
+        let same = source.read("eth0", Some(first.names())).unwrap();
+        assert!(
+            Arc::ptr_eq(first.names(), same.names()),
+            "one list for both"
+        );
+        assert_eq!(
+            same.iter().collect::<Vec<_>>(),
+            [("a", 4), ("b", 5), ("c", 6)]
+        );
+        write("NIC statistics:\n a: 1\n x: 2\n c: 3\n d: 4\n");
+        let changed = source.read("eth0", Some(first.names())).unwrap();
+        assert_eq!(names(&changed), ["a", "x", "c", "d"]);
+        assert_eq!(changed.get("x"), Some(2));
+        write("NIC statistics:\n a: 1\n b: 2\n");
+        let shorter = source.read("eth0", Some(first.names())).unwrap();
+        assert_eq!(names(&shorter), ["a", "b"]);
+        write("NIC statistics:\n a: 1\n b: 2\n c: 3\n d: 4\n");
+        let longer = source.read("eth0", Some(first.names())).unwrap();
+        assert_eq!(names(&longer), ["a", "b", "c", "d"]);
+        // The default read (the ioctl source's) shares an equal list too.
+        let pairs = vec![("a".to_string(), 7), ("b".into(), 8), ("c".into(), 9)];
+        let reused = EthtoolStats::reusing(pairs, Some(first.names()));
+        assert!(Arc::ptr_eq(first.names(), reused.names()));
+        assert_eq!(reused.get("c"), Some(9));
+    }
 
     #[test]
     fn parses_ethtool_s_output() {

@@ -343,10 +343,34 @@ pub fn classify(name: &str) -> Option<TypedStat> {
 /// The typed meaning of a statistic of the netdev's `driver`; a driver without a table (or
 /// unknown: `None`) is looked up in every table.
 pub fn classify_for(driver: Option<&str>, name: &str) -> Option<TypedStat> {
-    let table = driver
-        .and_then(|d| BY_DRIVER.get(&Some(d)))
-        .or_else(|| BY_DRIVER.get(&None))?;
-    table.get(name).copied()
+    TypedNames::of(driver).classify(name)
+}
+
+/// The typed names of one driver's table (or of every table), found once per netdev and
+/// then asked once per statistic.
+#[derive(Clone, Copy)]
+pub struct TypedNames(&'static FxHashMap<String, TypedStat>);
+
+impl TypedNames {
+    /// The table of `driver`; a driver without a table (or unknown: `None`) gets every table.
+    pub fn of(driver: Option<&str>) -> TypedNames {
+        let by_driver: &'static HashMap<_, _> = &BY_DRIVER;
+        // A handful of drivers: a scan, which also keeps the result `'static`.
+        let find = |key: Option<&str>| {
+            by_driver
+                .iter()
+                .find_map(|(k, table)| (*k == key).then_some(table))
+        };
+        let table = driver
+            .and_then(|d| find(Some(d)))
+            .or_else(|| find(None))
+            .expect("BY_DRIVER has the every-table entry");
+        TypedNames(table)
+    }
+
+    pub fn classify(self, name: &str) -> Option<TypedStat> {
+        self.0.get(name).copied()
+    }
 }
 
 #[cfg(test)]

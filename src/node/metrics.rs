@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use regex::Regex;
 use rustc_hash::FxHashSet;
 
-use super::ethtool_map::{classify_for, pause_names_show_pfc, TypedStat};
+use super::ethtool_map::{pause_names_show_pfc, TypedNames, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
@@ -463,15 +463,15 @@ fn add_ethtool<'a>(
     let mut seen_untyped = FxHashSet::default();
     let driver = port.netdev_driver.as_deref();
     let mut per_priority = PriorityTraffic::default();
-    for (name, raw) in &port.ethtool {
-        let raw = *raw;
-        let Some(stat) = classify_for(driver, name) else {
-            if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name.as_str()) {
+    let typed = TypedNames::of(driver);
+    for (name, raw) in port.ethtool.iter() {
+        let Some(stat) = typed.classify(name) else {
+            if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name) {
                 let added = families.add(
                     "rdma_ethtool_stat",
                     Kind::Untyped,
                     "Driver statistic of the port's netdev (ethtool -S) selected by ethtool.include; type and unit are the driver's.",
-                    with_labels(base_labels(), [("stat", Cow::Borrowed(name.as_str()))]),
+                    with_labels(base_labels(), [("stat", Cow::Borrowed(name))]),
                     Value::U64(raw),
                 );
                 if let Err(e) = added {
@@ -730,7 +730,7 @@ mod tests {
                 link_layer: Some("Ethernet".into()),
                 netdev: Some("ens1f0np0".into()),
                 netdev_driver: Some(driver.into()),
-                ethtool: vec![("rx_pfc_ena_frames_pri3".into(), 9)],
+                ethtool: vec![("rx_pfc_ena_frames_pri3".into(), 9)].into(),
                 ..Port::default()
             };
             let snapshot = one_port_node(port);

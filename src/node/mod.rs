@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use regex::Regex;
+use rustc_hash::FxHashMap;
 
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
@@ -102,7 +103,12 @@ pub struct NodeCollector {
     /// Walks started since the process began (whoever asked): proves that the landing page's
     /// JSON reuses the last walk instead of adding its own per request.
     walks: AtomicU64,
+    /// Each netdev's statistic names from the last walk that read them, for the next walk's
+    /// reads to share (a netdev that is gone drops out at the next walk).
+    stat_names: Mutex<Arc<StatNamesByNetdev>>,
 }
+
+type StatNamesByNetdev = FxHashMap<String, ethtool::StatNames>;
 
 /// Timing and outcome of one collection.
 #[derive(Debug)]
@@ -122,6 +128,7 @@ impl NodeCollector {
             walk_started: Mutex::new(None),
             reads: DeviceReads::default(),
             walks: AtomicU64::new(0),
+            stat_names: Mutex::default(),
         }
     }
 
@@ -142,7 +149,14 @@ impl NodeCollector {
         self.walks.fetch_add(1, Ordering::Relaxed);
         // Shared with the readers: one that returns after the deadline writes into a tally
         // nobody reads any more.
-        let tally = Arc::new(EthtoolTally::default());
+        let tally = Arc::new(EthtoolTally {
+            previous: self
+                .stat_names
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            ..EthtoolTally::default()
+        });
         let read_stats: Arc<device_reads::PortHook> = {
             let source = self.config.ethtool.clone();
             let tally = tally.clone();
@@ -165,6 +179,8 @@ impl NodeCollector {
             .any(|e| e.device.is_empty() && e.reason != reason::ReadErrorReason::MissingDir);
         let ethtool_errors =
             std::mem::take(&mut *tally.errors.lock().unwrap_or_else(|p| p.into_inner()));
+        let names = std::mem::take(&mut *tally.names.lock().unwrap_or_else(|p| p.into_inner()));
+        *self.stat_names.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(names);
         // The ethtool time is summed over the readers: it is the cost, not the wall time.
         let ethtool_duration = Duration::from_nanos(tally.nanos.load(Ordering::Relaxed));
         // The walk's own wall time is measured by the collector framework.
@@ -238,6 +254,10 @@ impl Drop for RunningWalk<'_> {
 struct EthtoolTally {
     errors: Mutex<Vec<(String, ethtool::EthtoolError)>>,
     nanos: AtomicU64,
+    /// The names each netdev's previous read found, shared by this walk's reads.
+    previous: Arc<StatNamesByNetdev>,
+    /// The names this walk's reads found.
+    names: Mutex<StatNamesByNetdev>,
 }
 
 impl EthtoolTally {
@@ -248,8 +268,14 @@ impl EthtoolTally {
             return;
         };
         let started = Instant::now();
-        match source.stats(netdev) {
-            Ok(stats) => port.ethtool = stats,
+        match source.read(netdev, self.previous.get(netdev.as_str())) {
+            Ok(stats) => {
+                self.names
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(netdev.clone(), stats.names().clone());
+                port.ethtool = stats;
+            }
             Err(e) => self
                 .errors
                 .lock()

@@ -77,7 +77,7 @@ pub struct Port {
     /// `hw_counters/*`, raw names (includes `lifespan`).
     pub hw_counters: Vec<(String, u64)>,
     /// Driver statistics of `netdev` (`ethtool -S`), filled by the node collector for RoCE ports.
-    pub ethtool: Vec<(String, u64)>,
+    pub ethtool: super::ethtool::EthtoolStats,
 }
 
 impl Port {
@@ -412,7 +412,7 @@ impl Walk {
             counters: self.counter_dir(device, dir, "counters", Required),
             counters_ext: self.counter_dir(device, dir, "counters_ext", Optional),
             hw_counters: self.hw_counter_dir(device, dir, Required),
-            ethtool: Vec::new(),
+            ethtool: Default::default(),
         }
         .with_netdev_driver(device_dir)
     }

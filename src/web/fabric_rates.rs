@@ -128,7 +128,7 @@ pub fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates
             else {
                 return None;
             };
-            let micros = per_second(counter(&before.ethtool, name), Some(*value), seconds)?;
+            let micros = per_second(before.ethtool.get(name), Some(value), seconds)?;
             let share = (micros / 1e6).clamp(0.0, 1.0);
             (share > 0.0).then_some(PauseShare {
                 priority,
@@ -176,7 +176,7 @@ mod tests {
             netdev_driver: Some("mlx5_core".into()),
             counters: list(counters),
             hw_counters: list(hw),
-            ethtool: list(ethtool),
+            ethtool: list(ethtool).into(),
             ..Port::default()
         }
     }
