@@ -11,24 +11,33 @@ use std::path::Path;
 /// and refuses anything that is not a regular file. Symbolic links are followed: Kubernetes
 /// mounts secrets as links to regular files.
 pub fn open_regular(path: &Path) -> io::Result<File> {
+    open_regular_sized(path).map(|(file, _)| file)
+}
+
+/// [`open_regular`], with the length `fstat` gives.
+fn open_regular_sized(path: &Path) -> io::Result<(File, u64)> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
-    let kind = file.metadata()?.file_type();
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
     if !kind.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("not a regular file ({})", describe(kind)),
         ));
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// The whole file, refused when it holds more than `max_bytes`.
 pub fn read(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let file = open_regular(path)?;
-    let mut bytes = Vec::new();
+    let (file, len) = open_regular_sized(path)?;
+    // The length is a capacity hint (a file on a real file system is read in one go instead
+    // of growing from a small probe), never a bound.
+    let hint = len.min(max_bytes).saturating_add(1);
+    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
     // One byte more than allowed tells a file at the bound from a larger one. The length from
     // fstat is not trusted: sysfs and procfs files say 4096 or 0 whatever they hold.
     file.take(max_bytes.saturating_add(1))

@@ -265,6 +265,14 @@ pub fn parse_ethtool_text(path: &Path, bytes: &[u8]) -> Result<Vec<RawStat>, Eth
     Ok(stats)
 }
 
+/// `line.rsplit_once(": ")`, searched from the end byte by byte: the value is a few digits, so
+/// this finds it at once where the two-way string search set itself up for every line.
+fn split_last_colon_space(line: &str) -> Option<(&str, &str)> {
+    let at = line.as_bytes().windows(2).rposition(|w| w == b": ")?;
+    // Both halves split at ASCII bytes: valid UTF-8 boundaries.
+    Some((&line[..at], &line[at + 2..]))
+}
+
 /// Calls `stat(name, value)` for each statistic of `ethtool -S` output, in order.
 fn for_each_stat(
     path: &Path,
@@ -289,8 +297,7 @@ fn for_each_stat(
             line: index + 1,
             reason,
         };
-        let (name, value) = trimmed
-            .rsplit_once(": ")
+        let (name, value) = split_last_colon_space(trimmed)
             .ok_or_else(|| parse_error(format!("expected `name: value`, found {trimmed:?}")))?;
         let value = value
             .trim()
@@ -345,6 +352,28 @@ mod tests {
         let reused = EthtoolStats::reusing(pairs, Some(first.names()));
         assert!(Arc::ptr_eq(first.names(), reused.names()));
         assert_eq!(reused.get("c"), Some(9));
+    }
+
+    #[test]
+    fn the_split_is_rsplit_once() {
+        for line in [
+            "a: 1",
+            "[0]: rx_discards: 2",
+            "x:1",
+            ": 3",
+            "a: ",
+            "a:: 4",
+            "a: : 5",
+            "é: 6",
+            "",
+            ":",
+        ] {
+            assert_eq!(
+                split_last_colon_space(line),
+                line.rsplit_once(": "),
+                "{line:?}"
+            );
+        }
     }
 
     #[test]
