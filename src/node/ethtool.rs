@@ -2,7 +2,6 @@
 //! simulated fabric can feed the same numbers from text files.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::reason::ReadErrorReason;
 
@@ -11,65 +10,21 @@ pub type RawStat = (String, u64);
 
 /// A netdev's statistic names in driver order. Drivers list the same names scrape after scrape,
 /// so one list is shared by every read that finds it unchanged: a read then allocates no name.
-pub type StatNames = Arc<[Box<str>]>;
+pub type StatNames = super::counters::Names;
 
 /// A netdev's driver statistics: the names and, in the same order, the values of one read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EthtoolStats {
-    names: StatNames,
-    values: Vec<u64>,
-}
+pub type EthtoolStats = super::counters::Counters;
 
-impl EthtoolStats {
-    /// (name, value) in driver order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.names
-            .iter()
-            .map(|n| &**n)
-            .zip(self.values.iter().copied())
-    }
-
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// The value of statistic `name`.
-    pub fn get(&self, name: &str) -> Option<u64> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-
-    /// The name list, to hand to the next read of the same netdev.
-    pub fn names(&self) -> &StatNames {
-        &self.names
-    }
-
-    /// `stats`, with `previous`'s names when they are the same list.
-    pub fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
-        let same = previous.filter(|names| {
-            names.len() == stats.len() && names.iter().zip(&stats).all(|(a, (b, _))| **a == **b)
-        });
-        let values = stats.iter().map(|(_, v)| *v).collect();
-        let names = match same {
-            Some(names) => names.clone(),
-            None => stats.into_iter().map(|(n, _)| n.into_boxed_str()).collect(),
-        };
-        EthtoolStats { names, values }
-    }
-}
-
-impl From<Vec<RawStat>> for EthtoolStats {
-    fn from(stats: Vec<RawStat>) -> Self {
-        EthtoolStats::reusing(stats, None)
-    }
-}
-
-impl FromIterator<RawStat> for EthtoolStats {
-    fn from_iter<I: IntoIterator<Item = RawStat>>(iter: I) -> Self {
-        EthtoolStats::from(iter.into_iter().collect::<Vec<_>>())
+/// `stats`, with `previous`'s names when they are the same list.
+pub fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
+    let same = previous.filter(|names| {
+        names.len() == stats.len() && names.iter().zip(&stats).all(|(a, (b, _))| **a == **b)
+    });
+    match same {
+        Some(names) => {
+            EthtoolStats::new(names.clone(), stats.iter().map(|(_, v)| Some(*v)).collect())
+        }
+        None => stats.into(),
     }
 }
 
@@ -79,7 +34,7 @@ struct StatsBuilder<'p> {
     previous: Option<&'p StatNames>,
     /// Set at the first name that differs from `previous`: the names so far, then every next.
     fresh: Option<Vec<Box<str>>>,
-    values: Vec<u64>,
+    values: Vec<Option<u64>>,
 }
 
 impl<'p> StatsBuilder<'p> {
@@ -103,7 +58,7 @@ impl<'p> StatsBuilder<'p> {
                 self.fresh = Some(fresh);
             }
         }
-        self.values.push(value);
+        self.values.push(Some(value));
     }
 
     fn finish(self) -> EthtoolStats {
@@ -114,10 +69,7 @@ impl<'p> StatsBuilder<'p> {
             (None, Some(previous)) => previous[..self.values.len()].into(),
             (None, None) => StatNames::default(),
         };
-        EthtoolStats {
-            names,
-            values: self.values,
-        }
+        EthtoolStats::new(names, self.values)
     }
 }
 
@@ -176,8 +128,7 @@ pub trait EthtoolSource: Send + Sync + std::fmt::Debug {
         netdev: &str,
         previous: Option<&StatNames>,
     ) -> Result<EthtoolStats, EthtoolError> {
-        self.stats(netdev)
-            .map(|stats| EthtoolStats::reusing(stats, previous))
+        self.stats(netdev).map(|stats| reusing(stats, previous))
     }
 }
 
@@ -311,6 +262,7 @@ fn for_each_stat(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// A read whose names match the previous read's shares that list; any change (a renamed,
     /// added or removed statistic) gives a list of its own with the right names.
@@ -349,7 +301,7 @@ mod tests {
         assert_eq!(names(&longer), ["a", "b", "c", "d"]);
         // The default read (the ioctl source's) shares an equal list too.
         let pairs = vec![("a".to_string(), 7), ("b".into(), 8), ("c".into(), 9)];
-        let reused = EthtoolStats::reusing(pairs, Some(first.names()));
+        let reused = reusing(pairs, Some(first.names()));
         assert!(Arc::ptr_eq(first.names(), reused.names()));
         assert_eq!(reused.get("c"), Some(9));
     }

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use regex::Regex;
 use rustc_hash::FxHashSet;
 
+use super::counters::Counters;
 use super::ethtool_map::{pause_names_show_pfc, TypedNames, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
@@ -270,11 +271,11 @@ fn add_port_counters<'a>(
     // under the name exactly when that family's last sample is this port's.
     let labels = port_labels(device, port);
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
-    let plain = port.counters.iter().map(|(n, v)| (n.as_str(), *v));
+    let plain = port.counters.iter();
     let legacy = port
         .counters_ext
         .iter()
-        .map(|(n, v)| (counters_ext_equivalent(n), *v));
+        .map(|(n, v)| (counters_ext_equivalent(n), v));
     for (name, raw) in plain.chain(legacy) {
         if !seen.insert(name) {
             continue;
@@ -317,7 +318,7 @@ fn add_port_counters<'a>(
 /// Keeps driver counter names unique after sanitizing. Clean names (already valid metric name
 /// parts) always win; a name that needed sanitizing is dropped if it lands on a taken name.
 struct UniqueNames<'a> {
-    counters: &'a [(String, u64)],
+    counters: &'a Counters,
     /// The clean names, collected at the first name that needs sanitizing (mlx5's are all
     /// clean: most scrapes never build it).
     clean: Option<FxHashSet<&'a str>>,
@@ -325,7 +326,7 @@ struct UniqueNames<'a> {
 }
 
 impl<'a> UniqueNames<'a> {
-    fn new(counters: &'a [(String, u64)]) -> Self {
+    fn new(counters: &'a Counters) -> Self {
         UniqueNames {
             counters,
             clean: None,
@@ -345,7 +346,7 @@ impl<'a> UniqueNames<'a> {
         let clean = self.clean.get_or_insert_with(|| {
             counters
                 .iter()
-                .map(|(n, _)| n.as_str())
+                .map(|(n, _)| n)
                 .filter(|n| is_clean_name(n))
                 .collect()
         });
@@ -360,7 +361,7 @@ impl<'a> UniqueNames<'a> {
 fn add_driver_counters<'a>(
     families: &mut Families<'a>,
     device: &'a Device,
-    counters: &'a [(String, u64)],
+    counters: &'a Counters,
     scope: CounterScope<'a>,
     name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
@@ -382,14 +383,14 @@ fn add_driver_counters<'a>(
         ),
     };
     let mut unique = UniqueNames::new(counters);
-    for (name, value) in counters {
+    for (name, value) in counters.iter() {
         if name == "lifespan" {
             // Milliseconds in the kernel; a gauge, not a counter.
             families.gauge(
                 lifespan_name,
                 lifespan_help,
                 labels.iter().cloned(),
-                Value::F64(*value as f64 / 1000.0),
+                Value::F64(value as f64 / 1000.0),
             );
             continue;
         }
@@ -413,7 +414,7 @@ fn add_driver_counters<'a>(
             Kind::Counter,
             help,
             labels.iter().cloned(),
-            Value::U64(*value),
+            Value::U64(value),
         ) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
@@ -679,7 +680,8 @@ mod tests {
                 ("RX-Bytes".into(), 1),
                 ("rx_bytes".into(), 2),
                 ("rx.bytes".into(), 3),
-            ],
+            ]
+            .into(),
             ..Port::default()
         };
         let snapshot = one_port_node(port);
@@ -709,7 +711,8 @@ mod tests {
                 counters: vec![
                     ("link_downed".into(), link_downed),
                     ("symbol_error".into(), 12),
-                ],
+                ]
+                .into(),
                 ..Port::default()
             };
             let snapshot = one_port_node(port);
@@ -752,7 +755,8 @@ mod tests {
                 ("port_symbol_error".into(), 2),
                 ("Symbol_Error".into(), 3),
                 ("link_downed".into(), 4),
-            ],
+            ]
+            .into(),
             ..Port::default()
         };
         let snapshot = one_port_node(port);

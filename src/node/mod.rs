@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod counter_filter;
+pub mod counters;
 pub mod dcb;
 pub mod device_reads;
 pub mod ethtool;

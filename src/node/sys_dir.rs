@@ -24,6 +24,7 @@ use rustc_hash::FxHashMap;
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::{Dir, FileType, Mode, OFlags, Stat};
 
+use super::counters::Names;
 use super::tree_cache::{Charge, TreeShared};
 
 /// How old a directory's change times must be before its listing is trusted across scrapes.
@@ -58,7 +59,7 @@ struct DirNode {
 
 struct DirState {
     dir: Dir,
-    listing: Option<Vec<String>>,
+    listing: Option<Names>,
     // Looked up once per attribute per scrape by names the kernel chose: the Fx hash, not
     // SipHash (which was 3-6% of a scrape), since no untrusted party picks these keys.
     subdirs: FxHashMap<String, SysDir>,
@@ -243,12 +244,15 @@ impl SysDir {
 
     /// Entry names, sorted so that output order does not depend on the filesystem. A cached
     /// directory lists once (it is re-opened when its entries change).
-    pub fn entries(&self) -> std::io::Result<Vec<String>> {
+    pub fn entries(&self) -> std::io::Result<Names> {
         let mut state = lock(&self.0.state);
         if let Some(listing) = &state.listing {
             return Ok(listing.clone());
         }
-        let names = list(&mut state.dir)?;
+        let names: Names = list(&mut state.dir)?
+            .into_iter()
+            .map(String::into_boxed_str)
+            .collect();
         if self.0.tree.is_some() {
             state.listing = Some(names.clone());
         }

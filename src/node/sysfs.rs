@@ -9,6 +9,7 @@ use regex::Regex;
 use rustix::fs::AtFlags;
 
 use super::counter_filter::CounterFilter;
+use super::counters::Counters;
 use super::parse::{self, ValueError};
 use super::reason::ReadErrorReason;
 use super::sys_dir::{AttrBuf, SysDir};
@@ -52,7 +53,7 @@ pub struct Device {
     pub hca_type: Option<String>,
     pub node_guid: Option<String>,
     /// Device-level `hw_counters/*`, raw names, in name order (includes `lifespan`).
-    pub hw_counters: Vec<(String, u64)>,
+    pub hw_counters: Counters,
     pub ports: Vec<Port>,
 }
 
@@ -71,11 +72,11 @@ pub struct Port {
     /// statistics have. `None` where sysfs does not say (fixture trees without `class/net`).
     pub netdev_driver: Option<String>,
     /// `counters/*`, raw kernel names and raw values (data counters still in 4-octet words).
-    pub counters: Vec<(String, u64)>,
+    pub counters: Counters,
     /// Legacy `counters_ext/*` (pre-4.5 kernels), raw names and values.
-    pub counters_ext: Vec<(String, u64)>,
+    pub counters_ext: Counters,
     /// `hw_counters/*`, raw names (includes `lifespan`).
-    pub hw_counters: Vec<(String, u64)>,
+    pub hw_counters: Counters,
     /// Driver statistics of `netdev` (`ethtool -S`), filled by the node collector for RoCE ports.
     pub ethtool: super::ethtool::EthtoolStats,
 }
@@ -158,7 +159,11 @@ pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
                 dir,
                 hw_counters: Arc::default(),
             },
-            names.into_iter().filter(|n| filter.allows(n)).collect(),
+            names
+                .iter()
+                .filter(|n| filter.allows(n))
+                .map(|n| n.to_string())
+                .collect(),
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => ClassListing::Absent,
         Err(e) => ClassListing::Failed(ReadError {
@@ -460,12 +465,7 @@ impl Walk {
     }
 
     /// The counters of `hw_counters/` the filter allows, in name order.
-    fn hw_counter_dir(
-        &mut self,
-        device: &str,
-        parent: &SysDir,
-        presence: Presence,
-    ) -> Vec<(String, u64)> {
+    fn hw_counter_dir(&mut self, device: &str, parent: &SysDir, presence: Presence) -> Counters {
         let filter = self.hw_counters.clone();
         self.counter_dir_filtered(device, parent, "hw_counters", presence, &filter)
     }
@@ -477,7 +477,7 @@ impl Walk {
         parent: &SysDir,
         name: &str,
         presence: Presence,
-    ) -> Vec<(String, u64)> {
+    ) -> Counters {
         self.counter_dir_filtered(device, parent, name, presence, &CounterFilter::ALL)
     }
 
@@ -489,22 +489,24 @@ impl Walk {
         name: &str,
         presence: Presence,
         keep: &CounterFilter,
-    ) -> Vec<(String, u64)> {
+    ) -> Counters {
         let listing = parent.subdir(name).and_then(|dir| {
             let names = dir.entries()?;
             Ok((dir, names))
         });
         match listing {
             Ok((dir, names)) => {
-                let mut values = Vec::with_capacity(names.len());
-                for counter in names.into_iter().filter(|n| keep.allows(n)) {
-                    if let Some(v) =
-                        self.value(device, &dir, &counter, Presence::Required, parse::counter)
-                    {
-                        values.push((counter, v));
-                    }
-                }
-                values
+                // The values pair with the kept listing: no name is copied per scrape.
+                let values = names
+                    .iter()
+                    .map(|counter| {
+                        if !keep.allows(counter) {
+                            return None;
+                        }
+                        self.value(device, &dir, counter, Presence::Required, parse::counter)
+                    })
+                    .collect();
+                Counters::new(names, values)
             }
             Err(e) if is_absent(parent, name, &e) => {
                 if presence == Presence::Required {
@@ -515,11 +517,11 @@ impl Walk {
                         e.to_string(),
                     );
                 }
-                Vec::new()
+                Counters::default()
             }
             Err(e) => {
                 self.io_error(device, parent, name, &e);
-                Vec::new()
+                Counters::default()
             }
         }
     }

@@ -3,6 +3,7 @@
 //! (a driver reload) gives no rate rather than a negative or invented one.
 
 use crate::direction::Direction;
+use crate::node::counters::Counters;
 use crate::node::ethtool_map::{classify_for, TypedStat};
 use crate::node::sysfs::Port;
 
@@ -55,8 +56,8 @@ pub struct PortRates {
     pub pause: Vec<PauseShare>,
 }
 
-fn counter(list: &[(String, u64)], name: &str) -> Option<u64> {
-    list.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+fn counter(list: &Counters, name: &str) -> Option<u64> {
+    list.get(name)
 }
 
 /// A classic counter, from `counters/` or its legacy `counters_ext/<name>_64`.
@@ -71,8 +72,8 @@ fn per_second(before: Option<u64>, after: Option<u64>, seconds: f64) -> Option<f
 }
 
 fn sum_per_second(
-    before: &[(String, u64)],
-    after: &[(String, u64)],
+    before: &Counters,
+    after: &Counters,
     names: &[&str],
     seconds: f64,
 ) -> Option<f64> {
