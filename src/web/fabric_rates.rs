@@ -177,7 +177,7 @@ mod tests {
             netdev_driver: Some("mlx5_core".into()),
             counters: list(counters),
             hw_counters: list(hw),
-            ethtool: list(ethtool).into(),
+            ethtool: list(ethtool),
             ..Port::default()
         }
     }
