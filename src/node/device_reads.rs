@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::counter_filter::CounterFilter;
@@ -82,9 +82,7 @@ impl DeviceReads {
         let deadline = Instant::now() + timeout;
         // Devices no longer listed lose their kept trees (and descriptors) here.
         let trees = self.trees.retain(&names);
-        let (results, arrivals) = mpsc::channel();
-        let mut reads: Vec<Option<DeviceRead>> = Vec::with_capacity(names.len());
-        let mut waiting = 0;
+        let gather = Arc::new(Gather::new(names.len()));
         for ((index, name), tree) in names.iter().enumerate().zip(trees) {
             let job = Job {
                 class_dir: &class_dir,
@@ -92,23 +90,12 @@ impl DeviceReads {
                 name,
                 tree,
             };
-            let settled = self.start(job, timeout, &port_hook, &results);
-            waiting += usize::from(settled.is_none());
-            reads.push(settled);
-        }
-        // Only the readers hold senders now: the channel disconnects when the last one is done.
-        drop(results);
-        while waiting > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match arrivals.recv_timeout(left) {
-                Ok((index, read)) => {
-                    reads[index] = Some(read);
-                    waiting -= 1;
-                }
-                Err(_) => break,
+            if let Some(settled) = self.start(job, timeout, &port_hook, &gather) {
+                gather.deliver(index, settled);
             }
         }
-        let reads = reads
+        let reads = gather
+            .wait_until(deadline)
             .into_iter()
             .zip(&names)
             .map(|(read, name)| read.unwrap_or_else(|| timed_out(&class_dir, name, timeout)));
@@ -123,7 +110,7 @@ impl DeviceReads {
         job: Job<'_>,
         timeout: Duration,
         port_hook: &Arc<PortHook>,
-        results: &mpsc::Sender<(usize, DeviceRead)>,
+        gather: &Arc<Gather>,
     ) -> Option<DeviceRead> {
         let Job {
             class_dir,
@@ -136,7 +123,7 @@ impl DeviceReads {
         };
         let dir = class_dir.clone();
         let port_hook = port_hook.clone();
-        let results = results.clone();
+        let gather = gather.clone();
         let device = name.to_string();
         let budget = self.trees.budget().cloned();
         self.pool
@@ -165,13 +152,76 @@ impl DeviceReads {
                 if took > timeout {
                     tracing::warn!(device, ?took, "a read that outlived its scrape returned");
                 }
-                Box::new(move || {
-                    let _ = results.send((index, read));
-                })
+                Box::new(move || gather.deliver(index, read))
             })
             // Without a thread the closure, and with it the mark, is dropped at once.
             .err()
             .map(|e| failed(class_dir, name, format!("no reader thread started: {e}")))
+    }
+}
+
+/// Where a walk's device reads land. The walk wakes once, when the last read is in or at its
+/// deadline, instead of once per device (a wake-up costs a context switch of the walk's thread).
+struct Gather {
+    state: Mutex<GatherState>,
+    all_in: Condvar,
+}
+
+struct GatherState {
+    reads: Vec<Option<DeviceRead>>,
+    missing: usize,
+    /// The walk stopped waiting: a read that returns later is dropped.
+    closed: bool,
+}
+
+impl Gather {
+    fn new(devices: usize) -> Gather {
+        Gather {
+            state: Mutex::new(GatherState {
+                reads: (0..devices).map(|_| None).collect(),
+                missing: devices,
+                closed: false,
+            }),
+            all_in: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GatherState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records device `index`'s read; the last one wakes the walk.
+    fn deliver(&self, index: usize, read: DeviceRead) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        let Some(slot) = state.reads.get_mut(index).filter(|slot| slot.is_none()) else {
+            return;
+        };
+        *slot = Some(read);
+        state.missing -= 1;
+        if state.missing == 0 {
+            self.all_in.notify_one();
+        }
+    }
+
+    /// Every read in by `deadline`, in device order; `None` for those not in.
+    fn wait_until(&self, deadline: Instant) -> Vec<Option<DeviceRead>> {
+        let mut state = self.lock();
+        while state.missing > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .all_in
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        state.closed = true;
+        std::mem::take(&mut state.reads)
     }
 }
 
