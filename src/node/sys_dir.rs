@@ -64,6 +64,60 @@ struct DirState {
     // SipHash (which was 3-6% of a scrape), since no untrusted party picks these keys.
     subdirs: FxHashMap<String, SysDir>,
     files: FxHashMap<String, KeptFile>,
+    /// The kept files of the listing's entries, by their place in it: the counters of a
+    /// `counters/` directory are read by position, with no name hashed per read.
+    listed_files: Vec<Option<KeptFile>>,
+}
+
+/// How a read names its file: by name, or by its place in this directory's listing.
+#[derive(Clone, Copy)]
+enum Key<'n> {
+    Name(&'n str),
+    Listed(usize, &'n str),
+}
+
+impl Key<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Key::Name(name) | Key::Listed(_, name) => name,
+        }
+    }
+}
+
+impl DirState {
+    fn kept(&self, key: Key<'_>) -> Option<&KeptFile> {
+        match key {
+            Key::Name(name) => self.files.get(name),
+            Key::Listed(index, _) => self.listed_files.get(index)?.as_ref(),
+        }
+    }
+
+    fn forget(&mut self, key: Key<'_>) {
+        match key {
+            Key::Name(name) => {
+                self.files.remove(name);
+            }
+            Key::Listed(index, _) => {
+                if let Some(slot) = self.listed_files.get_mut(index) {
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    fn keep(&mut self, key: Key<'_>, file: KeptFile) {
+        match key {
+            Key::Name(name) => {
+                self.files.insert(name.to_string(), file);
+            }
+            Key::Listed(index, _) => {
+                if self.listed_files.len() <= index {
+                    self.listed_files.resize_with(index + 1, || None);
+                }
+                self.listed_files[index] = Some(file);
+            }
+        }
+    }
 }
 
 enum KeptFile {
@@ -165,6 +219,7 @@ impl SysDir {
                 listing: None,
                 subdirs: FxHashMap::default(),
                 files: FxHashMap::default(),
+                listed_files: Vec::new(),
             }),
         })))
     }
@@ -268,18 +323,29 @@ impl SysDir {
     /// Reads an attribute with one `read(2)` of at most a page: one read avoids spinning on
     /// drivers that return EAGAIN forever. Returns the byte count read into `buf`.
     pub fn read(&self, name: &str, buf: &mut AttrBuf) -> std::io::Result<usize> {
-        self.read_kept(name, buf, false)
+        self.read_kept(Key::Name(name), buf, false)
+    }
+
+    /// As [`SysDir::read`], for entry `index` of this directory's [`SysDir::entries`] (which
+    /// is `name`): a kept descriptor is found by position.
+    pub fn read_listed(
+        &self,
+        index: usize,
+        name: &str,
+        buf: &mut AttrBuf,
+    ) -> std::io::Result<usize> {
+        self.read_kept(Key::Listed(index, name), buf, false)
     }
 
     /// As [`SysDir::read`], for an attribute that is fixed for the device object's lifetime
     /// (a cached tree keeps its bytes).
     pub fn read_static(&self, name: &str, buf: &mut AttrBuf) -> std::io::Result<usize> {
-        self.read_kept(name, buf, true)
+        self.read_kept(Key::Name(name), buf, true)
     }
 
-    fn read_kept(&self, name: &str, buf: &mut AttrBuf, fixed: bool) -> std::io::Result<usize> {
+    fn read_kept(&self, key: Key<'_>, buf: &mut AttrBuf, fixed: bool) -> std::io::Result<usize> {
         let mut state = lock(&self.0.state);
-        match state.files.get(name) {
+        match state.kept(key) {
             Some(KeptFile::Bytes(bytes)) => {
                 buf[..bytes.len()].copy_from_slice(bytes);
                 return Ok(bytes.len());
@@ -287,7 +353,7 @@ impl SysDir {
             Some(KeptFile::Open { fd, .. }) => match rustix::io::pread(fd, &mut buf[..], 0) {
                 Ok(n) => return Ok(n),
                 Err(e) => {
-                    state.files.remove(name);
+                    state.forget(key);
                     if is_gone(&e) {
                         if let Some(tree) = &self.0.tree {
                             tree.mark_stale();
@@ -298,13 +364,11 @@ impl SysDir {
             },
             None => {}
         }
-        let fd = rustix::fs::openat(state.dir.fd()?, name, FILE_FLAGS, Mode::empty())?;
+        let fd = rustix::fs::openat(state.dir.fd()?, key.name(), FILE_FLAGS, Mode::empty())?;
         let n = rustix::io::read(&fd, &mut buf[..])?;
         if let Some(tree) = &self.0.tree {
             if fixed {
-                state
-                    .files
-                    .insert(name.to_string(), KeptFile::Bytes(buf[..n].to_vec()));
+                state.keep(key, KeptFile::Bytes(buf[..n].to_vec()));
             } else if is_regular(&fd) {
                 // Only regular files: `pread` on a FIFO or a device node would fail where
                 // a plain read does not.
@@ -313,7 +377,7 @@ impl SysDir {
                         fd,
                         _charge: charge,
                     };
-                    state.files.insert(name.to_string(), kept);
+                    state.keep(key, kept);
                 }
             }
         }

@@ -448,6 +448,20 @@ impl Walk {
             Fixed::Yes => dir.read_static(name, &mut self.buf),
             Fixed::No => dir.read(name, &mut self.buf),
         };
+        self.parsed(device, dir, name, presence, read, parse)
+    }
+
+    /// The value of a read of attribute `name`; failures are recorded, absence only when
+    /// required.
+    fn parsed<T>(
+        &mut self,
+        device: &str,
+        dir: &SysDir,
+        name: &str,
+        presence: Presence,
+        read: std::io::Result<usize>,
+        parse: impl Fn(&[u8]) -> Result<T, ValueError>,
+    ) -> Option<T> {
         match read {
             Ok(n) => match parse(&self.buf[..n]) {
                 Ok(v) => Some(v),
@@ -462,6 +476,12 @@ impl Walk {
                 None
             }
         }
+    }
+
+    /// Counter `name`, entry `index` of `dir`'s listing; a failure is recorded.
+    fn counter(&mut self, device: &str, dir: &SysDir, index: usize, name: &str) -> Option<u64> {
+        let read = dir.read_listed(index, name, &mut self.buf);
+        self.parsed(device, dir, name, Presence::Required, read, parse::counter)
     }
 
     /// The counters of `hw_counters/` the filter allows, in name order.
@@ -499,11 +519,12 @@ impl Walk {
                 // The values pair with the kept listing: no name is copied per scrape.
                 let values = names
                     .iter()
-                    .map(|counter| {
+                    .enumerate()
+                    .map(|(index, counter)| {
                         if !keep.allows(counter) {
                             return None;
                         }
-                        self.value(device, &dir, counter, Presence::Required, parse::counter)
+                        self.counter(device, &dir, index, counter)
                     })
                     .collect();
                 Counters::new(names, values)
