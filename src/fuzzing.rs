@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::diag::nccl::report::{self, Report};
 use crate::diag::nccl::{jobs, Evidence, LogParser};
 use crate::node::ethtool::{parse_ethtool_text, EthtoolError};
-use crate::node::ethtool_ioctl::{decode_stats, decode_strings, ETH_GSTRING_LEN};
+use crate::node::ethtool_ioctl::{decode_names, decode_stats, decode_strings, ETH_GSTRING_LEN};
 use crate::node::parse;
 use crate::node::rdma_netlink::{decode, nldev, wire};
 use crate::switch::gnmi::proto::subscribe_response::Response;
@@ -212,6 +212,14 @@ pub fn ethtool_strings(data: &[u8]) {
                         assert_eq!(name, exact);
                     }
                 }
+                // The shared-list decoder gives the same names, fresh or against itself.
+                let fresh = decode_names(payload, count, None).expect("same length check");
+                assert!(fresh
+                    .iter()
+                    .map(|n| &**n)
+                    .eq(names.iter().map(String::as_str)));
+                let shared = decode_names(payload, count, Some(&fresh)).expect("same check");
+                assert_eq!(shared, fresh);
             }
             Err(e) => assert_ne!(payload.len(), count * ETH_GSTRING_LEN, "{e}"),
         }

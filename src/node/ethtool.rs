@@ -140,6 +140,14 @@ impl EthtoolSource for IoctlSource {
     fn stats(&self, netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
         super::ethtool_ioctl::read_stats(netdev)
     }
+
+    fn read(
+        &self,
+        netdev: &str,
+        previous: Option<&StatNames>,
+    ) -> Result<EthtoolStats, EthtoolError> {
+        super::ethtool_ioctl::read_stats_sharing(netdev, previous)
+    }
 }
 
 /// Statistics from `<dir>/<netdev>.txt` files in `ethtool -S` output format. Only used when the

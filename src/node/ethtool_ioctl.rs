@@ -13,7 +13,7 @@ use std::ptr::{self, NonNull};
 
 use libc::IFNAMSIZ;
 
-use super::ethtool::{EthtoolError, RawStat};
+use super::ethtool::{EthtoolError, EthtoolStats, RawStat, StatNames};
 
 // include/uapi/linux/ethtool.h
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
@@ -47,7 +47,7 @@ struct SsetInfo {
 
 /// Result of one pass over GSSET_INFO, GSTRINGS, GSTATS.
 enum Attempt {
-    Read(Vec<RawStat>),
+    Read(EthtoolStats),
     /// The driver's count moved away from the GSSET_INFO answer mid-read.
     CountChanged {
         expected: u32,
@@ -60,13 +60,24 @@ enum Attempt {
 /// Fails with `NotSupported` when the driver has no statistics set at all (`lo`, bridges,
 /// dummy); a driver that has the set but reports zero entries yields an empty vector.
 pub fn read_stats(netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
+    let stats = read_stats_sharing(netdev, None)?;
+    Ok(stats.iter().map(|(n, v)| (n.to_string(), v)).collect())
+}
+
+/// As [`read_stats`], sharing `previous` (the names of the netdev's last read) when GSTRINGS
+/// gives the same names: a node's NICs list hundreds to thousands of statistics each (mlx5:
+/// per channel), and then no name is allocated per scrape.
+pub fn read_stats_sharing(
+    netdev: &str,
+    previous: Option<&StatNames>,
+) -> Result<EthtoolStats, EthtoolError> {
     let ifname = ifr_name(netdev)?;
     let sock = open_socket().map_err(|e| map_errno(netdev, "socket", e))?;
     // One retry: a single config change (PFC toggled) between GSSET_INFO and the reads is
     // normal; a set that keeps changing is worth surfacing.
     let mut retried = false;
     loop {
-        match read_once(&sock, &ifname, netdev)? {
+        match read_once(&sock, &ifname, netdev, previous)? {
             Attempt::Read(stats) => return Ok(stats),
             Attempt::CountChanged { .. } if !retried => retried = true,
             Attempt::CountChanged { expected, got } => {
@@ -80,7 +91,12 @@ pub fn read_stats(netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
     }
 }
 
-fn read_once(sock: &OwnedFd, ifname: &IfName, netdev: &str) -> Result<Attempt, EthtoolError> {
+fn read_once(
+    sock: &OwnedFd,
+    ifname: &IfName,
+    netdev: &str,
+    previous: Option<&StatNames>,
+) -> Result<Attempt, EthtoolError> {
     let count = stats_count(sock, ifname).map_err(|e| map_errno(netdev, "GSSET_INFO", e))?;
     let Some(n) = count else {
         return Err(EthtoolError::NotSupported {
@@ -90,7 +106,7 @@ fn read_once(sock: &OwnedFd, ifname: &IfName, netdev: &str) -> Result<Attempt, E
     // A zero count must not reach GSTRINGS/GSTATS: there 0 means "whatever the driver has now",
     // which is exactly the unbounded copy-out the count is meant to prevent.
     if n == 0 {
-        return Ok(Attempt::Read(Vec::new()));
+        return Ok(Attempt::Read(EthtoolStats::default()));
     }
 
     let names = match read_counted(
@@ -102,9 +118,8 @@ fn read_once(sock: &OwnedFd, ifname: &IfName, netdev: &str) -> Result<Attempt, E
     )
     .map_err(|e| map_errno(netdev, "GSTRINGS", e))?
     {
-        Counted::Read(items) => {
-            decode_strings(&items, n as usize).map_err(|e| invalid(netdev, "GSTRINGS", e))?
-        }
+        Counted::Read(items) => decode_names(&items, n as usize, previous)
+            .map_err(|e| invalid(netdev, "GSTRINGS", e))?,
         Counted::Changed(got) => return Ok(Attempt::CountChanged { expected: n, got }),
     };
     let values = match read_counted(sock, ifname, &[ETHTOOL_GSTATS], n, size_of::<u64>())
@@ -115,7 +130,10 @@ fn read_once(sock: &OwnedFd, ifname: &IfName, netdev: &str) -> Result<Attempt, E
         }
         Counted::Changed(got) => return Ok(Attempt::CountChanged { expected: n, got }),
     };
-    Ok(Attempt::Read(std::iter::zip(names, values).collect()))
+    Ok(Attempt::Read(EthtoolStats::new(
+        names,
+        values.into_iter().map(Some).collect(),
+    )))
 }
 
 /// A GSTRINGS or GSTATS payload whose length is not `count` whole records.
@@ -131,6 +149,26 @@ pub struct RecordsError {
 /// byte handling is tested (and fuzzed) without a kernel.
 pub fn decode_strings(buf: &[u8], count: usize) -> Result<Vec<String>, RecordsError> {
     Ok(records(buf, count, ETH_GSTRING_LEN)?.map(gstring).collect())
+}
+
+/// The names of a GSTRINGS answer as a shared list: `previous` itself when every record holds
+/// its name (compared in place, nothing allocated), else a list of their own.
+pub fn decode_names(
+    buf: &[u8],
+    count: usize,
+    previous: Option<&StatNames>,
+) -> Result<StatNames, RecordsError> {
+    let records = records(buf, count, ETH_GSTRING_LEN)?;
+    if let Some(previous) = previous.filter(|p| p.len() == count) {
+        let same = records
+            .clone()
+            .zip(previous.iter())
+            .all(|(raw, name)| gstring_bytes(raw) == name.as_bytes());
+        if same {
+            return Ok(previous.clone());
+        }
+    }
+    Ok(records.map(|raw| gstring(raw).into_boxed_str()).collect())
 }
 
 /// The values of a GSTATS answer: `count` u64 in native byte order.
@@ -159,8 +197,14 @@ fn records(
 
 /// A statistic name: NUL-padded to 32 bytes, not NUL-terminated when it uses all 32.
 fn gstring(raw: &[u8]) -> String {
+    String::from_utf8_lossy(gstring_bytes(raw)).into_owned()
+}
+
+/// A record's bytes up to its NUL. A name that is not UTF-8 never equals a kept name as bytes
+/// (those are lossily decoded), so such a list is always decoded afresh.
+fn gstring_bytes(raw: &[u8]) -> &[u8] {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
-    String::from_utf8_lossy(&raw[..end]).into_owned()
+    &raw[..end]
 }
 
 fn invalid(netdev: &str, op: &'static str, e: RecordsError) -> EthtoolError {
@@ -427,6 +471,36 @@ mod tests {
             "a".repeat(ETH_GSTRING_LEN)
         );
         assert_eq!(gstring(b"q\xff\0junk"), "q\u{fffd}");
+    }
+
+    #[test]
+    fn names_equal_to_the_previous_read_share_its_list() {
+        let record = |name: &[u8]| {
+            let mut raw = [0u8; ETH_GSTRING_LEN];
+            raw[..name.len()].copy_from_slice(name);
+            raw
+        };
+        let buf: Vec<u8> = [record(b"rx_packets"), record(b"rx_prio3_pause")].concat();
+        let first = decode_names(&buf, 2, None).unwrap();
+        assert_eq!(
+            &*first,
+            ["rx_packets".into(), "rx_prio3_pause".into()] as [Box<str>; 2]
+        );
+        let again = decode_names(&buf, 2, Some(&first)).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        // One name differs: a list of its own, with the new name.
+        let changed: Vec<u8> = [record(b"rx_packets"), record(b"rx_prio4_pause")].concat();
+        let other = decode_names(&changed, 2, Some(&first)).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(&first, &other));
+        assert_eq!(&*other[1], "rx_prio4_pause");
+        // A name that is not UTF-8 is decoded lossily every time, never matched as bytes.
+        let odd: Vec<u8> = [record(b"rx_packets"), record(b"q\xff")].concat();
+        let lossy = decode_names(&odd, 2, None).unwrap();
+        assert_eq!(&*lossy[1], "q\u{fffd}");
+        let lossy_again = decode_names(&odd, 2, Some(&lossy)).unwrap();
+        assert_eq!(lossy_again, lossy);
+        // A count that does not match the buffer is still refused.
+        assert!(decode_names(&buf, 3, Some(&first)).is_err());
     }
 
     #[test]

@@ -32,7 +32,7 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, Value};
+use crate::exposition::{Families, FamilySizes, Value};
 use device_reads::DeviceReads;
 use ethtool::EthtoolSource;
 use sysfs::{DeviceFilter, NodeSnapshot};
@@ -107,6 +107,8 @@ pub struct NodeCollector {
     /// Each netdev's statistic names from the last walk that read them, for the next walk's
     /// reads to share (a netdev that is gone drops out at the next walk).
     stat_names: Mutex<Arc<StatNamesByNetdev>>,
+    /// The sizes the last scrape's families reached (buffer capacities for the next one).
+    family_sizes: Mutex<Arc<FamilySizes>>,
 }
 
 type StatNamesByNetdev = FxHashMap<String, ethtool::StatNames>;
@@ -130,6 +132,7 @@ impl NodeCollector {
             reads: DeviceReads::default(),
             walks: AtomicU64::new(0),
             stat_names: Mutex::default(),
+            family_sizes: Mutex::default(),
         }
     }
 
@@ -210,7 +213,12 @@ impl NodeCollector {
     /// last-scrape state without a copy.
     pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>, &Collection) -> R) -> R {
         let collection = self.collect();
-        let mut families = Families::default();
+        let sizes = self
+            .family_sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut families = Families::sized_like(sizes);
         let issues = metrics::add_node_metrics(
             &mut families,
             &collection.snapshot,
@@ -220,6 +228,7 @@ impl NodeCollector {
         state.record(&self.config.sysfs_root, &collection, &issues);
         add_read_errors(&mut families, &state);
         let result = use_families(&families, &collection);
+        *self.family_sizes.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(families.sizes());
         drop(families);
         state.last.snapshot = collection.snapshot;
         result

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::{ip, skip_or_fail};
 use rdma_fabric_exporter::node::ethtool::EthtoolError;
-use rdma_fabric_exporter::node::ethtool_ioctl::read_stats;
+use rdma_fabric_exporter::node::ethtool_ioctl::{read_stats, read_stats_sharing};
 
 /// Environment variable that turns `unprivileged_helper` from a no-op into the reader side of
 /// `veth_stats_match_ethtool` running as `nobody`.
@@ -110,6 +110,15 @@ fn veth_stats_match_ethtool() {
         assert_eq!(ours, theirs, "{netdev}: reader vs ethtool -S");
         // A second read sees the same set: nothing changes while the link is idle.
         assert_eq!(read_stats(netdev).unwrap(), ours, "{netdev}: second read");
+        // The scrape's read shares the previous read's name list when GSTRINGS is unchanged.
+        let first = read_stats_sharing(netdev, None).unwrap();
+        let second = read_stats_sharing(netdev, Some(first.names())).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(first.names(), second.names()),
+            "{netdev}: the second read allocates its own names"
+        );
+        let pairs: Vec<(String, u64)> = second.iter().map(|(n, v)| (n.to_string(), v)).collect();
+        assert_eq!(pairs, ours, "{netdev}: shared read vs plain read");
     }
     // The first veth statistic is the peer's ifindex: a real value, not a zeroed buffer.
     let peer_ifindex = std::fs::read_to_string(format!("/sys/class/net/{b}/ifindex")).unwrap();
