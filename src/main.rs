@@ -107,9 +107,9 @@ async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     web: Option<Arc<LiveWebConfig>>,
-    note_hangup: bool,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown_signal(note_hangup))
+    rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown)
         .await
         .context("serving HTTP")
 }
@@ -146,6 +146,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;
+        let shutdown = shutdown_signal(false);
         tracing::info!(
             address = %listener.local_addr()?,
             telemetry_path = %serving.state().telemetry_path,
@@ -155,7 +156,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(web) = &web {
             tracing::info!(tls = web.current().tls.is_some(), "web config loaded");
         }
-        serve_http(listener, serving.router(), web, false).await?;
+        serve_http(listener, serving.router(), web, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -199,6 +200,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;
+        let shutdown = shutdown_signal(true);
         tracing::info!(
             address = %listener.local_addr()?,
             scenario = args.scenario.as_str(),
@@ -212,7 +214,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
         let app = demo.router();
-        serve_http(listener, app, web, true).await?;
+        serve_http(listener, app, web, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -221,7 +223,12 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
 /// closed terminal, a reflexive `kill -HUP`), never ends it: `serve` reloads its config
 /// (`spawn_reloader`), `demo` only says so (`note_hangup`); with a web config both reload it
 /// (`web::serve`). Where a handler cannot be installed the process keeps serving and says so.
-async fn shutdown_signal(note_hangup: bool) {
+///
+/// The handlers are installed when this is called, not when the future is first polled: it is
+/// called before the exporter logs that it listens, so a SIGTERM sent the moment a supervisor
+/// (or a test) reads that line never meets the default action, which would end a demo without
+/// removing its fabric.
+fn shutdown_signal(note_hangup: bool) -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangup = note_hangup
         .then(|| {
@@ -233,24 +240,36 @@ async fn shutdown_signal(note_hangup: bool) {
     let mut term = signal(SignalKind::terminate())
         .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
         .ok();
-    let terminate = async {
-        match &mut term {
-            Some(term) => term.recv().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(terminate);
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = &mut terminate => break,
-            Some(()) = async {
-                match &mut hangup {
-                    Some(hangup) => hangup.recv().await,
-                    None => std::future::pending().await,
+    let mut interrupt = signal(SignalKind::interrupt())
+        .inspect_err(|e| tracing::warn!("SIGINT handler not installed: {e}"))
+        .ok();
+    async move {
+        let received = |sig: &mut Option<tokio::signal::unix::Signal>| {
+            let sig = sig.take();
+            async move {
+                match sig {
+                    Some(mut sig) => {
+                        sig.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
                 }
-            } => tracing::info!("SIGHUP: nothing to reload but the web config; still serving"),
+            }
+        };
+        let terminate = received(&mut term);
+        let interrupted = received(&mut interrupt);
+        tokio::pin!(terminate, interrupted);
+        loop {
+            tokio::select! {
+                _ = &mut interrupted => break,
+                _ = &mut terminate => break,
+                Some(()) = async {
+                    match &mut hangup {
+                        Some(hangup) => hangup.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => tracing::info!("SIGHUP: nothing to reload but the web config; still serving"),
+            }
         }
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }
