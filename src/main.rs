@@ -237,26 +237,15 @@ fn shutdown_signal(note_hangup: bool) -> impl std::future::Future<Output = ()> +
                 .ok()
         })
         .flatten();
-    let mut term = signal(SignalKind::terminate())
+    let term = signal(SignalKind::terminate())
         .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
         .ok();
-    let mut interrupt = signal(SignalKind::interrupt())
+    let interrupt = signal(SignalKind::interrupt())
         .inspect_err(|e| tracing::warn!("SIGINT handler not installed: {e}"))
         .ok();
     async move {
-        let received = |sig: &mut Option<tokio::signal::unix::Signal>| {
-            let sig = sig.take();
-            async move {
-                match sig {
-                    Some(mut sig) => {
-                        sig.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            }
-        };
-        let terminate = received(&mut term);
-        let interrupted = received(&mut interrupt);
+        let terminate = received(term);
+        let interrupted = received(interrupt);
         tokio::pin!(terminate, interrupted);
         loop {
             tokio::select! {
@@ -271,5 +260,15 @@ fn shutdown_signal(note_hangup: bool) -> impl std::future::Future<Output = ()> +
             }
         }
         tracing::info!("shutting down");
+    }
+}
+
+/// Completes at the first signal `sig` receives; never without a handler.
+async fn received(sig: Option<tokio::signal::unix::Signal>) {
+    match sig {
+        Some(mut sig) => {
+            sig.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }

@@ -168,10 +168,10 @@ struct Gather {
 }
 
 struct GatherState {
+    /// Emptied when the walk stops waiting: a read that returns later finds no slot and is
+    /// dropped.
     reads: Vec<Option<DeviceRead>>,
     missing: usize,
-    /// The walk stopped waiting: a read that returns later is dropped.
-    closed: bool,
 }
 
 impl Gather {
@@ -180,7 +180,6 @@ impl Gather {
             state: Mutex::new(GatherState {
                 reads: (0..devices).map(|_| None).collect(),
                 missing: devices,
-                closed: false,
             }),
             all_in: Condvar::new(),
         }
@@ -193,9 +192,6 @@ impl Gather {
     /// Records device `index`'s read; the last one wakes the walk.
     fn deliver(&self, index: usize, read: DeviceRead) {
         let mut state = self.lock();
-        if state.closed {
-            return;
-        }
         let Some(slot) = state.reads.get_mut(index).filter(|slot| slot.is_none()) else {
             return;
         };
@@ -220,7 +216,6 @@ impl Gather {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        state.closed = true;
         std::mem::take(&mut state.reads)
     }
 }

@@ -17,15 +17,11 @@ pub type EthtoolStats = super::counters::Counters;
 
 /// `stats`, with `previous`'s names when they are the same list.
 pub fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
-    let same = previous.filter(|names| {
-        names.len() == stats.len() && names.iter().zip(&stats).all(|(a, (b, _))| **a == **b)
-    });
-    match same {
-        Some(names) => {
-            EthtoolStats::new(names.clone(), stats.iter().map(|(_, v)| Some(*v)).collect())
-        }
-        None => stats.into(),
+    let mut builder = StatsBuilder::new(previous);
+    for (name, value) in &stats {
+        builder.push(name, *value);
     }
+    builder.finish()
 }
 
 /// Builds an [`EthtoolStats`] stat by stat, keeping the previous read's names for as long as

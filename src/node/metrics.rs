@@ -302,9 +302,7 @@ fn add_port_counters<'a>(
         let added = families.add(name_buf, Kind::Counter, help, labels.clone(), value);
         debug_assert!(added.is_ok(), "{added:?}");
         if super::saturation::is_saturated(name, raw) {
-            let labels = port_labels(device, port)
-                .into_iter()
-                .chain([("counter", Cow::Borrowed(name))]);
+            let labels = with_labels(labels.clone(), [("counter", Cow::Borrowed(name))]);
             families.gauge(
                 "rdma_port_counter_saturated",
                 "1 while a port counter sits at the maximum of its narrow PMA field (8-bit link_downed at 255, 16-bit symbol_error at 65535, ...): it no longer counts, and rules on its increase are blind. Present only while saturated.",
