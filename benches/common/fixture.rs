@@ -1,8 +1,10 @@
 //! The fixture node the benches serve: an 8-GPU node's sysfs tree and `ethtool -S` files.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
+use rdma_fabric_exporter::node::sys_dir::SETTLE;
 use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_ethtool_files, write_tree};
 
 /// Debian's node_exporter (1.5.0 in bookworm).
@@ -47,6 +49,10 @@ impl Fixture {
             .collect();
         write_tree(&fixture.sys_counters_only(), &counters_only)
             .context("writing the counters-only tree")?;
+        // A node's sysfs directories date from boot. The exporter trusts a directory's kept
+        // listing only once its change times are SETTLE old; measured right after writing, a
+        // bench would measure a node whose every directory was just re-created.
+        std::thread::sleep(SETTLE + Duration::from_millis(100));
         Ok(fixture)
     }
 
