@@ -2,6 +2,7 @@
 //! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -301,6 +302,9 @@ pub fn sanitize_name_part(raw: &str) -> String {
         .collect()
 }
 
+/// The largest starting capacity [`Format::encode`] takes from earlier bodies.
+const MAX_BODY_GUESS: usize = 16 << 20;
+
 /// Exposition formats a scraper can ask for (chosen by `web::negotiate::format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -317,13 +321,16 @@ impl Format {
     }
 
     pub fn encode(self, registry: &Registry) -> Result<String, std::fmt::Error> {
-        let mut body = String::with_capacity(64 * 1024);
+        // Sized like the largest body so far: growing a 100 KB body from a guess copies it.
+        static LARGEST: AtomicUsize = AtomicUsize::new(64 * 1024);
+        let mut body = String::with_capacity(LARGEST.load(Ordering::Relaxed));
         match self {
             Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut body, registry)?,
             Format::PrometheusText => {
                 prometheus_client::encoding::prometheus_text::encode(&mut body, registry)?
             }
         }
+        LARGEST.fetch_max(body.len().min(MAX_BODY_GUESS), Ordering::Relaxed);
         Ok(body)
     }
 }

@@ -853,6 +853,28 @@ mod tests {
     }
 
     #[test]
+    fn an_optional_directory_found_absent_is_read_once_it_appears() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let reads = DeviceReads::default();
+        let ext = |snapshot: &NodeSnapshot| {
+            device(snapshot, "mlx5_1").unwrap().ports[0]
+                .counters_ext
+                .get("port_rcv_data_64")
+        };
+        for _ in 0..3 {
+            assert_eq!(ext(&read_as_plain(&reads, &sys)), None);
+        }
+        // A pre-4.5 kernel's directory, added under the kept port directory.
+        let port = sys.join("class/infiniband/mlx5_1/ports/1");
+        std::fs::create_dir(port.join("counters_ext")).unwrap();
+        std::fs::write(port.join("counters_ext/port_rcv_data_64"), "123\n").unwrap();
+        assert_eq!(ext(&read_as_plain(&reads, &sys)), Some(123));
+        settle();
+        assert_eq!(ext(&read_as_plain(&reads, &sys)), Some(123));
+    }
+
+    #[test]
     fn a_small_descriptor_budget_is_respected_and_given_back() {
         let tree = settled_copy();
         let sys = tree.path().join("sys");

@@ -96,6 +96,7 @@ impl Drop for ReaderPool {
 }
 
 fn work(shared: &Shared) {
+    let mut name = ThreadName(READER_THREAD_NAME);
     let mut queue = lock(&shared.queue);
     loop {
         if queue.closed && queue.jobs.is_empty() {
@@ -103,9 +104,9 @@ fn work(shared: &Shared) {
         }
         if let Some(job) = queue.jobs.pop_front() {
             drop(queue);
-            name_thread(READER_THREAD_NAME);
+            name.set(READER_THREAD_NAME);
             let deliver = job();
-            name_thread(IDLE_THREAD_NAME);
+            name.set(IDLE_THREAD_NAME);
             // Counted as waiting before the result goes out; it looks at the queue again
             // before it really waits, so a job queued meanwhile is not missed.
             lock(&shared.queue).waiting += 1;
@@ -116,7 +117,7 @@ fn work(shared: &Shared) {
         }
         // A thread started for a job that an idle one took first waits here without having
         // run one: it must not keep the reader's name.
-        name_thread(IDLE_THREAD_NAME);
+        name.set(IDLE_THREAD_NAME);
         queue.waiting += 1;
         let (woken, timeout) = shared
             .wake
@@ -126,6 +127,18 @@ fn work(shared: &Shared) {
         queue.waiting -= 1;
         if timeout.timed_out() && queue.jobs.is_empty() {
             return;
+        }
+    }
+}
+
+/// The calling thread's name, changed only when it differs (a `prctl` each time otherwise).
+struct ThreadName(&'static str);
+
+impl ThreadName {
+    fn set(&mut self, name: &'static str) {
+        if self.0 != name {
+            name_thread(name);
+            self.0 = name;
         }
     }
 }

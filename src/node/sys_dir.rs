@@ -16,13 +16,14 @@
 //! descriptor fails with ENODEV (ENOENT elsewhere): the tree is then marked stale and the
 //! caller reads the device again from scratch.
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustc_hash::FxHashMap;
 use rustix::fd::{BorrowedFd, OwnedFd};
-use rustix::fs::{Dir, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
 
 use super::counters::Names;
 use super::tree_cache::{Charge, TreeShared};
@@ -67,6 +68,10 @@ struct DirState {
     /// The kept files of the listing's entries, by their place in it: the counters of a
     /// `counters/` directory are read by position, with no name hashed per read.
     listed_files: Vec<Option<KeptFile>>,
+    /// Names found to have no entry at all (an optional `counters_ext/` on a current kernel):
+    /// not looked up again while the directory is kept, since an entry added later changes
+    /// the directory's times and with them the directory.
+    absent: Vec<String>,
 }
 
 /// How a read names its file: by name, or by its place in this directory's listing.
@@ -220,6 +225,7 @@ impl SysDir {
                 subdirs: FxHashMap::default(),
                 files: FxHashMap::default(),
                 listed_files: Vec::new(),
+                absent: Vec::new(),
             }),
         })))
     }
@@ -271,6 +277,26 @@ impl SysDir {
                 .is_some_and(|stat| kept.still(&stat))
     }
 
+    /// True when a lookup of `name` that failed with `e` found no entry at all, as opposed to
+    /// a dangling symlink or another error. A settled kept directory remembers the answer.
+    pub fn is_absent(&self, name: &str, e: &std::io::Error) -> bool {
+        if e.kind() != ErrorKind::NotFound {
+            return false;
+        }
+        let mut state = lock(&self.0.state);
+        if state.absent.iter().any(|a| a == name) {
+            return true;
+        }
+        let Ok(fd) = state.dir.fd() else {
+            return true;
+        };
+        let absent = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW).is_err();
+        if absent && self.0.stamp.is_some_and(|kept| kept.settled) {
+            state.absent.push(name.to_string());
+        }
+        absent
+    }
+
     /// What a cached tree shares; `None` in a plain walk.
     pub fn tree(&self) -> Option<&Arc<TreeShared>> {
         self.0.tree.as_ref()
@@ -283,6 +309,9 @@ impl SysDir {
 
     pub fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
         let mut state = lock(&self.0.state);
+        if state.absent.iter().any(|a| a == name) {
+            return Err(ErrorKind::NotFound.into());
+        }
         if let Some(kept) = state.subdirs.get(name) {
             if kept.is_unchanged() {
                 return Ok(kept.clone());
@@ -362,6 +391,9 @@ impl SysDir {
                     return Err(e.into());
                 }
             },
+            None if state.absent.iter().any(|a| a == key.name()) => {
+                return Err(ErrorKind::NotFound.into())
+            }
             None => {}
         }
         let fd = rustix::fs::openat(state.dir.fd()?, key.name(), FILE_FLAGS, Mode::empty())?;

@@ -550,7 +550,7 @@ impl Walk {
 
 /// True when `name` does not exist at all (as opposed to a dangling symlink or an error).
 fn is_absent(dir: &SysDir, name: &str, e: &std::io::Error) -> bool {
-    e.kind() == ErrorKind::NotFound && !is_link(Some(dir), Path::new(name))
+    dir.is_absent(name, e)
 }
 
 fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
