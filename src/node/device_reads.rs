@@ -1,28 +1,21 @@
-//! Scrape-time reads of the node, each device bounded by a deadline. Reads run on a pool of
-//! long-lived readers ([`super::reader_pool`]): when a read hangs (a firmware reset;
-//! `mlx5_core` commands time out after tens of seconds, a wedged one never), the walk stops
-//! waiting at the deadline, serves the other devices and reports the late one as `timeout`. The
-//! hung thread is left to finish, and no new read of that device starts before it has: at most
-//! one outstanding read per device, so a device that stays stuck costs one thread, not one per
-//! scrape.
-//!
-//! Which thread reads a device depends on how its last read went. A read that slept in the
-//! kernel (a firmware command, a driver lock) gets a thread of its own, so that such waits
-//! overlap. Reads that only computed (a tmpfs, a fast driver) share one reader per core: more
-//! threads would not make them faster, and each costs a wake-up and a context switch per scrape.
-//! A shared reader that hangs holds up the devices queued behind it for at most [`STALL`]: the
-//! walk then starts another reader for them.
+//! Scrape-time reads of the node, each device bounded by a deadline. A device's read runs on a
+//! thread of its own from a pool of long-lived readers ([`super::reader_pool`]): when the read
+//! hangs (a firmware reset; `mlx5_core` commands time out after tens of seconds, a wedged one
+//! never), the walk stops waiting at the deadline, serves the other devices and reports the late
+//! one as `timeout`. The hung thread is left to finish, and no new read of that device starts
+//! before it has: at most one outstanding read per device, so a device that stays stuck costs
+//! one thread, not one per scrape.
 //!
 //! Each device's read goes through the device's kept tree ([`super::tree_cache`]): open
 //! directories, listings and attribute descriptors from the previous scrape, checked before use.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::counter_filter::CounterFilter;
-use super::reader_pool::{Deliver, ReaderPool};
+use super::reader_pool::ReaderPool;
 use super::reason::ReadErrorReason;
 use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeSnapshot, Port};
 use super::tree_cache::{DeviceTree, FdBudget, TreeCache};
@@ -33,15 +26,8 @@ pub type PortHook = dyn Fn(&str, &mut Port) + Send + Sync;
 /// The name of a device reader thread while it reads (`/proc/<pid>/task/*/comm`).
 pub use super::reader_pool::READER_THREAD_NAME;
 
-/// How long the shared readers may go without taking a queued device before the walk starts
-/// another: a fast read takes well under a millisecond, so this means they are stuck.
-pub const STALL: Duration = Duration::from_millis(10);
-
 /// Devices whose read has not returned, with when that read started.
 type Outstanding = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// Devices whose last read did not sleep in the kernel: they share readers.
-type Quick = Arc<Mutex<HashSet<String>>>;
 
 /// Reads the node's devices, each within a deadline, and remembers the reads still out.
 #[derive(Debug)]
@@ -49,9 +35,6 @@ pub struct DeviceReads {
     outstanding: Outstanding,
     pool: ReaderPool,
     trees: TreeCache,
-    quick: Quick,
-    /// How many readers the quick devices share at first: the cores this process may use.
-    shared_readers: usize,
 }
 
 impl Default for DeviceReads {
@@ -64,14 +47,10 @@ impl Default for DeviceReads {
 impl DeviceReads {
     /// Keeps at most `budget`'s descriptors open between scrapes.
     pub fn with_budget(budget: Arc<FdBudget>) -> DeviceReads {
-        // Read once: std looks at the cgroup's CPU quota, several files, on every call.
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         DeviceReads {
             outstanding: Outstanding::default(),
             pool: ReaderPool::default(),
             trees: TreeCache::new(budget),
-            quick: Quick::default(),
-            shared_readers: cores,
         }
     }
 
@@ -80,17 +59,10 @@ impl DeviceReads {
         &self.trees
     }
 
-    /// The devices the next walk reads on shared readers (tests), in name order.
-    pub fn quick_devices(&self) -> Vec<String> {
-        let mut quick: Vec<String> = lock(&self.quick).iter().cloned().collect();
-        quick.sort();
-        quick
-    }
-
-    /// Reads every device the filter allows, waiting at most `timeout` in all. A device not back
-    /// by then, or whose previous read is still out, is left out of the snapshot and reported
-    /// with [`ReadErrorReason::Timeout`]: stale values are never served as fresh ones. The
-    /// snapshot is in device name order whatever the scheduling.
+    /// Reads every device the filter allows, each on its own thread, waiting at most `timeout`
+    /// in all. A device not back by then, or whose previous read is still out, is left out of
+    /// the snapshot and reported with [`ReadErrorReason::Timeout`]: stale values are never
+    /// served as fresh ones. The snapshot is in device name order whatever the scheduling.
     pub fn read_node(
         &self,
         sysfs_root: &Path,
@@ -110,229 +82,81 @@ impl DeviceReads {
         let deadline = Instant::now() + timeout;
         // Devices no longer listed lose their kept trees (and descriptors) here.
         let trees = self.trees.retain(&names);
-        lock(&self.quick).retain(|device| names.contains(device));
         let gather = Arc::new(Gather::new(names.len()));
-        let shared = Arc::new(SharedQueue::default());
         for ((index, name), tree) in names.iter().enumerate().zip(trees) {
-            let Some(marker) = OutstandingRead::mark(&self.outstanding, name) else {
-                gather.deliver(index, still_out(&class_dir, name, &self.outstanding));
-                continue;
-            };
-            let job = DeviceJob {
-                class_dir: class_dir.clone(),
-                device: name.clone(),
+            let job = Job {
+                class_dir: &class_dir,
                 index,
+                name,
                 tree,
-                marker,
-                port_hook: port_hook.clone(),
-                budget: self.trees.budget().cloned(),
-                quick: self.quick.clone(),
-                timeout,
             };
-            if lock(&self.quick).contains(name) {
-                shared.push(job);
-            } else if let Err(e) = self.pool.run(job.alone(gather.clone())) {
-                // Without a thread the job, and with it the mark, is dropped at once.
-                gather.deliver(index, no_thread(&class_dir, name, &e));
+            if let Some(settled) = self.start(job, timeout, &port_hook, &gather) {
+                gather.deliver(index, settled);
             }
         }
-        self.start_shared_readers(&shared, &gather, &class_dir);
-        let mut taken = shared.taken();
-        loop {
-            let until = match shared.is_empty() {
-                true => deadline,
-                false => deadline.min(Instant::now() + STALL),
-            };
-            if gather.wait_until(until) || Instant::now() >= deadline {
-                break;
-            }
-            // Every shared reader is stuck in a read: the devices still queued get another.
-            if shared.taken() == taken && !shared.is_empty() {
-                let _ = self.pool.run(shared.reader(gather.clone()));
-            }
-            taken = shared.taken();
-        }
-        // Devices never started are dropped, marks and all: the next walk reads them.
-        drop(shared.abandon());
         let reads = gather
-            .take()
+            .wait_until(deadline)
             .into_iter()
             .zip(&names)
             .map(|(read, name)| read.unwrap_or_else(|| timed_out(&class_dir, name, timeout)));
         NodeSnapshot::of_reads(reads)
     }
 
-    /// One shared reader per core, at most one per queued device. When not even one starts,
-    /// the queued devices fail at once.
-    fn start_shared_readers(
+    /// Starts the read of device `name` on a thread of its own, which sends `(index, read)` when
+    /// it returns. When none starts (an earlier read of the device is still out, or no thread
+    /// could be started), returns the device's outcome at once.
+    fn start(
         &self,
-        shared: &Arc<SharedQueue>,
+        job: Job<'_>,
+        timeout: Duration,
+        port_hook: &Arc<PortHook>,
         gather: &Arc<Gather>,
-        dir: &ClassDir,
-    ) {
-        let wanted = self.shared_readers.min(shared.len());
-        let mut started = 0;
-        for _ in 0..wanted {
-            match self.pool.run(shared.reader(gather.clone())) {
-                Ok(()) => started += 1,
-                Err(e) if started == 0 => {
-                    for job in shared.abandon() {
-                        gather.deliver(job.index, no_thread(dir, &job.device, &e));
-                    }
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// One device's read, ready for any reader thread.
-struct DeviceJob {
-    class_dir: Arc<ClassDir>,
-    device: String,
-    /// The device's place in the snapshot.
-    index: usize,
-    tree: Arc<Mutex<DeviceTree>>,
-    /// Held until the read returns, however it ends.
-    marker: OutstandingRead,
-    port_hook: Arc<PortHook>,
-    budget: Option<Arc<FdBudget>>,
-    quick: Quick,
-    timeout: Duration,
-}
-
-impl DeviceJob {
-    /// Reads the device, and notes whether the read slept for the next walk's plan.
-    fn run(self) -> (usize, DeviceRead) {
-        let DeviceJob {
-            class_dir: dir,
-            device,
+    ) -> Option<DeviceRead> {
+        let Job {
+            class_dir,
             index,
+            name,
             tree,
-            marker,
-            port_hook,
-            budget,
-            quick,
-            timeout,
-        } = self;
-        let started = Instant::now();
-        let sleeps_before = voluntary_switches();
-        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // Only this read uses the tree: the mark keeps out any other of the device.
-            let mut tree = lock(&tree);
-            match &budget {
-                Some(budget) => dir.read_device_kept(&device, &mut tree, budget, &*port_hook),
-                None => dir.read_device(&device, &*port_hook),
-            }
-        }));
-        // Unknown counts as slept: such a device keeps a thread of its own.
-        let slept = match (sleeps_before, voluntary_switches()) {
-            (Some(before), Some(after)) => after != before,
-            _ => true,
+        } = job;
+        let Some(marker) = OutstandingRead::mark(&self.outstanding, name) else {
+            return Some(still_out(class_dir, name, &self.outstanding));
         };
-        let read = read.unwrap_or_else(|_| {
-            // What a panicking read left in the tree is not trusted.
-            *lock(&tree) = DeviceTree::default();
-            failed(&dir, &device, "its reader thread panicked".into())
-        });
-        match slept {
-            true => lock(&quick).remove(&device),
-            false => lock(&quick).insert(device.clone()),
-        };
-        // The read is over: clear the mark first, so that a scrape that follows at once reads
-        // the device again. The walk may have stopped listening (the deadline passed): then
-        // the result is dropped.
-        drop(marker);
-        let took = started.elapsed();
-        if took > timeout {
-            tracing::warn!(device, ?took, "a read that outlived its scrape returned");
-        }
-        (index, read)
-    }
-
-    /// The job for a thread of its own.
-    fn alone(self, gather: Arc<Gather>) -> impl FnOnce() -> Deliver + Send + 'static {
-        move || {
-            let (index, read) = self.run();
-            Box::new(move || gather.deliver(index, read))
-        }
-    }
-}
-
-/// The calling thread's voluntary context switches so far: a read that changed them slept.
-fn voluntary_switches() -> Option<libc::c_long> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage writes a whole `rusage` for the calling thread when it returns 0.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
-    // SAFETY: filled, as above.
-    (rc == 0).then(|| unsafe { usage.assume_init() }.ru_nvcsw)
-}
-
-/// The quick devices of one walk, taken in turn by its shared readers.
-#[derive(Default)]
-struct SharedQueue {
-    state: Mutex<SharedState>,
-}
-
-#[derive(Default)]
-struct SharedState {
-    jobs: VecDeque<DeviceJob>,
-    /// Jobs taken by a reader so far: the walk's measure of progress.
-    taken: usize,
-}
-
-impl SharedQueue {
-    fn push(&self, job: DeviceJob) {
-        lock(&self.state).jobs.push_back(job);
-    }
-
-    fn take(&self) -> Option<DeviceJob> {
-        let mut state = lock(&self.state);
-        let job = state.jobs.pop_front()?;
-        state.taken += 1;
-        Some(job)
-    }
-
-    fn taken(&self) -> usize {
-        lock(&self.state).taken
-    }
-
-    fn len(&self) -> usize {
-        lock(&self.state).jobs.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The jobs no reader took; none is taken after this.
-    fn abandon(&self) -> VecDeque<DeviceJob> {
-        std::mem::take(&mut lock(&self.state).jobs)
-    }
-
-    /// A reader that reads queued devices until none is left. Its last read is delivered once
-    /// the thread counts as idle, so that the next walk finds it available.
-    fn reader(self: &Arc<Self>, gather: Arc<Gather>) -> impl FnOnce() -> Deliver + Send + 'static {
-        let queue = self.clone();
-        move || {
-            let mut last: Option<(usize, DeviceRead)> = None;
-            while let Some(job) = queue.take() {
-                if let Some((index, read)) = last.take() {
-                    gather.deliver(index, read);
+        let dir = class_dir.clone();
+        let port_hook = port_hook.clone();
+        let gather = gather.clone();
+        let device = name.to_string();
+        let budget = self.trees.budget().cloned();
+        self.pool
+            .run(move || {
+                let started = Instant::now();
+                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // Only this read uses the tree: the mark keeps out any other of the device.
+                    let mut tree = tree.lock().unwrap_or_else(|p| p.into_inner());
+                    match &budget {
+                        Some(budget) => {
+                            dir.read_device_kept(&device, &mut tree, budget, &*port_hook)
+                        }
+                        None => dir.read_device(&device, &*port_hook),
+                    }
+                }))
+                .unwrap_or_else(|_| {
+                    // What a panicking read left in the tree is not trusted.
+                    *tree.lock().unwrap_or_else(|p| p.into_inner()) = DeviceTree::default();
+                    failed(&dir, &device, "its reader thread panicked".into())
+                });
+                // The read is over: clear the mark first, so that a scrape that follows at once
+                // reads the device again. The walk may have stopped listening (the deadline
+                // passed): then the result is dropped.
+                drop(marker);
+                let took = started.elapsed();
+                if took > timeout {
+                    tracing::warn!(device, ?took, "a read that outlived its scrape returned");
                 }
-                last = Some(job.run());
-            }
-            Box::new(move || {
-                if let Some((index, read)) = last {
-                    gather.deliver(index, read);
-                }
+                Box::new(move || gather.deliver(index, read))
             })
-        }
+            // Without a thread the closure, and with it the mark, is dropped at once.
+            .err()
+            .map(|e| failed(class_dir, name, format!("no reader thread started: {e}")))
     }
 }
 
@@ -361,9 +185,13 @@ impl Gather {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, GatherState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records device `index`'s read; the last one wakes the walk.
     fn deliver(&self, index: usize, read: DeviceRead) {
-        let mut state = lock(&self.state);
+        let mut state = self.lock();
         let Some(slot) = state.reads.get_mut(index).filter(|slot| slot.is_none()) else {
             return;
         };
@@ -374,13 +202,13 @@ impl Gather {
         }
     }
 
-    /// Waits until every read is in (true) or `until` passes (false).
-    fn wait_until(&self, until: Instant) -> bool {
-        let mut state = lock(&self.state);
+    /// Every read in by `deadline`, in device order; `None` for those not in.
+    fn wait_until(&self, deadline: Instant) -> Vec<Option<DeviceRead>> {
+        let mut state = self.lock();
         while state.missing > 0 {
-            let left = until.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                break;
             }
             state = self
                 .all_in
@@ -388,13 +216,17 @@ impl Gather {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        true
+        std::mem::take(&mut state.reads)
     }
+}
 
-    /// Every read in so far, in device order; `None` for those not in.
-    fn take(&self) -> Vec<Option<DeviceRead>> {
-        std::mem::take(&mut lock(&self.state).reads)
-    }
+/// One device's read, as the walk hands it out.
+struct Job<'a> {
+    class_dir: &'a Arc<ClassDir>,
+    /// The device's place in the snapshot.
+    index: usize,
+    name: &'a str,
+    tree: Arc<Mutex<DeviceTree>>,
 }
 
 /// Marks a device's read as outstanding for as long as it lives; it lives on the reader thread
@@ -456,10 +288,6 @@ fn still_out(class_dir: &ClassDir, device: &str, outstanding: &Outstanding) -> D
             started.as_secs_f64()
         ),
     )
-}
-
-fn no_thread(class_dir: &ClassDir, device: &str, e: &std::io::Error) -> DeviceRead {
-    failed(class_dir, device, format!("no reader thread started: {e}"))
 }
 
 fn failed(class_dir: &ClassDir, device: &str, detail: String) -> DeviceRead {
@@ -587,111 +415,6 @@ mod tests {
         let (third, _) = read();
         assert_eq!(names(&third), ["mlx5_0", "mlx5_1", "mlx5_2"]);
         assert!(third.errors.is_empty(), "{:?}", third.errors);
-    }
-
-    /// A port hook that blocks device `hung`'s reads while the gate is shut.
-    #[derive(Default)]
-    struct Switchable {
-        shut: Mutex<bool>,
-        opened: Condvar,
-    }
-
-    impl Switchable {
-        fn hook(self: &Arc<Self>, hung: &'static str) -> Arc<PortHook> {
-            let gate = self.clone();
-            Arc::new(move |device: &str, _: &mut Port| {
-                if device == hung {
-                    let shut = gate.shut.lock().unwrap();
-                    drop(gate.opened.wait_while(shut, |s| *s).unwrap());
-                }
-            })
-        }
-
-        fn set(&self, shut: bool) {
-            *self.shut.lock().unwrap() = shut;
-            self.opened.notify_all();
-        }
-    }
-
-    /// Devices mlx5_0 to mlx5_2 on one shared reader, with mlx5_1's reads gated.
-    fn one_shared_reader() -> (DeviceReads, Arc<Switchable>) {
-        let reads = DeviceReads {
-            shared_readers: 1,
-            ..DeviceReads::default()
-        };
-        (reads, Arc::new(Switchable::default()))
-    }
-
-    fn wait_until_returned(reads: &DeviceReads, device: &str) {
-        let until = Instant::now() + Duration::from_secs(5);
-        while reads.outstanding.lock().unwrap().contains_key(device) {
-            assert!(Instant::now() < until, "{device}'s read has not returned");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Reads until no read of mlx5_0 to mlx5_2 sleeps. A first read may (the threads of its
-    /// own contend for locks); on one shared reader nothing contends.
-    fn all_quick(reads: &DeviceReads, read: impl Fn() -> NodeSnapshot) {
-        for _ in 0..20 {
-            if reads.quick_devices() == ["mlx5_0", "mlx5_1", "mlx5_2"] {
-                return;
-            }
-            assert_eq!(names(&read()).len(), 3);
-        }
-        panic!("still sleeping: {:?} quick", reads.quick_devices());
-    }
-
-    #[test]
-    fn quick_devices_share_a_reader_and_one_that_hangs_there_holds_up_the_rest_one_stall() {
-        let (reads, gate) = one_shared_reader();
-        let hook = gate.hook("mlx5_1");
-        let read =
-            |timeout| reads.read_node(&sys(), &first(2), &Arc::default(), timeout, hook.clone());
-        // A first read of each device is on a thread of its own.
-        assert_eq!(names(&read(TIMEOUT)), ["mlx5_0", "mlx5_1", "mlx5_2"]);
-        all_quick(&reads, || read(TIMEOUT));
-
-        // Now all three queue for one reader, and mlx5_1 hangs in it: mlx5_2, behind it, is
-        // read by the reader the walk starts when the first stops taking devices.
-        gate.set(true);
-        let started = Instant::now();
-        let second = read(TIMEOUT);
-        assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
-        assert_eq!(names(&second), ["mlx5_0", "mlx5_2"]);
-        assert_eq!(timeouts(&second), ["mlx5_1"]);
-
-        // The hung read slept: once back, mlx5_1 gets a thread of its own, until a read of
-        // it runs through without sleeping.
-        gate.set(false);
-        wait_until_returned(&reads, "mlx5_1");
-        assert_eq!(reads.quick_devices(), ["mlx5_0", "mlx5_2"]);
-        assert_eq!(names(&read(TIMEOUT)).len(), 3);
-        assert_eq!(reads.quick_devices(), ["mlx5_0", "mlx5_1", "mlx5_2"]);
-    }
-
-    #[test]
-    fn a_device_still_queued_at_the_deadline_is_read_by_the_next_walk() {
-        let (reads, gate) = one_shared_reader();
-        let hook = gate.hook("mlx5_1");
-        let read =
-            |timeout| reads.read_node(&sys(), &first(2), &Arc::default(), timeout, hook.clone());
-        all_quick(&reads, || read(TIMEOUT));
-        gate.set(true);
-        // A deadline shorter than a stall: mlx5_2 never leaves the queue.
-        let short = read(STALL / 2);
-        assert!(!names(&short).contains(&"mlx5_2"), "{:?}", names(&short));
-        assert!(timeouts(&short).contains(&"mlx5_2"));
-        // It is not left marked as out: the next walk reads it, while mlx5_1 still hangs.
-        let next = read(Duration::from_secs(30));
-        assert_eq!(names(&next), ["mlx5_0", "mlx5_2"]);
-        assert!(
-            next.errors[0].detail.contains("has not returned"),
-            "{:?}",
-            next.errors
-        );
-        gate.set(false);
-        wait_until_returned(&reads, "mlx5_1");
     }
 
     #[test]
