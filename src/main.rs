@@ -15,7 +15,6 @@ use rdma_fabric_exporter::yaml::ConfigErrors;
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    keep_freed_heap();
     let cli = Cli::parse();
     init_tracing(&cli.log);
     let result = match cli.command {
@@ -113,21 +112,6 @@ async fn serve_http(
     rdma_fabric_exporter::web::serve::serve(listener, app, web, shutdown)
         .await
         .context("serving HTTP")
-}
-
-/// Keeps a scrape's freed memory in the heap for the next scrape. glibc gives the heap's free
-/// top back to the kernel (brk, madvise) once it passes 128 KiB, and maps any block above 128 KiB
-/// (a response body) afresh: every scrape then shrank the heap or unmapped its body, and each
-/// such call flushes the TLB of every CPU that runs one of our threads (about 6 % of a node
-/// scrape's CPU on the bench, BENCHMARKS.md). A scrape's peak is below these bounds, so the
-/// resident size stays at the peak it reaches anyway.
-fn keep_freed_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes glibc's tuning values; called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
-    }
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
