@@ -17,14 +17,14 @@ mod common;
 
 use anyhow::{bail, Context};
 use common::fixture::{node_exporter_binary, Fixture, NODE_EXPORTER};
-use common::proc::{cpu_seconds, load_average, memory_kib};
+use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
 use common::server::Server;
 
 const DEVICES: usize = 10;
 const SEED: u64 = 42;
 const WARMUP_SCRAPES: usize = 20;
-const DEFAULT_SCRAPES: usize = 300;
-const DEFAULT_RUNS: usize = 5;
+const DEFAULT_SCRAPES: u64 = 300;
+const DEFAULT_RUNS: u64 = 5;
 /// Targets from the project brief: our median scrape and CPU per scrape at most half of
 /// node_exporter's, RSS below.
 const TARGET_LATENCY_RATIO: f64 = 0.5;
@@ -36,8 +36,8 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    let scrapes = positive_env("BENCH_SCRAPES", DEFAULT_SCRAPES)?;
-    let runs = positive_env("BENCH_RUNS", DEFAULT_RUNS)?;
+    let scrapes = usize::try_from(env_number("BENCH_SCRAPES", DEFAULT_SCRAPES)?)?;
+    let runs = usize::try_from(env_number("BENCH_RUNS", DEFAULT_RUNS)?)?;
 
     // Declared first so that it is dropped (removed) after the servers are killed.
     let fixture = Fixture::create("rfe-scrape-bench-", DEVICES, SEED)?;
@@ -137,17 +137,6 @@ fn run() -> anyhow::Result<()> {
 
     print_report(scrapes, runs, &counts, &results, &run_ratios);
     Ok(())
-}
-
-fn positive_env(name: &str, default: usize) -> anyhow::Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .with_context(|| format!("{name}={v:?} is not a positive integer")),
-        Err(_) => Ok(default),
-    }
 }
 
 /// One target's figures from one run.

@@ -90,6 +90,10 @@ impl Key<'_> {
 }
 
 impl DirState {
+    fn known_absent(&self, name: &str) -> bool {
+        self.absent.iter().any(|a| a == name)
+    }
+
     fn kept(&self, key: Key<'_>) -> Option<&KeptFile> {
         match key {
             Key::Name(name) => self.files.get(name),
@@ -284,7 +288,7 @@ impl SysDir {
             return false;
         }
         let mut state = lock(&self.0.state);
-        if state.absent.iter().any(|a| a == name) {
+        if state.known_absent(name) {
             return true;
         }
         let Ok(fd) = state.dir.fd() else {
@@ -309,7 +313,7 @@ impl SysDir {
 
     pub fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
         let mut state = lock(&self.0.state);
-        if state.absent.iter().any(|a| a == name) {
+        if state.known_absent(name) {
             return Err(ErrorKind::NotFound.into());
         }
         if let Some(kept) = state.subdirs.get(name) {
@@ -391,9 +395,7 @@ impl SysDir {
                     return Err(e.into());
                 }
             },
-            None if state.absent.iter().any(|a| a == key.name()) => {
-                return Err(ErrorKind::NotFound.into())
-            }
+            None if state.known_absent(key.name()) => return Err(ErrorKind::NotFound.into()),
             None => {}
         }
         let fd = rustix::fs::openat(state.dir.fd()?, key.name(), FILE_FLAGS, Mode::empty())?;

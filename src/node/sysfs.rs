@@ -470,7 +470,7 @@ impl Walk {
                     None
                 }
             },
-            Err(e) if presence == Presence::Optional && is_absent(dir, name, &e) => None,
+            Err(e) if presence == Presence::Optional && dir.is_absent(name, &e) => None,
             Err(e) => {
                 self.io_error(device, dir, name, &e);
                 None
@@ -529,7 +529,7 @@ impl Walk {
                     .collect();
                 Counters::new(names, values)
             }
-            Err(e) if is_absent(parent, name, &e) => {
+            Err(e) if parent.is_absent(name, &e) => {
                 if presence == Presence::Required {
                     self.error(
                         device,
@@ -546,11 +546,6 @@ impl Walk {
             }
         }
     }
-}
-
-/// True when `name` does not exist at all (as opposed to a dangling symlink or an error).
-fn is_absent(dir: &SysDir, name: &str, e: &std::io::Error) -> bool {
-    dir.is_absent(name, e)
 }
 
 fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
