@@ -126,7 +126,7 @@ fn run() -> anyhow::Result<()> {
     let mut results = Vec::new();
     for side in &sides {
         let counts = scrape::Counts::query(&side.client)?;
-        let panels = panels::load(&side.source.join("dashboards"))?;
+        let panels = panels::load(&side.source.join("dashboards"), &side.client)?;
         let timings = panels::time_all(&side.client, &panels, range)?;
         results.push((counts, timings));
     }

@@ -1,7 +1,8 @@
-//! Every dashboard panel query, run as Grafana runs it over the fleet: variables at All (their
-//! `allValue`), `$__rate_interval` 1m and `$__interval` 15s (Prometheus' 15 s scrape), range
-//! queries at a 15 s step over the time the fleet has been scraped, instant ones for the
-//! targets that ask for it.
+//! Every dashboard panel query, run as Grafana runs it over the fleet when a board is opened:
+//! variables at All (their `allValue`) where they have it, else at their first value (the
+//! host and switch boards open on one host or switch), `$__rate_interval` 1m and `$__interval`
+//! 15s (Prometheus' 15 s scrape), range queries at a 15 s step over the time the fleet has been
+//! scraped, instant ones for the targets that ask for it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,6 +23,9 @@ pub struct Panel {
     pub title: String,
     pub expr: String,
     pub instant: bool,
+    /// False when the query selects one host or switch (a variable at its first value): its
+    /// cost then does not grow with the fleet.
+    pub grows_with_fleet: bool,
 }
 
 pub struct Timing {
@@ -30,8 +34,9 @@ pub struct Timing {
     pub series: usize,
 }
 
-/// Every panel target of every dashboard in `dir`, its variables substituted.
-pub fn load(dir: &Path) -> anyhow::Result<Vec<Panel>> {
+/// Every panel target of every dashboard in `dir`, its variables substituted as the board
+/// opens (first values asked of `client`).
+pub fn load(dir: &Path, client: &Client) -> anyhow::Result<Vec<Panel>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -44,12 +49,22 @@ pub fn load(dir: &Path) -> anyhow::Result<Vec<Panel>> {
             .with_context(|| format!("{}", file.display()))?;
         let dashboard = json["uid"].as_str().unwrap_or_default().to_string();
         let mut all_values: BTreeMap<String, String> = BTreeMap::new();
+        let mut first_values = Vec::new();
+        // In order: a variable's query may use the ones before it.
         for variable in json["templating"]["list"].as_array().into_iter().flatten() {
-            if let (Some(name), Some(all)) =
-                (variable["name"].as_str(), variable["allValue"].as_str())
-            {
-                all_values.insert(name.to_string(), all.to_string());
-            }
+            let Some(name) = variable["name"].as_str() else {
+                continue;
+            };
+            let value = match variable["allValue"].as_str() {
+                Some(all) => all.to_string(),
+                None if variable["type"] == "query" => {
+                    first_values.push(name.to_string());
+                    first_value(client, variable, &all_values)
+                        .with_context(|| format!("{dashboard}: variable {name}"))?
+                }
+                None => continue,
+            };
+            all_values.insert(name.to_string(), value);
         }
         let mut found = Vec::new();
         collect_targets(&json, &mut found);
@@ -63,10 +78,45 @@ pub fn load(dir: &Path) -> anyhow::Result<Vec<Panel>> {
                 expr: substitute(expr, &all_values)
                     .with_context(|| format!("{dashboard}: {expr}"))?,
                 instant: target["instant"].as_bool().unwrap_or(false),
+                grows_with_fleet: !first_values.iter().any(|name| uses_variable(expr, name)),
             });
         }
     }
     Ok(panels)
+}
+
+/// Whether `expr` refers to variable `name` (`$name` or `${name...}`).
+fn uses_variable(expr: &str, name: &str) -> bool {
+    let pattern =
+        regex::Regex::new(&format!(r"\$(?:{name}\b|\{{{name}\b)")).expect("a valid regex");
+    pattern.is_match(expr)
+}
+
+/// The first of a `label_values(selector, label)` variable's values (sorted, as the shipped
+/// variables are), as a regex matcher's text inside a PromQL string.
+fn first_value(
+    client: &Client,
+    variable: &Value,
+    known: &BTreeMap<String, String>,
+) -> anyhow::Result<String> {
+    let definition = variable["definition"].as_str().unwrap_or_default();
+    let Some((selector, label)) = definition
+        .strip_prefix("label_values(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .and_then(|rest| rest.rsplit_once(','))
+    else {
+        bail!("not a label_values(selector, label) query: {definition:?}");
+    };
+    let label = label.trim();
+    let expr = format!("group by ({label}) ({})", substitute(selector, known)?);
+    let first = client
+        .query(&expr)?
+        .iter()
+        .filter_map(|series| series["metric"][label].as_str().map(str::to_string))
+        .min()
+        .with_context(|| format!("no values: {expr}"))?;
+    // Regex-escaped, then the backslashes escaped again for the PromQL string.
+    Ok(regex::escape(&first).replace('\\', "\\\\"))
 }
 
 /// (panel title, target) of every panel, those inside collapsed rows included.
@@ -128,6 +178,7 @@ pub fn time_all(client: &Client, panels: &[Panel], range: Duration) -> anyhow::R
                 title: panel.title.clone(),
                 expr: panel.expr.clone(),
                 instant: panel.instant,
+                grows_with_fleet: panel.grows_with_fleet,
             },
             median: times[RUNS / 2],
             series,
