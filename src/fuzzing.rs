@@ -243,7 +243,7 @@ pub fn ethtool_text(data: &[u8]) {
         Ok(stats) => {
             let mut printed = String::from("NIC statistics:\n");
             for (name, value) in &stats {
-                assert_eq!(name, name.trim());
+                assert_eq!(name, name.trim_ascii());
                 writeln!(printed, "     {name}: {value}").expect("writing to a String");
             }
             let again = parse_ethtool_text(path, printed.as_bytes()).expect("printed stats parse");

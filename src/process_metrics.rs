@@ -77,12 +77,37 @@ pub fn read_stat(pid: Option<u32>) -> Option<ProcStat> {
     if ticks <= 0 || page <= 0 {
         return None;
     }
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_string(),
+    let stat = match pid {
+        Some(pid) => crate::bounded_read::read_to_string(
+            Path::new(&format!("/proc/{pid}/stat")),
+            PROC_FILE_MAX,
+        )
+        .ok()?,
+        None => own_stat()?,
     };
-    let stat = crate::bounded_read::read_to_string(Path::new(&path), PROC_FILE_MAX).ok()?;
     parse_stat(&stat, ticks as f64, page as u64, boot_time()?)
+}
+
+/// The most `/proc/self/stat` holds: 52 numbers of at most 20 digits and a 16-byte name.
+const OWN_STAT_MAX: usize = 2048;
+
+/// `/proc/self/stat` through a descriptor opened once: a read at offset 0 of a procfs file
+/// generates it afresh, and the open (a path walk through `self` to this process's directory)
+/// cost as much as the read itself at every scrape.
+fn own_stat() -> Option<String> {
+    static OWN_STAT: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let kept = OWN_STAT
+        .get_or_init(|| std::fs::File::open("/proc/self/stat").ok())
+        .as_ref();
+    let mut buffer = [0u8; OWN_STAT_MAX];
+    let read = kept.and_then(|file| std::os::unix::fs::FileExt::read_at(file, &mut buffer, 0).ok());
+    match read {
+        // A full buffer may be cut short: read it whole by path instead.
+        Some(len) if len > 0 && len < buffer.len() => {
+            String::from_utf8(buffer[..len].to_vec()).ok()
+        }
+        _ => crate::bounded_read::read_to_string(Path::new("/proc/self/stat"), PROC_FILE_MAX).ok(),
+    }
 }
 
 /// The number of open descriptors. Linux 6.2 and later report it as the size of `/proc/self/fd`,
@@ -221,6 +246,22 @@ mod tests {
         );
         assert!(open_fds().unwrap() >= 3);
         assert!(max_fds().unwrap() >= open_fds().unwrap());
+    }
+
+    #[test]
+    fn each_read_of_the_kept_descriptor_is_fresh() {
+        let cpu = || read_stat(None).expect("/proc/self/stat").cpu_seconds;
+        let before = cpu();
+        // Burn CPU until the kernel's tick-based times move (they count in 1/CLK_TCK steps).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut spin = 0u64;
+        while cpu() <= before {
+            assert!(std::time::Instant::now() < until, "CPU time never moved");
+            for i in 0..100_000u64 {
+                spin = std::hint::black_box(spin.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert_eq!(own_stat().map(|s| s.rsplit_once(')').is_some()), Some(true));
     }
 
     #[test]

@@ -242,8 +242,9 @@ fn for_each_stat(
             .count(),
         reason: "not UTF-8".into(),
     })?;
+    // ASCII trims: ethtool prints ASCII, and the Unicode-aware `trim` was a per-line cost.
     for (index, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
+        let trimmed = line.trim_ascii();
         if trimmed.is_empty() || trimmed.ends_with("statistics:") {
             continue;
         }
@@ -255,10 +256,10 @@ fn for_each_stat(
         let (name, value) = split_last_colon_space(trimmed)
             .ok_or_else(|| parse_error(format!("expected `name: value`, found {trimmed:?}")))?;
         let value = value
-            .trim()
+            .trim_ascii()
             .parse::<u64>()
             .map_err(|e| parse_error(format!("value of {name:?}: {e}")))?;
-        stat(name.trim(), value);
+        stat(name.trim_ascii(), value);
     }
     Ok(())
 }
