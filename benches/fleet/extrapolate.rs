@@ -247,10 +247,10 @@ pub fn print_table(m: &Measured, window: &RuleWindow, timings: &[Timing]) {
             .iter()
             .filter(|t| t.panel.dashboard == dashboard)
             .collect();
-        let one_subject = panels.iter().any(|t| !t.panel.grows_with_fleet);
-        let name = match one_subject {
-            true => format!("dashboard {dashboard} refresh, ms (opened on one host or switch)"),
-            false => format!("dashboard {dashboard} refresh, ms"),
+        let name = if panels.iter().any(|t| !t.panel.grows_with_fleet) {
+            format!("dashboard {dashboard} refresh, ms (opened on one host or switch)")
+        } else {
+            format!("dashboard {dashboard} refresh, ms")
         };
         row(&name, &|f| {
             let ms: f64 = panels

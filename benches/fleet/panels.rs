@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -85,11 +86,23 @@ pub fn load(dir: &Path, client: &Client) -> anyhow::Result<Vec<Panel>> {
     Ok(panels)
 }
 
-/// Whether `expr` refers to variable `name` (`$name` or `${name...}`).
+/// A variable reference as Grafana writes it: `${name}`, `${name:format}` or `$name`.
+static VARIABLE: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)").expect("a valid regex"));
+
+/// The name of a [`VARIABLE`] match.
+fn variable_name<'t>(reference: &regex::Captures<'t>) -> &'t str {
+    reference
+        .get(1)
+        .or_else(|| reference.get(2))
+        .map_or("", |m| m.as_str())
+}
+
+/// Whether `expr` refers to variable `name`.
 fn uses_variable(expr: &str, name: &str) -> bool {
-    let pattern =
-        regex::Regex::new(&format!(r"\$(?:{name}\b|\{{{name}\b)")).expect("a valid regex");
-    pattern.is_match(expr)
+    VARIABLE
+        .captures_iter(expr)
+        .any(|reference| variable_name(&reference) == name)
 }
 
 /// The first of a `label_values(selector, label)` variable's values (sorted, as the shipped
@@ -133,11 +146,9 @@ fn collect_targets<'a>(value: &'a Value, found: &mut Vec<(String, &'a Value)>) {
 }
 
 fn substitute(expr: &str, all_values: &BTreeMap<String, String>) -> anyhow::Result<String> {
-    let pattern = regex::Regex::new(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)").expect("a valid regex");
     let mut unknown = None;
-    let text = pattern.replace_all(expr, |c: &regex::Captures| {
-        let name = c.get(1).or_else(|| c.get(2)).map_or("", |m| m.as_str());
-        match name {
+    let text = VARIABLE.replace_all(expr, |c: &regex::Captures| {
+        match variable_name(c) {
             "__rate_interval" => "1m".to_string(),
             "__interval" => format!("{STEP_S}s"),
             // The 1 h dashboard range; the fleet has less history, which costs no more.
