@@ -217,10 +217,12 @@ fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: 
         ("board_id", text(&device.board_id)),
         ("node_guid", text(&device.node_guid)),
     ];
+    // A fact the driver does not give (soft-RoCE has no `hca_type`, `board_id` or firmware) is
+    // left out rather than written empty.
     families.info(
         "rdma_port_info",
         "Identity of an RDMA port: link layer, netdev behind it and device facts.",
-        info_labels,
+        info_labels.into_iter().filter(|(_, value)| !value.is_empty()),
     );
     let labels = port_labels(device, port);
     if let Some((id, _)) = &port.state {
@@ -304,7 +306,7 @@ fn add_port_counters<'a>(
         if super::saturation::is_saturated(name, raw) {
             let labels = with_labels(labels.clone(), [("counter", Cow::Borrowed(name))]);
             families.gauge(
-                "rdma_port_counter_saturated",
+                "rdma_port_pma_saturated",
                 "1 while a port counter sits at the maximum of its narrow PMA field (8-bit link_downed at 255, 16-bit symbol_error at 65535, ...): it no longer counts, and rules on its increase are blind. Present only while saturated.",
                 labels,
                 Value::U64(1),
@@ -716,7 +718,7 @@ mod tests {
             let snapshot = one_port_node(port);
             let mut families = Families::default();
             add_node_metrics(&mut families, &snapshot, None);
-            families.contains("rdma_port_counter_saturated")
+            families.contains("rdma_port_pma_saturated")
         };
         assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
         assert!(!families_of(254));

@@ -177,10 +177,7 @@ impl NodeCollector {
             self.config.device_read_timeout,
             read_stats,
         );
-        let sysfs_ok = !snapshot
-            .errors
-            .iter()
-            .any(|e| e.device.is_empty() && e.reason != reason::ReadErrorReason::MissingDir);
+        let sysfs_ok = !snapshot.errors.iter().any(|e| e.device.is_empty());
         let ethtool_errors =
             std::mem::take(&mut *tally.errors.lock().unwrap_or_else(|p| p.into_inner()));
         let names = std::mem::take(&mut *tally.names.lock().unwrap_or_else(|p| p.into_inner()));

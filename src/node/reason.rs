@@ -18,8 +18,6 @@ pub enum ReadErrorReason {
     Vanished,
     /// A file where a directory should be.
     NotADirectory,
-    /// A port without `counters/` or `hw_counters/` (normal on some non-mlx5 drivers).
-    MissingDir,
     Permission,
     /// A reader thread panicked or could not be started.
     Internal,
@@ -52,7 +50,6 @@ impl ReadErrorReason {
         ReadErrorReason::DanglingSymlink,
         ReadErrorReason::Vanished,
         ReadErrorReason::NotADirectory,
-        ReadErrorReason::MissingDir,
         ReadErrorReason::Permission,
         ReadErrorReason::Internal,
         ReadErrorReason::Unsupported,
@@ -78,7 +75,6 @@ impl ReadErrorReason {
             ReadErrorReason::DanglingSymlink => "dangling_symlink",
             ReadErrorReason::Vanished => "vanished",
             ReadErrorReason::NotADirectory => "not_a_directory",
-            ReadErrorReason::MissingDir => "missing_dir",
             ReadErrorReason::Permission => "permission",
             ReadErrorReason::Internal => "internal",
             ReadErrorReason::Unsupported => "unsupported",

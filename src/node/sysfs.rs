@@ -361,9 +361,11 @@ impl Walk {
     }
 
     fn device(&mut self, dir: &SysDir, name: &str) -> Device {
-        // Fixed for the device object's lifetime: a kept tree keeps their bytes.
+        // Fixed for the device object's lifetime: a kept tree keeps their bytes. Empty is the
+        // driver's "none" (soft-RoCE's `fw_ver`), not a failed read.
         let text = |walk: &mut Self, attr: &str| {
-            walk.attr(name, dir, attr, Presence::Optional, Fixed::Yes, parse::text)
+            walk.attr(name, dir, attr, Presence::Optional, Fixed::Yes, parse::text_or_none)
+                .flatten()
         };
         let mut device = Device {
             name: name.to_string(),
@@ -371,7 +373,7 @@ impl Walk {
             board_id: text(self, "board_id"),
             hca_type: text(self, "hca_type"),
             node_guid: text(self, "node_guid"),
-            hw_counters: self.hw_counter_dir(name, dir, Presence::Optional),
+            hw_counters: self.hw_counter_dir(name, dir),
             ports: Vec::new(),
         };
         match dir.subdir("ports").and_then(|ports| {
@@ -414,9 +416,9 @@ impl Walk {
             lid: self.value(device, dir, "lid", Optional, parse::counter),
             netdev_driver: None,
             netdev: netdev_of(device_dir, dir),
-            counters: self.counter_dir(device, dir, "counters", Required),
-            counters_ext: self.counter_dir(device, dir, "counters_ext", Optional),
-            hw_counters: self.hw_counter_dir(device, dir, Required),
+            counters: self.counter_dir(device, dir, "counters"),
+            counters_ext: self.counter_dir(device, dir, "counters_ext"),
+            hw_counters: self.hw_counter_dir(device, dir),
             ethtool: Default::default(),
         }
         .with_netdev_driver(device_dir)
@@ -485,29 +487,24 @@ impl Walk {
     }
 
     /// The counters of `hw_counters/` the filter allows, in name order.
-    fn hw_counter_dir(&mut self, device: &str, parent: &SysDir, presence: Presence) -> Counters {
+    fn hw_counter_dir(&mut self, device: &str, parent: &SysDir) -> Counters {
         let filter = self.hw_counters.clone();
-        self.counter_dir_filtered(device, parent, "hw_counters", presence, &filter)
+        self.counter_dir_filtered(device, parent, "hw_counters", &filter)
     }
 
     /// All counters of `counters/` or `counters_ext/`, in name order.
-    fn counter_dir(
-        &mut self,
-        device: &str,
-        parent: &SysDir,
-        name: &str,
-        presence: Presence,
-    ) -> Counters {
-        self.counter_dir_filtered(device, parent, name, presence, &CounterFilter::ALL)
+    fn counter_dir(&mut self, device: &str, parent: &SysDir, name: &str) -> Counters {
+        self.counter_dir_filtered(device, parent, name, &CounterFilter::ALL)
     }
 
-    /// The counters of directory `name` that `keep` allows (the others are never opened).
+    /// The counters of directory `name` that `keep` allows (the others are never opened). An
+    /// absent directory is no error: which counter directories a port has depends on the
+    /// driver (a device without a PMA has no `counters/`, soft-iWARP has no `hw_counters/`).
     fn counter_dir_filtered(
         &mut self,
         device: &str,
         parent: &SysDir,
         name: &str,
-        presence: Presence,
         keep: &CounterFilter,
     ) -> Counters {
         let listing = parent.subdir(name).and_then(|dir| {
@@ -529,17 +526,7 @@ impl Walk {
                     .collect();
                 Counters::new(names, values)
             }
-            Err(e) if parent.is_absent(name, &e) => {
-                if presence == Presence::Required {
-                    self.error(
-                        device,
-                        ReadErrorReason::MissingDir,
-                        &parent.path_of(name),
-                        e.to_string(),
-                    );
-                }
-                Counters::default()
-            }
+            Err(e) if parent.is_absent(name, &e) => Counters::default(),
             Err(e) => {
                 self.io_error(device, parent, name, &e);
                 Counters::default()

@@ -420,8 +420,10 @@ pub fn value_of(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Opti
     matching.first().map(|s| s.value)
 }
 
-/// Runs `promtool check metrics` on a body; returns its combined output (empty when clean).
-pub fn promtool_check_metrics(body: &str) -> String {
+/// Runs `promtool check metrics` on a body and fails on any warning it prints (a metric name
+/// holding its type, a counter without `_total`, a missing HELP...).
+#[track_caller]
+pub fn promtool_check_metrics(body: &str) {
     use std::io::Write;
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
@@ -443,7 +445,7 @@ pub fn promtool_check_metrics(body: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(output.status.success(), "promtool failed: {text}");
-    text
+    assert_eq!(text, "", "promtool check metrics warns");
 }
 
 /// Runs `promtool ARGS` in the project root; returns its combined output, asserting success.
