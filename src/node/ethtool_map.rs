@@ -6,9 +6,10 @@
 //! Sources: mlx5 `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c` and `counters.rst`;
 //! bnxt_en/bng_en `bnxt_ethtool.c` (`BNXT_RX_STATS_EXT_PFC_ENTRY`, `tx_pfc_ena_frames_pri*`);
 //! ice and i40e `*_ethtool.c` (`rx_priority_%u_xoff`, `.nic` and `port.` prefixes); ionic as
-//! AMD's device-metrics-exporter shows it (`rx_pripause_<p>_1us_count`). Per-priority traffic:
-//! mlx5 `pport_per_prio_traffic_stats_desc` (`rx_prio%d_bytes`), ionic `ionic_stats.c`
-//! (`frames_rx_pri_<p>`).
+//! AMD's device-metrics-exporter shows it (`rx_pripause_<p>_1us_count`, and `frames_rx_pri_<p>`
+//! as the PFC pause frames of priority `p`: AMD's SDK corrects the all-priority
+//! `frames_rx_pripause` by summing them). Per-priority traffic: mlx5
+//! `pport_per_prio_traffic_stats_desc` (`rx_prio%d_bytes`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -271,14 +272,14 @@ const I40E: DriverStats = DriverStats {
     ],
 };
 
-/// AMD Pensando (ionic): pause time per priority in microseconds, frames per priority (port
-/// MAC counters; no per-priority octets).
+/// AMD Pensando (ionic): per priority, the PFC pause frames (`frames_*_pri_<p>`, whose sum is
+/// the port's `frames_*_pripause`) and the pause time in microseconds. No per-priority traffic.
 const IONIC: DriverStats = DriverStats {
     drivers: &["ionic"],
     pause_names_show_pfc: false,
     names: &[
-        ("frames_rx_pri_{p}", M::PriorityPackets(Rx)),
-        ("frames_tx_pri_{p}", M::PriorityPackets(Tx)),
+        ("frames_rx_pri_{p}", M::PfcPauseFrames(Rx)),
+        ("frames_tx_pri_{p}", M::PfcPauseFrames(Tx)),
         ("rx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Rx)),
         ("tx_pripause_{p}_1us_count", M::PfcPauseDurationMicros(Tx)),
         ("rx_pause_1us_count", M::GlobalPauseDurationMicros(Rx)),
@@ -531,22 +532,23 @@ mod tests {
     }
 
     #[test]
-    fn per_priority_frames_of_ionic() {
+    fn per_priority_frames_of_ionic_are_pfc_pause_frames() {
         assert_eq!(
             classify_for(Some("ionic"), "frames_rx_pri_3"),
-            Some(TypedStat::PriorityPackets {
+            Some(TypedStat::PfcPauseFrames {
                 priority: 3,
                 direction: Direction::Rx
             })
         );
         assert_eq!(
             classify_for(Some("ionic"), "frames_tx_pri_0"),
-            Some(TypedStat::PriorityPackets {
+            Some(TypedStat::PfcPauseFrames {
                 priority: 0,
                 direction: Direction::Tx
             })
         );
-        // ionic counts no octets per priority, and its all-priority frames are not typed.
+        // ionic counts no traffic per priority, and its all-priority pause frames (the sum of
+        // the eight) are not typed: they would count every pause twice.
         assert_eq!(classify_for(Some("ionic"), "rx_prio3_bytes"), None);
         assert_eq!(classify_for(Some("ionic"), "frames_rx_pripause"), None);
         assert_eq!(classify_for(Some("ionic"), "frames_rx_pri_8"), None);

@@ -745,6 +745,52 @@ mod tests {
         assert!(!typed_pfc("mlx5_core"), "an mlx5 netdev has no such name");
     }
 
+    /// ionic's `frames_<dir>_pri_<p>` count PFC pause frames of priority `p` (their sum is the
+    /// port's `frames_<dir>_pripause`), not traffic: the statistics as its driver names them.
+    #[test]
+    fn ionic_per_priority_frames_are_pfc_pause_frames() {
+        let mut ethtool: Vec<(String, u64)> = Vec::new();
+        for direction in ["rx", "tx"] {
+            for priority in 0..8u64 {
+                let frames = if priority == 3 { 1200 } else { 0 };
+                ethtool.push((format!("frames_{direction}_pri_{priority}"), frames));
+            }
+            ethtool.push((format!("frames_{direction}_pripause"), 1200));
+            ethtool.push((format!("{direction}_pripause_3_1us_count"), 5000));
+        }
+        let port = Port {
+            number: 1,
+            number_text: "1".into(),
+            link_layer: Some("Ethernet".into()),
+            netdev: Some("enp9s0".into()),
+            netdev_driver: Some("ionic".into()),
+            ethtool: ethtool.into(),
+            ..Port::default()
+        };
+        let snapshot = one_port_node(port);
+        let mut families = Families::default();
+        add_node_metrics(&mut families, &snapshot, None);
+        let pause_frames: Vec<(String, String, u64)> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
+            .map(|(_, labels, value)| {
+                let label = |key: &str| {
+                    labels.iter().find(|(k, _)| *k == key).unwrap().1.to_string()
+                };
+                let Value::U64(value) = value else {
+                    panic!("{value:?}")
+                };
+                (label("priority"), label("direction"), value)
+            })
+            .filter(|(_, _, value)| *value > 0)
+            .collect();
+        assert_eq!(
+            pause_frames,
+            [("3".into(), "rx".into(), 1200), ("3".into(), "tx".into(), 1200)]
+        );
+        assert!(!families.contains("rdma_priority_packets_total"));
+    }
+
     #[test]
     fn port_counters_that_land_on_one_name_are_exported_once() {
         let port = Port {
