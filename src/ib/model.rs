@@ -170,6 +170,17 @@ pub struct RemoteEnd {
     pub kind: NodeKind,
 }
 
+/// The far end of a link known only by its LID: iblinkinfo's default layout names the far end
+/// by LID, and a partial scan (`iblinkinfo -S <guid>`) prints no header of the far node to
+/// learn its GUID from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LidOnlyRemote {
+    pub lid: u16,
+    pub port: u8,
+    /// The far node's description, as the near end's line printed it.
+    pub description: String,
+}
+
 /// One port of a node. Fields a source could not learn are `None`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct IbPort {
@@ -185,6 +196,8 @@ pub struct IbPort {
     pub enabled_speed: Option<LinkSpeed>,
     pub lid: Option<u16>,
     pub remote: Option<RemoteEnd>,
+    /// The far end where only its LID is known (then `remote` is `None`).
+    pub remote_lid_only: Option<LidOnlyRemote>,
     /// PortCounters and PortCountersExtended fields by IBTA name as `perfquery` prints them,
     /// raw values. Empty when the counters were not read (see [`FabricScan::failures`]).
     pub counters: BTreeMap<String, u64>,

@@ -222,7 +222,9 @@ fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: 
     families.info(
         "rdma_port_info",
         "Identity of an RDMA port: link layer, netdev behind it and device facts.",
-        info_labels.into_iter().filter(|(_, value)| !value.is_empty()),
+        info_labels
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty()),
     );
     let labels = port_labels(device, port);
     if let Some((id, _)) = &port.state {
@@ -775,7 +777,12 @@ mod tests {
             .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
             .map(|(_, labels, value)| {
                 let label = |key: &str| {
-                    labels.iter().find(|(k, _)| *k == key).unwrap().1.to_string()
+                    labels
+                        .iter()
+                        .find(|(k, _)| *k == key)
+                        .unwrap()
+                        .1
+                        .to_string()
                 };
                 let Value::U64(value) = value else {
                     panic!("{value:?}")
@@ -786,7 +793,10 @@ mod tests {
             .collect();
         assert_eq!(
             pause_frames,
-            [("3".into(), "rx".into(), 1200), ("3".into(), "tx".into(), 1200)]
+            [
+                ("3".into(), "rx".into(), 1200),
+                ("3".into(), "tx".into(), 1200)
+            ]
         );
         assert!(!families.contains("rdma_priority_packets_total"));
     }

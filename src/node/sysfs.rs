@@ -364,8 +364,15 @@ impl Walk {
         // Fixed for the device object's lifetime: a kept tree keeps their bytes. Empty is the
         // driver's "none" (soft-RoCE's `fw_ver`), not a failed read.
         let text = |walk: &mut Self, attr: &str| {
-            walk.attr(name, dir, attr, Presence::Optional, Fixed::Yes, parse::text_or_none)
-                .flatten()
+            walk.attr(
+                name,
+                dir,
+                attr,
+                Presence::Optional,
+                Fixed::Yes,
+                parse::text_or_none,
+            )
+            .flatten()
         };
         let mut device = Device {
             name: name.to_string(),

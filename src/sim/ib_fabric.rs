@@ -511,6 +511,7 @@ impl FabricSource for SimIbFabric {
                             enabled_speed: Some(LinkSpeed::Ndr),
                             lid: None,
                             remote: port.remote.clone(),
+                            remote_lid_only: None,
                             // Unconnected ports are not read: the tools would show zeros, and the
                             // demo's Prometheus has enough to do without them.
                             counters: if read && linked {

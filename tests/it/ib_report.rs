@@ -223,6 +223,64 @@ fn built_outputs_a_1x_link_below_enabled_and_a_congested_spine_port() {
     assert_eq!(code, 0);
 }
 
+/// `iblinkinfo -S <guid>` (one switch, default layout) as rdma-core's iblinkinfo.c prints it:
+/// `print_node_header`'s `Switch: 0x%016x %s:` with the description unquoted, then
+/// `print_port`'s `%6d %4d[%2s] ==(%3s %18s %6s/%8s)==>  %6d %4d[%2s] "%s" (%s %s)`, the far
+/// ends by LID only (their nodes are not in the output) and `get_max_msg`'s speed hint last,
+/// against the closing parenthesis. Four HDR-capable ports trained at EDR are degraded links.
+#[test]
+fn one_switch_of_iblinkinfo_with_could_be_hints_has_its_degraded_links() {
+    let mut text = String::from("Switch: 0x7cfe900300a5a2c0 MF0;sw-leaf-07:MQM8700/U1:\n");
+    for port in 1..=4 {
+        let link = format!(
+            "({:>3} {:>18} {:>6}/{:>8})",
+            "4X", "25.78125 Gbps", "Active", "LinkUp"
+        );
+        let far = format!(
+            "{:>6} {:>4}[{:>2}] \"gpu-{port:02} HCA-1\" ({} {})",
+            100 + port,
+            1,
+            "",
+            "",
+            "Could be 53.125 Gbps"
+        );
+        text += &format!("      {:>6} {port:>4}[{:>2}] =={link}==>  {far}\n", 12, "");
+    }
+    let down = format!("({:14}{:>6}/{:>8})", "", "Down", "Polling");
+    text += &format!(
+        "      {:>6} {:>4}[{:>2}] =={down}==>             [  ] \"\" ( )\n",
+        12, 5, ""
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("iblinkinfo-S.txt");
+    std::fs::write(&file, &text).unwrap();
+
+    let (code, json) = report(&[path_str(&file)]);
+    assert_eq!(code, 1, "{text}{json:#}");
+    assert_eq!(
+        (json["switches"].as_u64(), json["links"].as_u64()),
+        (Some(1), Some(4))
+    );
+    let degraded = json["degraded_links"].as_array().unwrap();
+    assert_eq!(degraded.len(), 4, "{json:#}");
+    for (i, d) in degraded.iter().enumerate() {
+        assert_eq!(d["near"]["description"], "MF0;sw-leaf-07:MQM8700/U1");
+        assert_eq!(d["near"]["port"], i + 1);
+        assert_eq!(d["far"]["lid"], 101 + i);
+        assert_eq!(d["far"]["description"], format!("gpu-{:02} HCA-1", i + 1));
+        assert_eq!(
+            (d["speed"].as_str(), d["expected_speed"].as_str()),
+            (Some("EDR"), Some("HDR"))
+        );
+        assert_eq!(d["compared_with"], "enabled");
+    }
+    let (_, stdout, _) = run(&["ib-report", path_str(&file)]);
+    assert!(
+        stdout.contains("<-> \"gpu-01 HCA-1\" LID 101 port 1: 4X EDR, enabled 4X HDR"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn unreadable_and_foreign_files_have_their_own_exit_codes() {
     let dir = tempfile::tempdir().unwrap();

@@ -87,8 +87,10 @@ fn vanished_device_missing_dirs_and_bad_attributes() {
     // A port without counters/ and hw_counters/ is no error: which directories a port has
     // depends on its driver. Its identity is served.
     assert!(
-        !samples.iter().any(|s| s.name == "rdma_exporter_read_errors_total"
-            && s.labels.get("device").map(String::as_str) == Some("qrk_nodirs0")),
+        !samples
+            .iter()
+            .any(|s| s.name == "rdma_exporter_read_errors_total"
+                && s.labels.get("device").map(String::as_str) == Some("qrk_nodirs0")),
         "qrk_nodirs0 has read errors"
     );
     let nodirs = [("device", "qrk_nodirs0"), ("port", "1")];
@@ -229,7 +231,10 @@ fn a_soft_roce_device_is_healthy_without_counters_dir_and_firmware() {
     ];
     let mut files: Vec<(String, String)> = vec![
         (format!("{device}/fw_ver"), "\n".into()),
-        (format!("{device}/node_guid"), "5a6f:45ff:fe12:3401\n".into()),
+        (
+            format!("{device}/node_guid"),
+            "5a6f:45ff:fe12:3401\n".into(),
+        ),
         (format!("{device}/node_type"), "1: CA\n".into()),
         (format!("{device}/parent"), "v0\n".into()),
         (format!("{port}/link_layer"), "Ethernet\n".into()),
@@ -240,7 +245,10 @@ fn a_soft_roce_device_is_healthy_without_counters_dir_and_firmware() {
         (format!("{port}/gid_attrs/ndevs/0"), "v0\n".into()),
     ];
     files.extend(hw_names.iter().map(|(n, v)| (hw(n), format!("{v}\n"))));
-    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
     let link_target = format!("../../{device}");
     write_files(
         dir.path(),

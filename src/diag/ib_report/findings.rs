@@ -49,6 +49,16 @@ impl End {
     }
 
     fn far(port: &IbPort, nodes: &[IbNode]) -> Option<End> {
+        if let Some(r) = &port.remote_lid_only {
+            return Some(End {
+                description: r.description.clone(),
+                guid: None,
+                guid_hex: None,
+                lid: Some(r.lid),
+                port: r.port,
+                kind: None,
+            });
+        }
         let r = port.remote.as_ref()?;
         let lid = nodes
             .binary_search_by_key(&r.guid, |n| n.guid)
@@ -65,15 +75,18 @@ impl End {
         })
     }
 
-    /// The text form: `"desc" 0x… port 5`, or `LID 2052 port 1`.
+    /// The text form: `"desc" 0x… port 5`, or `LID 2052 port 1` (`"desc" LID 2052 port 1`
+    /// where a description is known).
     pub fn text(&self) -> String {
         match &self.guid_hex {
             Some(g) => format!("{:?} {g} port {}", self.description, self.port),
-            None => format!(
-                "LID {} port {}",
-                self.lid.map_or("?".to_owned(), |l| l.to_string()),
-                self.port
-            ),
+            None => {
+                let lid = self.lid.map_or("?".to_owned(), |l| l.to_string());
+                match self.description.as_str() {
+                    "" => format!("LID {lid} port {}", self.port),
+                    description => format!("{description:?} LID {lid} port {}", self.port),
+                }
+            }
         }
     }
 }
@@ -154,7 +167,7 @@ pub fn find(merged: &Merged, congestion_ratio: f64) -> Findings {
         nodes
             .iter()
             .flat_map(|n| n.ports.iter())
-            .filter(|p| p.remote.is_some())
+            .filter(|p| p.remote.is_some() || p.remote_lid_only.is_some())
     };
     let common_width: Option<LinkWidth> = mode(linked().filter_map(|p| p.active_width));
     let common_speed: Option<LinkSpeed> = mode(linked().filter_map(|p| p.active_speed));
@@ -188,6 +201,11 @@ pub fn find(merged: &Merged, congestion_ratio: f64) -> Findings {
                         out.degraded_links.push(d);
                     }
                 }
+            } else if port.remote_lid_only.is_some() {
+                // The far node is not in the output (a partial scan): the near end's own
+                // enabled width and speed still tell whether the link trained below them.
+                let d = degraded(node, port, None, far.clone(), common_width, common_speed);
+                out.degraded_links.extend(d);
             }
             check_counters(
                 &mut out,

@@ -39,6 +39,12 @@ impl Report {
         for node in nodes {
             ends += node.ports.iter().filter(|p| p.remote.is_some()).count();
         }
+        // A far end known by LID only is not in the output: its link has one end here.
+        let lid_only = nodes
+            .iter()
+            .flat_map(|n| n.ports.iter())
+            .filter(|p| p.remote_lid_only.is_some())
+            .count();
         // A link known from one end only is still one link: count ends whose far node is
         // absent once, the others twice (then halve).
         let one_sided = nodes
@@ -69,7 +75,7 @@ impl Report {
             switches: count(NodeKind::Switch),
             hcas: count(NodeKind::Hca),
             routers: count(NodeKind::Router),
-            links: (ends + one_sided) / 2,
+            links: (ends + one_sided) / 2 + lid_only,
             unplaced_counter_blocks: merged.unplaced.len(),
             findings,
             exit_code,

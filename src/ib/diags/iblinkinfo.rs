@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use super::nodes::Nodes;
 use super::{words, NotThisTool};
 use crate::ib::model::{
-    Guid, IbNode, IbPort, LinkSpeed, LinkWidth, NodeKind, PhysState, PortState, RemoteEnd,
+    Guid, IbNode, IbPort, LidOnlyRemote, LinkSpeed, LinkWidth, NodeKind, PhysState, PortState,
+    RemoteEnd,
 };
 
 /// One port line.
@@ -131,7 +132,11 @@ pub fn parse_row(line: &str) -> Option<LinkRow> {
         let Some(first) = ws.next() else { continue };
         if let Some(w) = words::width(first) {
             row.could_be_width = Some(w);
-        } else if ws.next().is_some_and(|u| u.eq_ignore_ascii_case("Gbps")) {
+        } else if ws
+            .next()
+            // iblinkinfo prints `(%s %s)`: the speed hint, last, meets the parenthesis.
+            .is_some_and(|u| u.trim_end_matches(')').eq_ignore_ascii_case("Gbps"))
+        {
             row.could_be_speed = words::speed_lane_gbps(first);
         }
     }
@@ -266,8 +271,14 @@ fn assemble(rows: Vec<(Option<Header>, LinkRow)>) -> LinkInfo {
         match far {
             Some(far) => nodes.link(near, port, far),
             None => {
-                if row.remote.is_some() {
+                let mut port = port;
+                if let Some(remote) = &row.remote {
                     unresolved += 1;
+                    port.remote_lid_only = remote.lid.map(|lid| LidOnlyRemote {
+                        lid,
+                        port: remote.port,
+                        description: remote.description.clone(),
+                    });
                 }
                 nodes.merge_port(who.guid, who.kind, &who.description, port);
             }

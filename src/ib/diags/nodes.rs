@@ -120,5 +120,10 @@ fn fill(slot: &mut IbPort, port: IbPort) {
     if slot.remote.is_none() {
         slot.remote = port.remote;
     }
+    if slot.remote.is_some() {
+        slot.remote_lid_only = None;
+    } else if slot.remote_lid_only.is_none() {
+        slot.remote_lid_only = port.remote_lid_only;
+    }
     slot.counters.extend(port.counters);
 }
