@@ -406,12 +406,34 @@ fn exit_codes_for_healthy_slow_wrong_truncated_unreadable_and_foreign_input() {
             std::fs::read_to_string(&slow).unwrap()
         ),
     );
-    let (code, _, stderr) = nccl_tests(&[path_str(&twice), rate[0], rate[1]]);
-    assert_eq!(code, 2);
-    assert!(
-        stderr.contains("a second nccl-tests run starts here"),
-        "{stderr}"
+    // Two runs in one file (the same test with a setting off, then on): each is judged, and
+    // the exit code is the worse one's.
+    let (code, report) = json(&[path_str(&twice), rate[0], rate[1]]);
+    assert_eq!(code, 1, "{report:#}");
+    let runs = report["runs"].as_array().expect("runs");
+    let verdicts: Vec<&str> = runs
+        .iter()
+        .map(|r| r["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["healthy", "below_expectation"]);
+    assert_eq!(
+        (
+            runs[0]["rows"].as_array().unwrap().len(),
+            runs[1]["hosts"].as_array().unwrap().len()
+        ),
+        (3, 4)
     );
+    assert!(
+        runs[1]["input"]
+            .as_str()
+            .unwrap()
+            .ends_with("run 2 of 2 (line 35)"),
+        "{report:#}"
+    );
+    let (code, stdout, _) = nccl_tests(&[path_str(&twice), rate[0], rate[1]]);
+    assert_eq!(code, 1);
+    assert_eq!(stdout.matches("verdict: ").count(), 2, "{stdout}");
+    assert!(stdout.contains("2 runs, exit 1"), "{stdout}");
 
     // An NCCL_DEBUG log is NCCL's, not nccl-tests' output.
     let nccl_log = fixture("nccl/roce.log");

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use crate::diag::OutputFormat;
 
 pub use line_rate::LineRate;
-pub use parse::{parse, ParseError, Run};
+pub use parse::{parse, parse_runs, ParseError, Run};
 pub use verdict::{judge, Judgement, Verdict};
 
 /// Exit codes: 0 healthy or not judged, 1 below expectation, data errors or an unfinished run
@@ -121,31 +121,54 @@ pub fn main(args: &NcclTestsArgs) -> ExitCode {
         }
     };
     let text = String::from_utf8_lossy(&bytes);
-    let run = match parse(&text) {
-        Ok(run) => run,
-        Err(e @ ParseError::NotNcclTests) => {
+    let runs = match parse_runs(&text) {
+        Ok(runs) => runs,
+        Err(e) => {
             eprintln!("error: {name}: {e}");
-            return ExitCode::from(EXIT_NOT_NCCL_TESTS);
+            return ExitCode::from(match e {
+                ParseError::NotNcclTests => EXIT_NOT_NCCL_TESTS,
+                ParseError::SeveralRuns { .. } => EXIT_UNREADABLE,
+            });
         }
-        Err(e @ ParseError::SeveralRuns { .. }) => {
-            eprintln!("error: {name}: {e}");
+    };
+    // Each run is judged on its own, under its own name when the input holds several.
+    let names: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (line, _))| match runs.len() {
+            1 => name.clone(),
+            n => format!("{name}, run {} of {n} (line {line})", i + 1),
+        })
+        .collect();
+    let judged: Vec<(Option<LineRate>, Judgement)> = runs
+        .iter()
+        .map(|(_, run)| {
+            let rate = line_rate(args, run);
+            let judgement = judge(run, rate.as_ref(), args.min_fraction);
+            (rate, judgement)
+        })
+        .collect();
+    let reports: Vec<report::Report> = runs
+        .iter()
+        .zip(&judged)
+        .zip(&names)
+        .map(|(((_, run), (rate, judgement)), name)| {
+            report::Report::new(name, run, rate.as_ref(), judgement)
+        })
+        .collect();
+    let several = report::Runs::new(&name, reports);
+    let encoded = match args.output {
+        OutputFormat::Text => Ok(several.text()),
+        OutputFormat::Json => several.json().map(|json| json + "\n"),
+    };
+    let out = match encoded {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("error: encoding JSON: {e}");
             return ExitCode::from(EXIT_UNREADABLE);
         }
     };
-    let rate = line_rate(args, &run);
-    let judgement = judge(&run, rate.as_ref(), args.min_fraction);
-    let report = report::Report::new(&name, &run, rate.as_ref(), &judgement);
-    let out = match args.output {
-        OutputFormat::Text => report.text(),
-        OutputFormat::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => json + "\n",
-            Err(e) => {
-                eprintln!("error: encoding JSON: {e}");
-                return ExitCode::from(EXIT_UNREADABLE);
-            }
-        },
-    };
     // A closed pipe (`... | head`) is the reader's choice, not a failure to report.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
-    ExitCode::from(report.exit_code)
+    ExitCode::from(several.exit_code)
 }

@@ -224,6 +224,37 @@ pub fn parse(text: &str) -> Result<Run, ParseError> {
     state.finish()
 }
 
+/// Every run of the text with the line it starts at, in order. A file may hold several: the
+/// same test run with a setting off and then on, one after the other, or the whole output of
+/// each process of a build without MPI=1. A run ends where the next one starts (the line
+/// [`parse`] refuses as a second run), and each is read on its own.
+pub fn parse_runs(text: &str) -> Result<Vec<(usize, Run)>, ParseError> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut runs = Vec::new();
+    let mut from = 0;
+    loop {
+        let mut state = State::default();
+        let mut next = None;
+        for (index, raw) in lines.iter().enumerate().skip(from) {
+            match state.line(index + 1, strip_label(raw)) {
+                Ok(()) => {}
+                // A fresh state never refuses its first line, so `from` always moves on.
+                Err(ParseError::SeveralRuns { second_line, .. }) => {
+                    next = Some(second_line - 1);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let first_line = state.first_line.unwrap_or(from + 1);
+        runs.push((first_line, state.finish()?));
+        match next {
+            Some(line) => from = line,
+            None => return Ok(runs),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     run: Run,
@@ -798,6 +829,23 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
             parse(&format!("{table}\n{table}\n")),
             Err(ParseError::SeveralRuns { .. })
         ));
+    }
+
+    #[test]
+    fn each_run_of_a_file_of_several_is_read_on_its_own() {
+        let runs = parse_runs(&format!("{CURRENT}echo next\n{CURRENT}")).unwrap();
+        let starts: Vec<usize> = runs.iter().map(|(line, _)| *line).collect();
+        assert_eq!(starts, [1, 20]);
+        let alone = parse(CURRENT).unwrap();
+        for (_, run) in &runs {
+            assert_eq!(
+                (run.rows.len(), &run.footer, &run.devices),
+                (alone.rows.len(), &alone.footer, &alone.devices)
+            );
+        }
+        // One run is one run; no run is no nccl-tests output.
+        assert_eq!(parse_runs(CURRENT).unwrap().len(), 1);
+        assert_eq!(parse_runs("hello\n"), Err(ParseError::NotNcclTests));
     }
 
     #[test]

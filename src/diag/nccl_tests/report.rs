@@ -171,3 +171,46 @@ impl<'a> Report<'a> {
         out
     }
 }
+
+/// The reports of every run of one input. One run prints as before (its report is the whole
+/// JSON document); several print one after the other, and in JSON as
+/// `{"input", "exit_code", "runs": [...]}`. The exit code is the worst run's.
+#[derive(Debug, Serialize)]
+pub struct Runs<'a> {
+    pub input: &'a str,
+    pub exit_code: u8,
+    pub runs: Vec<Report<'a>>,
+}
+
+impl<'a> Runs<'a> {
+    pub fn new(input: &'a str, runs: Vec<Report<'a>>) -> Runs<'a> {
+        let exit_code = runs.iter().map(|r| r.exit_code).max().unwrap_or(0);
+        Runs {
+            input,
+            exit_code,
+            runs,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let texts: Vec<String> = self.runs.iter().map(Report::text).collect();
+        let mut out = texts.join("\n");
+        if self.runs.len() > 1 {
+            let _ = writeln!(
+                out,
+                "\n{}: {} runs, exit {} (the worst run's)",
+                self.input,
+                self.runs.len(),
+                self.exit_code
+            );
+        }
+        out
+    }
+
+    pub fn json(&self) -> Result<String, serde_json::Error> {
+        match self.runs.as_slice() {
+            [one] => serde_json::to_string_pretty(one),
+            _ => serde_json::to_string_pretty(self),
+        }
+    }
+}
