@@ -13,11 +13,11 @@ use serde_yaml::{Mapping, Value};
 
 const KUBERNETES_VERSION: &str = "1.31.0";
 
-fn kube_dir() -> PathBuf {
+pub(crate) fn kube_dir() -> PathBuf {
     project_root().join("deploy/kubernetes")
 }
 
-fn read_yaml_documents(path: &Path) -> Vec<Value> {
+pub(crate) fn read_yaml_documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_yaml::Deserializer::from_str(&text)
         .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
@@ -55,7 +55,7 @@ fn labels(component: &str, extra: &[(&str, &str)]) -> Value {
 }
 
 /// The PrometheusRule: the groups of `alerts/rdma-rules.yml` then `alerts/rdma-alerts.yml`.
-fn prometheus_rule() -> Value {
+pub(crate) fn prometheus_rule() -> Value {
     let mut groups = Vec::new();
     for file in ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"] {
         let doc = &read_yaml_documents(&project_root().join(file))[0];
@@ -79,7 +79,7 @@ fn prometheus_rule() -> Value {
 }
 
 /// One ConfigMap with every dashboard, labelled for the Grafana sidecar.
-fn dashboards_config_map() -> Value {
+pub(crate) fn dashboards_config_map() -> Value {
     let mut files: Vec<PathBuf> = std::fs::read_dir(project_root().join("dashboards"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -164,7 +164,7 @@ fn render_with_kubectl(kustomization_dir: &Path) -> Option<Vec<Value>> {
 
 /// What kustomize does with these kustomizations (resources, and the namespace set on every
 /// namespaced object), for machines without kubectl.
-fn render(kustomization_dir: &Path) -> Vec<Value> {
+pub(crate) fn render(kustomization_dir: &Path) -> Vec<Value> {
     let kustomization = &read_yaml_documents(&kustomization_dir.join("kustomization.yaml"))[0];
     let namespace = kustomization["namespace"].as_str().map(str::to_string);
     let mut objects = Vec::new();
@@ -205,7 +205,7 @@ fn kubernetes_validate() -> String {
 
 /// Validates every core object with kubernetes-validate (strict), and the prometheus-operator
 /// objects (not in its schema set) by their required fields.
-fn validate(objects: &[Value], dir: &Path) {
+pub(crate) fn validate(objects: &[Value], dir: &Path) {
     let mut core = String::new();
     for object in objects {
         let kind = object["kind"].as_str().unwrap();
@@ -243,6 +243,12 @@ fn check_operator_object(kind: &str, object: &Value) {
         "ServiceMonitor" => {
             assert!(spec["selector"]["matchLabels"].is_mapping());
             for endpoint in spec["endpoints"].as_sequence().unwrap() {
+                assert_eq!(endpoint["port"], "metrics");
+            }
+        }
+        "PodMonitor" => {
+            assert!(spec["selector"]["matchLabels"].is_mapping());
+            for endpoint in spec["podMetricsEndpoints"].as_sequence().unwrap() {
                 assert_eq!(endpoint["port"], "metrics");
             }
         }

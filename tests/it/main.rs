@@ -23,6 +23,7 @@ mod ethtool_netns;
 mod exclusion;
 mod fuzz_regressions;
 mod golden;
+mod helm;
 mod hostile_peers;
 mod hot_unplug;
 mod http;

@@ -1,0 +1,761 @@
+//! The Helm chart (`deploy/helm/rdma-fabric-exporter`): `helm lint` and `helm template` of the
+//! defaults and of every value file in its `ci/` directory, each rendered set validated as the
+//! kustomize objects are (kubernetes-validate; the prometheus-operator objects by shape); the
+//! defaults render what `deploy/kubernetes` applies, the sharded and pod-attribution values
+//! what their overlays apply; a values typo fails; the alerts and dashboards in the chart are
+//! `alerts/` and `dashboards/` (`UPDATE_DEPLOY=1` copies them in).
+//!
+//! Helm: `$HELM`, else `/opt/helm/bin/helm` (where `scripts/test` installs it), else `helm` on
+//! the PATH.
+
+use crate::common;
+use crate::deploy;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::project_root;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+const NAMESPACE: &str = "rdma-monitoring";
+/// With this release name the chart's objects are named as the kustomize ones.
+const RELEASE: &str = "rdma";
+
+fn chart_dir() -> PathBuf {
+    project_root().join("deploy/helm/rdma-fabric-exporter")
+}
+
+fn helm() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("HELM").map(PathBuf::from),
+        Some(PathBuf::from("/opt/helm/bin/helm")),
+        Some(PathBuf::from("helm")),
+    ];
+    candidates.into_iter().flatten().find(|helm| {
+        Command::new(helm)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Helm, or the test is skipped (fails under CI): `return` when this gives None.
+fn helm_or_skip() -> Option<PathBuf> {
+    let helm = helm();
+    if helm.is_none() {
+        common::skip_or_fail("helm not installed (scripts/test installs it into /opt/helm/bin)");
+    }
+    helm
+}
+
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `helm template RELEASE CHART -n NAMESPACE -f FILE... --set S...`: the objects, or helm's
+/// error.
+fn template(helm: &Path, values: &[PathBuf], sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut command = Command::new(helm);
+    command
+        .args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE]);
+    for file in values {
+        command.arg("--values").arg(file);
+    }
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let out = command.output().unwrap();
+    if !out.status.success() {
+        return Err(output_text(&out));
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{e}\n{text}")))
+        .filter(|v| !v.is_null())
+        .collect())
+}
+
+fn ci_values(name: &str) -> PathBuf {
+    chart_dir().join("ci").join(name)
+}
+
+/// Every value file the chart's tests render (`ci/*.yaml`), sorted.
+fn all_ci_values() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("ci"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {:?}", kinds_and_names(objects)))
+}
+
+fn kinds_and_names(objects: &[Value]) -> Vec<String> {
+    let mut ids: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_sequence()
+        .map(|s| s.iter().map(|v| v.as_str().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+fn remove(value: &mut Value, key: &str) {
+    if let Some(map) = value.as_mapping_mut() {
+        map.remove(key);
+    }
+}
+
+/// Whether `selector` (matchLabels or a Service's selector) selects pods labelled `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let selector = selector.as_mapping().expect("a selector");
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// What an object is made of, without what the chart adds for Helm's own bookkeeping (labels,
+/// annotations, selectors with the release, pull policy): kind, name, and the spec (data of a
+/// ConfigMap, the parsed config of the poller's Secret).
+fn essential(object: &Value) -> (String, String, Value) {
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let mut body = match kind.as_str() {
+        "ConfigMap" => object["data"].clone(),
+        "ServiceAccount" => object["automountServiceAccountToken"].clone(),
+        "Secret" => {
+            let mut data = object["stringData"].clone();
+            let config: Value =
+                serde_yaml::from_str(data["config.yml"].as_str().unwrap_or("null")).unwrap();
+            data["config.yml"] = config;
+            data
+        }
+        _ => object["spec"].clone(),
+    };
+    match kind.as_str() {
+        "DaemonSet" | "Deployment" | "StatefulSet" => {
+            remove(&mut body, "selector");
+            remove(&mut body["template"], "metadata");
+            for container in body["template"]["spec"]["containers"]
+                .as_sequence_mut()
+                .unwrap()
+            {
+                remove(container, "imagePullPolicy");
+            }
+        }
+        "Service" | "ServiceMonitor" | "PodMonitor" => remove(&mut body, "selector"),
+        _ => {}
+    }
+    (kind, name, body)
+}
+
+/// The chart's names for the two objects the kustomization names after the project.
+fn kustomize_name(kind: &str, chart_name: &str) -> String {
+    match (kind, chart_name) {
+        ("PrometheusRule", "rdma-rules") => "rdma-fabric-exporter".into(),
+        ("ConfigMap", "rdma-dashboards") => "rdma-fabric-exporter-dashboards".into(),
+        _ => chart_name.into(),
+    }
+}
+
+/// The chart's objects equal the kustomization's, essential part by essential part (the
+/// kustomization's Namespace aside: Helm installs into one).
+fn assert_same_objects(chart: &[Value], kustomization: &Path) {
+    let from_kustomize: BTreeMap<(String, String), Value> = deploy::render(kustomization)
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .map(|o| {
+            let (kind, name, body) = essential(o);
+            ((kind, name), body)
+        })
+        .collect();
+    let from_chart: BTreeMap<(String, String), Value> = chart
+        .iter()
+        .map(|o| {
+            let (kind, name, body) = essential(o);
+            let name = kustomize_name(&kind, &name);
+            ((kind, name), body)
+        })
+        .collect();
+    assert_eq!(
+        from_chart.keys().collect::<Vec<_>>(),
+        from_kustomize.keys().collect::<Vec<_>>(),
+        "{}",
+        kustomization.display()
+    );
+    for (key, expected) in &from_kustomize {
+        let got = &from_chart[key];
+        assert!(
+            got == expected,
+            "{key:?} differs from {}:\nchart:\n{}\nkustomize:\n{}",
+            kustomization.display(),
+            serde_yaml::to_string(got).unwrap(),
+            serde_yaml::to_string(expected).unwrap()
+        );
+    }
+}
+
+/// Every object of one release: in the namespace, labelled as Helm's, each workload selecting
+/// its own pods, each Service and monitor selecting a workload's pods.
+fn assert_consistent(objects: &[Value], what: &str) {
+    let mut pod_labels = Vec::new();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap();
+        let metadata = &object["metadata"];
+        assert!(
+            metadata["name"].is_string(),
+            "{what}: {kind} without a name"
+        );
+        assert_eq!(
+            metadata["labels"]["app.kubernetes.io/managed-by"], "Helm",
+            "{what}: {kind}"
+        );
+        if matches!(kind, "DaemonSet" | "Deployment" | "StatefulSet") {
+            let labels = &object["spec"]["template"]["metadata"]["labels"];
+            assert!(
+                selects(&object["spec"]["selector"]["matchLabels"], labels),
+                "{what}: {kind} {:?} does not select its pods",
+                metadata["name"]
+            );
+            pod_labels.push(labels.clone());
+        }
+    }
+    for object in objects {
+        let selector = match object["kind"].as_str().unwrap() {
+            "Service" => &object["spec"]["selector"],
+            "ServiceMonitor" | "PodMonitor" => &object["spec"]["selector"]["matchLabels"],
+            _ => continue,
+        };
+        assert!(
+            pod_labels.iter().any(|labels| selects(selector, labels)),
+            "{what}: {:?} {:?} selects no pod of the release",
+            object["kind"],
+            object["metadata"]["name"]
+        );
+    }
+}
+
+fn kubernetes_validate_installed() -> bool {
+    let program = std::env::var("KUBERNETES_VALIDATE")
+        .unwrap_or_else(|_| "/opt/kubernetes-validate/bin/kubernetes-validate".into());
+    Command::new(program).arg("--version").output().is_ok()
+}
+
+/// The chart's copies of the rule files and dashboards equal the originals (`UPDATE_DEPLOY=1`
+/// copies them): Helm reads no file outside the chart.
+#[test]
+fn the_charts_alerts_and_dashboards_are_the_projects() {
+    let mut expected = Vec::new();
+    for file in ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"] {
+        expected.push(file.to_string());
+    }
+    let mut dashboards: Vec<String> = std::fs::read_dir(project_root().join("dashboards"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".json"))
+        .map(|name| format!("dashboards/{name}"))
+        .collect();
+    dashboards.sort();
+    assert!(dashboards.len() >= 3, "{dashboards:?}");
+    expected.extend(dashboards);
+    let files = chart_dir().join("files");
+    let update = std::env::var_os("UPDATE_DEPLOY").is_some();
+    if update {
+        for dir in ["alerts", "dashboards"] {
+            let _ = std::fs::remove_dir_all(files.join(dir));
+            std::fs::create_dir_all(files.join(dir)).unwrap();
+        }
+    }
+    for file in &expected {
+        let original = std::fs::read(project_root().join(file)).unwrap();
+        let copy = files.join(file);
+        if update {
+            std::fs::write(&copy, &original).unwrap();
+        }
+        assert!(
+            std::fs::read(&copy).is_ok_and(|c| c == original),
+            "{} differs from {file}: run UPDATE_DEPLOY=1 cargo test --test it helm::",
+            copy.display()
+        );
+    }
+    // And nothing else: a dashboard removed from dashboards/ leaves the chart too.
+    let mut in_chart = Vec::new();
+    for dir in ["alerts", "dashboards"] {
+        for entry in std::fs::read_dir(files.join(dir)).unwrap() {
+            in_chart.push(format!(
+                "{dir}/{}",
+                entry.unwrap().file_name().to_string_lossy()
+            ));
+        }
+    }
+    in_chart.sort();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(
+        in_chart,
+        expected_sorted,
+        "stale files in {}: run UPDATE_DEPLOY=1 cargo test --test it helm::",
+        files.display()
+    );
+}
+
+#[test]
+fn helm_lint_passes_for_the_defaults_and_every_ci_values_file() {
+    let Some(helm) = helm_or_skip() else { return };
+    let mut cases = vec![None];
+    cases.extend(all_ci_values().into_iter().map(Some));
+    assert!(cases.len() >= 7, "{cases:?}");
+    for values in cases {
+        let mut command = Command::new(&helm);
+        command.args(["lint", "--strict"]).arg(chart_dir());
+        if let Some(values) = &values {
+            command.arg("--values").arg(values);
+        }
+        let out = command.output().unwrap();
+        let text = output_text(&out);
+        assert!(out.status.success(), "{values:?}: {text}");
+        assert!(text.contains("0 chart(s) failed"), "{values:?}: {text}");
+    }
+}
+
+/// Each value file renders, and what it renders validates against the pinned Kubernetes schema.
+#[test]
+fn every_values_file_renders_objects_that_validate() {
+    let Some(helm) = helm_or_skip() else { return };
+    if !kubernetes_validate_installed() {
+        return common::skip_or_fail(
+            "kubernetes-validate not installed (scripts/test installs it into /opt/kubernetes-validate)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases = vec![("defaults".to_string(), Vec::new())];
+    for file in all_ci_values() {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        cases.push((name, vec![file]));
+    }
+    for (name, values) in cases {
+        let objects = template(&helm, &values, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            objects.len() >= 3,
+            "{name}: {:?}",
+            kinds_and_names(&objects)
+        );
+        assert_consistent(&objects, &name);
+        for object in &objects {
+            assert_eq!(
+                object["metadata"]["namespace"].as_str(),
+                Some(
+                    if name == "existing-secret-values.yaml" && object["kind"] == "ConfigMap" {
+                        "grafana"
+                    } else {
+                        NAMESPACE
+                    }
+                ),
+                "{name}: {:?}",
+                object["metadata"]["name"]
+            );
+        }
+        deploy::validate(&objects, dir.path());
+    }
+}
+
+#[test]
+fn the_defaults_render_what_the_kustomization_applies() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[], &[]).unwrap();
+    assert_same_objects(&objects, &deploy::kube_dir());
+    // The rule groups are alerts/'s, in the same order, as in the kustomize PrometheusRule.
+    let rule = find(&objects, "PrometheusRule", "rdma-rules");
+    assert_eq!(rule["spec"], deploy::prometheus_rule()["spec"]);
+    assert_eq!(rule["metadata"]["labels"]["role"], "alert-rules");
+    let dashboards = find(&objects, "ConfigMap", "rdma-dashboards");
+    assert_eq!(dashboards["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(dashboards["data"], deploy::dashboards_config_map()["data"]);
+}
+
+#[test]
+fn the_sharded_values_render_the_sharded_overlay() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("sharded-poller-values.yaml")], &[]).unwrap();
+    assert_same_objects(
+        &objects,
+        &deploy::kube_dir().join("overlays/sharded-switch-poller"),
+    );
+    // Three replicas: three Probes, buckets 0..3 of modulus 3, each to its replica.
+    let objects = template(
+        &helm,
+        &[ci_values("sharded-poller-values.yaml")],
+        &["switchPoller.shards=3"],
+    )
+    .unwrap();
+    let poller = find(&objects, "StatefulSet", "rdma-switch-poller");
+    assert_eq!(poller["spec"]["replicas"], 3);
+    let args = strings(&poller["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.contains(&"--switch.shard=$(SHARD_INDEX)/3"),
+        "{args:?}"
+    );
+    let mut buckets = Vec::new();
+    for probe in objects.iter().filter(|o| o["kind"] == "Probe") {
+        let rules = &probe["spec"]["targets"]["staticConfig"]["relabelingConfigs"];
+        assert_eq!(rules[0]["action"], "hashmod");
+        assert_eq!(rules[0]["modulus"], 3);
+        let bucket = rules[1]["regex"].as_str().unwrap().to_string();
+        assert_eq!(
+            probe["spec"]["prober"]["url"],
+            format!("rdma-switch-poller-{bucket}.rdma-switch-poller-shards.{NAMESPACE}.svc:9866")
+                .as_str()
+        );
+        buckets.push(bucket);
+    }
+    assert_eq!(buckets, ["0", "1", "2"]);
+}
+
+/// Pod attribution is one value: the DaemonSet is the overlay's, and the agent is scraped by a
+/// PodMonitor with the ServiceMonitor's two endpoints.
+#[test]
+fn pod_attribution_is_one_value_and_renders_the_overlays_daemonset() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("pod-attribution-values.yaml")], &[]).unwrap();
+    let overlay = deploy::render(&deploy::kube_dir().join("overlays/pod-attribution"));
+    let expected = overlay.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let daemonset = find(&objects, "DaemonSet", "rdma-node-agent");
+    assert_eq!(essential(daemonset), essential(expected));
+    assert!(!objects.iter().any(|o| o["kind"] == "ServiceMonitor"));
+    let monitor = find(&objects, "PodMonitor", "rdma-node-agent");
+    let endpoints = monitor["spec"]["podMetricsEndpoints"]
+        .as_sequence()
+        .unwrap();
+    let jobs: Vec<&Value> = endpoints
+        .iter()
+        .map(|e| &e["relabelings"][1]["replacement"])
+        .collect();
+    assert_eq!(jobs, ["rdma-node", "rdma-node-fast"]);
+    assert!(selects(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &daemonset["spec"]["template"]["metadata"]["labels"]
+    ));
+}
+
+#[test]
+fn without_the_operator_no_custom_resource_and_pods_carry_scrape_annotations() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("without-operator-values.yaml")], &[]).unwrap();
+    assert!(
+        objects
+            .iter()
+            .all(|o| o["apiVersion"] != "monitoring.coreos.com/v1"),
+        "{:?}",
+        kinds_and_names(&objects)
+    );
+    let workloads: Vec<&Value> = objects
+        .iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("DaemonSet" | "Deployment")))
+        .collect();
+    assert_eq!(workloads.len(), 3);
+    for workload in workloads {
+        let annotations = &workload["spec"]["template"]["metadata"]["annotations"];
+        assert_eq!(annotations["prometheus.io/scrape"], "true", "{workload:?}");
+        assert_eq!(annotations["prometheus.io/port"], "9866");
+        assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    }
+    // With the operator (the defaults), no pod asks to be scraped twice.
+    for object in template(&helm, &[], &[]).unwrap() {
+        assert!(
+            object["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"].is_null()
+        );
+    }
+}
+
+#[test]
+fn the_ib_fabric_values_render_one_scanner_per_shard() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("ib-fabric-values.yaml")], &[]).unwrap();
+    let scanners: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .collect();
+    assert_eq!(scanners.len(), 3, "{:?}", kinds_and_names(&objects));
+    let mut selectors = Vec::new();
+    for (index, scanner) in scanners.iter().enumerate() {
+        assert_eq!(
+            scanner["metadata"]["name"],
+            format!("rdma-ib-fabric-{index}").as_str()
+        );
+        assert_eq!(scanner["spec"]["replicas"], 1);
+        assert_eq!(scanner["spec"]["strategy"]["type"], "Recreate");
+        let pod = &scanner["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["nodeSelector"]["rdma.example.org/ib-fabric-scanner"],
+            "subnet-b"
+        );
+        let container = &pod["containers"][0];
+        let args = strings(&container["args"]);
+        assert!(
+            args.contains(&format!("--collector.ib_fabric.shard={index}/3").as_str()),
+            "{args:?}"
+        );
+        assert_eq!(args.last(), Some(&"--collector.ib_fabric.errors-only"));
+        assert_eq!(
+            container["resources"]["limits"]["rdma/hca_shared_devices_b"],
+            "1"
+        );
+        assert_eq!(
+            strings(&container["securityContext"]["capabilities"]["add"]),
+            ["IPC_LOCK"]
+        );
+        selectors.push(scanner["spec"]["selector"]["matchLabels"].clone());
+    }
+    // Each Deployment owns its own pods only.
+    for (i, selector) in selectors.iter().enumerate() {
+        for (j, scanner) in scanners.iter().enumerate() {
+            assert_eq!(
+                selects(selector, &scanner["spec"]["template"]["metadata"]["labels"]),
+                i == j
+            );
+        }
+    }
+    let monitor = find(&objects, "PodMonitor", "rdma-ib-fabric");
+    for scanner in &scanners {
+        assert!(selects(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &scanner["spec"]["template"]["metadata"]["labels"]
+        ));
+    }
+}
+
+/// TLS and basic auth: the web config names the mounted certificate files, every component
+/// runs with it, probes stop asking /healthz (it wants credentials), monitors scrape https.
+#[test]
+fn the_tls_values_serve_https_with_basic_auth_everywhere() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("tls-values.yaml")], &[]).unwrap();
+    let secret = find(&objects, "Secret", "rdma-web-config");
+    let web: Value =
+        serde_yaml::from_str(secret["stringData"]["web.yml"].as_str().unwrap()).unwrap();
+    let tls = &web["tls_server_config"];
+    assert_eq!(tls["cert_file"], "/etc/rdma-fabric-exporter-tls/tls.crt");
+    assert_eq!(tls["key_file"], "/etc/rdma-fabric-exporter-tls/tls.key");
+    assert_eq!(
+        tls["client_ca_file"],
+        "/etc/rdma-fabric-exporter-tls/ca.crt"
+    );
+    assert_eq!(tls["client_auth_type"], "RequireAndVerifyClientCert");
+    assert_eq!(tls["min_version"], "TLS13");
+    assert!(web["basic_auth_users"]["prometheus"]
+        .as_str()
+        .unwrap()
+        .starts_with("$2y$"));
+    let mut workloads = 0;
+    for object in &objects {
+        if !matches!(object["kind"].as_str(), Some("DaemonSet" | "Deployment")) {
+            continue;
+        }
+        workloads += 1;
+        let pod = &object["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let args = strings(&container["args"]);
+        assert!(
+            args.contains(&"--web.config.file=/etc/rdma-fabric-exporter-web/web.yml"),
+            "{args:?}"
+        );
+        let mounts = container["volumeMounts"].as_sequence().unwrap();
+        for (volume, path) in [
+            ("web-config", "/etc/rdma-fabric-exporter-web"),
+            ("web-tls", "/etc/rdma-fabric-exporter-tls"),
+        ] {
+            assert!(
+                mounts.iter().any(|m| m["name"] == volume
+                    && m["mountPath"] == path
+                    && m["readOnly"] == true),
+                "{mounts:?}"
+            );
+        }
+        let secrets: Vec<&Value> = pod["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| &v["secret"]["secretName"])
+            .collect();
+        assert!(secrets.contains(&&Value::from("rdma-web-config")));
+        assert!(secrets.contains(&&Value::from("rdma-exporter-tls")));
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(container[probe]["tcpSocket"]["port"], "metrics");
+            assert!(container[probe]["httpGet"].is_null());
+        }
+    }
+    assert_eq!(workloads, 3);
+    for object in &objects {
+        let endpoints = match object["kind"].as_str() {
+            Some("ServiceMonitor") => &object["spec"]["endpoints"],
+            Some("PodMonitor") => &object["spec"]["podMetricsEndpoints"],
+            _ => continue,
+        };
+        for endpoint in endpoints.as_sequence().unwrap() {
+            assert_eq!(endpoint["scheme"], "https", "{object:?}");
+        }
+    }
+    let agent_monitor = find(&objects, "ServiceMonitor", "rdma-node-agent");
+    assert_eq!(
+        agent_monitor["spec"]["endpoints"][0]["basicAuth"]["username"]["name"],
+        "rdma-exporter-scrape"
+    );
+    let probe = find(&objects, "Probe", "rdma-switches");
+    assert_eq!(probe["spec"]["prober"]["scheme"], "https");
+    assert!(probe["spec"]["basicAuth"].is_mapping());
+
+    // TLS without naming its Secret is refused at render time.
+    let error = template(&helm, &[], &["web.tls.enabled=true"]).unwrap_err();
+    assert!(error.contains("web.tls.secretName"), "{error}");
+}
+
+/// The operator's own Secret, image by digest, pull secrets, extra args and volumes.
+#[test]
+fn the_existing_secret_values_use_the_operators_secret_and_image() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("existing-secret-values.yaml")], &[]).unwrap();
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "Secret"),
+        "no credentials rendered from values"
+    );
+    let poller = find(&objects, "Deployment", "fabric-switch-poller");
+    let pod = &poller["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "switch-credentials"
+    );
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "registry-example-org");
+    let image = pod["containers"][0]["image"].as_str().unwrap();
+    assert_eq!(
+        image,
+        "registry.example.org/mirror/rdma-fabric-exporter@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    assert_eq!(pod["containers"][0]["imagePullPolicy"], "Always");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    let probe = find(&objects, "Probe", "fabric-switches");
+    assert_eq!(
+        strings(&probe["spec"]["targets"]["staticConfig"]["static"]),
+        ["leaf1", "leaf2", "spine1"]
+    );
+    assert_eq!(
+        probe["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let agent = find(&objects, "DaemonSet", "fabric-node-agent");
+    assert_eq!(agent["metadata"]["labels"]["team"], "network");
+    assert_eq!(agent["spec"]["updateStrategy"]["type"], "OnDelete");
+    let pod = &agent["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "rdma-agent");
+    assert_eq!(pod["priorityClassName"], "rdma-critical");
+    assert_eq!(
+        pod["nodeSelector"]["node.kubernetes.io/instance-type"],
+        "gpu-h100"
+    );
+    let container = &pod["containers"][0];
+    assert!(container["ports"][0]["hostPort"].is_null());
+    let args = strings(&container["args"]);
+    assert_eq!(
+        &args[args.len() - 2..],
+        [
+            "--log.level=debug",
+            "--collector.infiniband.device-exclude=^mlx5_bond"
+        ]
+    );
+    assert_eq!(container["volumeMounts"][1]["name"], "nccl-logs");
+    assert_eq!(pod["volumes"][1]["hostPath"]["path"], "/var/log/nccl");
+    let monitor = find(&objects, "ServiceMonitor", "fabric-node-agent");
+    assert_eq!(
+        monitor["spec"]["endpoints"].as_sequence().unwrap().len(),
+        1,
+        "fastStorm off: the full scrape alone"
+    );
+    assert_eq!(
+        find(&objects, "ServiceAccount", "rdma-agent")["automountServiceAccountToken"],
+        false
+    );
+
+    // An existingSecret without the switch names to probe is refused.
+    let error = template(&helm, &[], &["switchPoller.existingSecret=mine"]).unwrap_err();
+    assert!(error.contains("switchPoller.targets"), "{error}");
+}
+
+/// values.schema.json refuses unknown keys, at any depth, in `--set` and in a values file, for
+/// lint and template alike; and wrong types.
+#[test]
+fn a_values_typo_fails() {
+    let Some(helm) = helm_or_skip() else { return };
+    for (set, word) in [
+        ("nodeAgent.tolerration[0].key=x", "tolerration"),
+        ("nodeAgent.podAtribution.enabled=true", "podAtribution"),
+        ("switchPoler.shards=2", "switchPoler"),
+        ("web.tls.clientAuth=RequireAnyClientCert", "clientAuth"),
+        ("switchPoller.shards=0", "shards"),
+        ("logFormat=xml", "logFormat"),
+        ("image.digest=latest", "digest"),
+    ] {
+        let error = template(&helm, &[], &[set]).unwrap_err();
+        assert!(error.contains(word), "{set}: {error}");
+        let out = Command::new(&helm)
+            .arg("lint")
+            .arg(chart_dir())
+            .args(["--set", set])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "lint accepted {set}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.yaml");
+    std::fs::write(&file, "nodeAgent:\n  resorces:\n    limits: {cpu: 1}\n").unwrap();
+    let error = template(&helm, &[file], &[]).unwrap_err();
+    assert!(error.contains("resorces"), "{error}");
+}
+
+/// The poller's config.yml the chart writes passes `check-config`, as the kustomize example's.
+#[test]
+fn the_charts_poller_config_is_valid() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[], &[]).unwrap();
+    let secret = find(&objects, "Secret", "rdma-switch-poller");
+    let config = secret["stringData"]["config.yml"].as_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mount = "/etc/rdma-fabric-exporter/";
+    assert!(config.contains(mount), "{config}");
+    for (file, content) in secret["stringData"].as_mapping().unwrap() {
+        std::fs::write(
+            dir.path().join(file.as_str().unwrap()),
+            content.as_str().unwrap(),
+        )
+        .unwrap();
+    }
+    let config = config.replace(mount, &format!("{}/", dir.path().display()));
+    let path = dir.path().join("config.yml");
+    std::fs::write(&path, config).unwrap();
+    let (code, _, stderr) =
+        common::run(&["check-config", "--config.file", common::path_str(&path)]);
+    assert_eq!(code, 0, "{stderr}");
+}
