@@ -103,6 +103,49 @@ fn socket_fallback_exits_one_with_evidence() {
     assert_eq!(job["processes"][0]["gdr"], "unknown");
 }
 
+/// A multi-node excerpt in which each process printed one half of the fallback: some ranks
+/// only `NET/IB : No device found.`, the others only `NET/Socket : Using [0]ens3:...` (NCCL's
+/// `INFO(NCCL_INIT|NCCL_NET, "NET/IB : No device found.")` and `"NET/Socket : Using%s"`). No
+/// process chose another network: the job is on sockets. One half alone proves nothing.
+#[test]
+fn an_excerpt_split_across_processes_is_a_socket_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (host, pid) in [("gpu-a", 4101), ("gpu-b", 4202)] {
+        lines.push(format!(
+            "{host}:{pid}:{} [0] NCCL INFO NET/IB : No device found.",
+            pid + 40
+        ));
+    }
+    for (host, pid, address) in [("gpu-c", 4303, "10.1.0.13"), ("gpu-d", 4404, "10.1.0.14")] {
+        lines.push(format!(
+            "{host}:{pid}:{} [0] NCCL INFO NET/Socket : Using [0]ens3:{address}<0>",
+            pid + 40
+        ));
+    }
+    let split = dir.path().join("split.log");
+    std::fs::write(&split, lines.join("\n") + "\n").unwrap();
+    let (code, job) = json_job(&[path_str(&split)]);
+    assert_eq!(
+        (code, job["verdict"].as_str()),
+        (1, Some("socket_fallback")),
+        "{job:#}"
+    );
+    let summary = job["summary"].as_str().unwrap();
+    for process in ["gpu-a:4101", "gpu-b:4202", "gpu-c:4303", "gpu-d:4404"] {
+        assert!(summary.contains(process), "{summary}");
+    }
+
+    let half = dir.path().join("half.log");
+    std::fs::write(&half, lines[..2].join("\n") + "\n").unwrap();
+    let (code, job) = json_job(&[path_str(&half)]);
+    assert_eq!(
+        (code, job["verdict"].as_str()),
+        (0, Some("unknown")),
+        "{job:#}"
+    );
+}
+
 #[test]
 fn plugin_failure_falls_back() {
     let (code, job) = json_job(&[&log("plugin-failure.log")]);

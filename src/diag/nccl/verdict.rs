@@ -300,7 +300,8 @@ fn judge(comm_id: Option<String>, members: &[usize], processes: &[ProcessLog]) -
             }
             all
         });
-    let (verdict, summary) = verdict(&summaries);
+    let logs: Vec<&ProcessLog> = members.iter().filter_map(|&i| processes.get(i)).collect();
+    let (verdict, summary) = verdict(&summaries, &split_fallback(&logs));
     let failures = members
         .iter()
         .filter_map(|&i| processes.get(i))
@@ -342,7 +343,32 @@ fn who(p: &ProcessSummary) -> String {
     }
 }
 
-fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
+/// The processes that said IB found no device (or the IB plugin failed) and those that said
+/// which socket interfaces they use, where no process of the job chose a network. Each line of
+/// a multi-node log names its own host and pid, so an excerpt (a `grep`, a cut) can hold the two
+/// halves of one fallback in different processes: together they are the job on sockets.
+struct SplitFallback {
+    no_ib_device: Vec<String>,
+    on_sockets: Vec<String>,
+}
+
+fn split_fallback(logs: &[&ProcessLog]) -> SplitFallback {
+    let has = |p: &ProcessLog, kinds: &[SignalKind]| {
+        p.signals.iter().any(|(kind, _)| kinds.contains(kind))
+    };
+    let named = |kinds: &[SignalKind]| {
+        logs.iter()
+            .filter(|p| has(p, kinds))
+            .map(|p| format!("{}:{}", p.host, p.pid))
+            .collect()
+    };
+    SplitFallback {
+        no_ib_device: named(&[SignalKind::IbNoDevice, SignalKind::PluginInitFailed]),
+        on_sockets: named(&[SignalKind::SocketInUse]),
+    }
+}
+
+fn verdict(processes: &[ProcessSummary], split: &SplitFallback) -> (VerdictKind, String) {
     let of = |t: Transport| processes.iter().filter(move |p| p.transport == t);
     let names =
         |list: Vec<&ProcessSummary>| list.into_iter().map(who).collect::<Vec<_>>().join(", ");
@@ -367,6 +393,16 @@ fn verdict(processes: &[ProcessSummary]) -> (VerdictKind, String) {
         return (
             VerdictKind::SocketFallback,
             format!("SOCKET FALLBACK on ranks {} ({scope})", names(socket)),
+        );
+    }
+    if rdma.is_empty() && !split.no_ib_device.is_empty() && !split.on_sockets.is_empty() {
+        return (
+            VerdictKind::SocketFallback,
+            format!(
+                "SOCKET FALLBACK: no IB device found on {} and socket interfaces in use on {}; no process chose another network",
+                split.no_ib_device.join(", "),
+                split.on_sockets.join(", ")
+            ),
         );
     }
     if rdma.is_empty() {
