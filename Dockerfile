@@ -1,15 +1,22 @@
-# Container image: a static-enough glibc binary on a distroless runtime, running as nobody.
+# Container image: the exporter, the shared libraries it loads and nothing else, running as
+# nobody. For a machine with a registry and a Docker/BuildKit daemon:
 #   docker build -t rdma-fabric-exporter .
 #   docker run --rm -p 9866:9866 rdma-fabric-exporter demo
+# Without either, scripts/build-image builds the same layout with buildah from `scratch`
+# (the tests do; see tests/it/image.rs). Both lay the root filesystem out with
+# scripts/image-rootfs.
 FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin rdma-fabric-exporter
+RUN cargo build --release --locked --bin rdma-fabric-exporter \
+ && scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs
 
-# distroless/cc: glibc and libgcc only, no shell, no package manager; the nonroot tag runs as 65532.
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/rdma-fabric-exporter /usr/local/bin/rdma-fabric-exporter
+# The binary, ld.so, libc, libm and libgcc_s (what `ldd` lists), passwd/group and the CA
+# bundle: no shell, no package manager.
+FROM scratch
+COPY --from=build /rootfs/ /
 USER 65534:65534
-EXPOSE 9866
+ENV PATH=/usr/local/bin
+EXPOSE 9866/tcp
 ENTRYPOINT ["/usr/local/bin/rdma-fabric-exporter"]
 CMD ["serve"]

@@ -99,7 +99,7 @@ fn serve_cx7_with(extra: &[&str]) -> Exporter {
 
 /// Replaces what legitimately changes between runs: durations, build facts and the process's
 /// own figures.
-fn normalize(body: &str) -> String {
+pub(crate) fn normalize(body: &str) -> String {
     body.lines()
         .map(|line| {
             if line.starts_with("rdma_exporter_collector_duration_seconds{") {

@@ -28,6 +28,7 @@ mod hostile_peers;
 mod hot_unplug;
 mod http;
 mod hung_reads;
+mod image;
 mod ib_alerts_e2e;
 mod ib_corpus;
 mod ib_diags_source;

@@ -1,0 +1,391 @@
+//! The container image, built and run for real: `scripts/build-image` (buildah, from `scratch`,
+//! no daemon, no base image) in a container store of the test's own, then podman runs it as
+//! Kubernetes would run the chart's pods (read-only root filesystem, every capability dropped,
+//! no new privileges): in `demo` mode, scraped; and as the node agent on the ConnectX-7 fixture
+//! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's. The image holds
+//! the binary, the libraries `ldd` names, passwd/group and the CA bundle, nothing else, and runs
+//! as 65534.
+//!
+//! The binary is the test build's (debug, its debug info stripped by scripts/image-rootfs), or
+//! `$RFE_IMAGE_BINARY` (a release build, to measure the shipped image). Needs root, buildah,
+//! podman and runc (Debian packages; crun, podman's default, refuses this kernel's hybrid
+//! cgroups).
+
+use crate::common;
+use crate::golden;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::project_root;
+
+const TAG: &str = "localhost/rdma-fabric-exporter:it";
+
+/// A container store of the test's own under a temporary directory: its containers and images
+/// are removed, and the directory with them, when it is dropped (a failing test's too).
+struct Store {
+    dir: tempfile::TempDir,
+}
+
+impl Store {
+    fn new() -> Store {
+        Store {
+            dir: tempfile::Builder::new()
+                .prefix("rfe-image-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    /// The options both buildah and podman take to use this store.
+    fn storage_options(&self) -> Vec<String> {
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
+        vec![
+            "--root".into(),
+            path("root"),
+            "--runroot".into(),
+            path("run"),
+            "--storage-driver".into(),
+            "vfs".into(),
+        ]
+    }
+
+    fn podman(&self, args: &[&str]) -> Output {
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
+        Command::new("podman")
+            .args(self.storage_options())
+            .args(["--tmpdir", &path("tmp")])
+            .args(["--cgroup-manager", "cgroupfs", "--events-backend", "file"])
+            .args(["--runtime", "runc"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `podman ARGS`, asserted to succeed; its standard output.
+    fn podman_ok(&self, args: &[&str]) -> String {
+        let out = self.podman(args);
+        assert!(out.status.success(), "podman {args:?}: {}", text_of(&out));
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.podman(&["rm", "--all", "--force", "--time", "0"]);
+        let _ = self.podman(&["rmi", "--all", "--force"]);
+    }
+}
+
+fn text_of(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn installed(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A loopback port nobody listens on now (the container shares the host network: `--network
+/// host`, so that no bridge or NAT is set up).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET /metrics until it answers 200 (the container takes a moment to start).
+fn scrape(port: u16, store: &Store, name: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = reqwest::blocking::get(&url) {
+            if response.status().as_u16() == 200 {
+                return response.text().unwrap();
+            }
+        }
+        if Instant::now() > deadline {
+            let logs = store.podman(&["logs", name]);
+            panic!("{name} did not answer on {url}:\n{}", text_of(&logs));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The process of a running container, as the host sees it: its user and capabilities.
+fn assert_unprivileged(store: &Store, name: &str) {
+    let pid = store
+        .podman_ok(&["inspect", name, "--format", "{{.State.Pid}}"])
+        .trim()
+        .to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(field("Uid:"), ["65534"; 4], "{name}: {status}");
+    assert_eq!(field("Gid:"), ["65534"; 4], "{name}: {status}");
+    assert_eq!(field("CapEff:"), ["0000000000000000"], "{name}");
+    assert_eq!(field("NoNewPrivs:"), ["1"], "{name}");
+    assert_eq!(
+        store
+            .podman_ok(&[
+                "inspect",
+                name,
+                "--format",
+                "{{.HostConfig.ReadonlyRootfs}}"
+            ])
+            .trim(),
+        "true"
+    );
+}
+
+/// `podman run -d` with the pod security the chart sets, on the host network.
+fn run(store: &Store, name: &str, volumes: &[String], args: &[&str]) {
+    let mut command: Vec<&str> = vec![
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--cap-drop",
+        "all",
+        "--security-opt",
+        "no-new-privileges",
+        // The sandbox refuses podman's default limits (above its own hard limits).
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+    ];
+    for volume in volumes {
+        command.extend(["--volume", volume]);
+    }
+    command.push(TAG);
+    command.extend(args);
+    store.podman_ok(&command);
+}
+
+/// The files a built image must hold: the binary, the libraries `ldd` lists for it, passwd and
+/// group, the CA bundle when the build host has one; and the directories above them.
+fn expected_files(binary: &Path) -> BTreeSet<String> {
+    let ldd = Command::new("ldd").arg(binary).output().unwrap();
+    let mut files: BTreeSet<String> = String::from_utf8(ldd.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                [_, "=>", path, ..] if path.starts_with('/') => Some(path.to_string()),
+                [path, ..] if path.starts_with('/') => Some(path.to_string()),
+                _ => None,
+            }
+        })
+        .collect();
+    assert!(
+        files.iter().any(|f| f.contains("libc.so")),
+        "ldd: {files:?}"
+    );
+    files.insert("/usr/local/bin/rdma-fabric-exporter".into());
+    files.insert("/etc/passwd".into());
+    files.insert("/etc/group".into());
+    if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file() {
+        files.insert("/etc/ssl/certs/ca-certificates.crt".into());
+    }
+    let mut with_dirs = files.clone();
+    for file in &files {
+        let mut dir = Path::new(file).parent();
+        while let Some(d) = dir.filter(|d| *d != Path::new("/")) {
+            with_dirs.insert(format!("{}/", d.display()));
+            dir = d.parent();
+        }
+    }
+    with_dirs
+}
+
+#[test]
+fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileged() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return common::skip_or_fail("building and running the image needs root (podman, buildah)");
+    }
+    for program in ["buildah", "podman", "runc"] {
+        if !installed(program) {
+            return common::skip_or_fail(&format!(
+                "{program} not installed (Debian package `{program}`; scripts/test installs it)"
+            ));
+        }
+    }
+    let _exclusive = common::exclusive(module_path!());
+    let binary = std::env::var_os("RFE_IMAGE_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(common::binary);
+    let store = Store::new();
+
+    let mut build = Command::new(project_root().join("scripts/build-image"));
+    build
+        .arg("--binary")
+        .arg(&binary)
+        .args(["--tag", TAG, "--"])
+        .args(store.storage_options())
+        .env("TMPDIR", store.dir.path());
+    let started = Instant::now();
+    let out = build.output().unwrap();
+    assert!(out.status.success(), "build-image: {}", text_of(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().last(),
+        Some(TAG)
+    );
+    let size = store.podman_ok(&["image", "inspect", TAG, "--format", "{{.Size}}"]);
+    eprintln!(
+        "image {TAG} of {}: {} bytes, built in {:.1} s",
+        binary.display(),
+        size.trim(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // What Kubernetes reads from the image: user, entrypoint, default command, port.
+    let config = store.podman_ok(&[
+        "image",
+        "inspect",
+        TAG,
+        "--format",
+        "{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.Cmd}}|{{json .Config.ExposedPorts}}",
+    ]);
+    assert_eq!(
+        config.trim(),
+        r#"65534:65534|["/usr/local/bin/rdma-fabric-exporter"]|["serve"]|{"9866/tcp":{}}"#
+    );
+
+    // Every file of the image, and nothing else: no shell, no package manager.
+    let container = store.podman_ok(&["create", TAG]);
+    let exported = store.dir.path().join("export.tar");
+    store.podman_ok(&[
+        "export",
+        "--output",
+        common::path_str(&exported),
+        container.trim(),
+    ]);
+    let listing = Command::new("tar")
+        .args(["--list", "--verbose", "--numeric-owner", "--file"])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert!(listing.status.success(), "{}", text_of(&listing));
+    std::fs::remove_file(&exported).unwrap();
+    let mut files = BTreeSet::new();
+    // `-rwxr-xr-x 0/0 18817632 1970-01-01 00:00 usr/local/bin/rdma-fabric-exporter`
+    for line in String::from_utf8(listing.stdout).unwrap().lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (mode, owner, name) = (fields[0], fields[1], fields[fields.len() - 1]);
+        let path = format!("/{}", name.trim_start_matches("./").trim_start_matches('/'));
+        assert_eq!(
+            owner, "0/0",
+            "{path}: owned by root, read-only to the exporter's user"
+        );
+        assert!(
+            !mode.starts_with('l') && mode.as_bytes()[5] != b'w' && mode.as_bytes()[8] != b'w',
+            "{line}: no symlink, not writable by group or others"
+        );
+        if path != "/" {
+            files.insert(path);
+        }
+    }
+    store.podman_ok(&["rm", container.trim()]);
+    assert_eq!(files, expected_files(&binary));
+
+    // The demo, scraped.
+    let port = free_port();
+    let demo = format!("rfe-image-demo-{}", std::process::id());
+    run(
+        &store,
+        &demo,
+        &[],
+        &[
+            "demo",
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--hosts",
+            "2",
+            "--nics-per-host",
+            "2",
+        ],
+    );
+    let body = scrape(port, &store, &demo);
+    let samples = common::parse_exposition(&body);
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "rdma_switch_port_up" || s.name.starts_with("rdma_switch_")),
+        "{body}"
+    );
+    assert_unprivileged(&store, &demo);
+    // SIGTERM: the demo removes its fabric and exits 0, inside the container as outside.
+    store.podman_ok(&["stop", "--time", "10", &demo]);
+    assert_eq!(
+        store
+            .podman_ok(&["inspect", &demo, "--format", "{{.State.ExitCode}}"])
+            .trim(),
+        "0",
+        "{}",
+        text_of(&store.podman(&["logs", &demo]))
+    );
+
+    // The node agent on the fixture node, /sys read-only as the DaemonSet mounts it.
+    let fixture = common::fixture("cx7-roce");
+    let port = free_port();
+    let agent = format!("rfe-image-agent-{}", std::process::id());
+    run(
+        &store,
+        &agent,
+        &[
+            format!("{}:/host/sys:ro", fixture.join("sys").display()),
+            format!("{}:/host/ethtool:ro", fixture.join("ethtool").display()),
+        ],
+        &[
+            "serve",
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--path.sysfs=/host/sys",
+            "--collector.ethtool.source=files",
+            "--collector.ethtool.stats-dir=/host/ethtool",
+            "--no-collector.pfc-storm",
+            "--no-collector.netlink",
+        ],
+    );
+    let body = scrape(port, &store, &agent);
+    assert_unprivileged(&store, &agent);
+    common::assert_no_duplicate_series(&body);
+    let golden_file = project_root().join("tests/golden/cx7-roce.prom");
+    let expected = std::fs::read_to_string(&golden_file).unwrap();
+    let got = golden::normalize(&body);
+    if got != expected {
+        let first = got
+            .lines()
+            .zip(expected.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        panic!(
+            "the agent in the image serves other metrics than {} from line {}:\n  got:      {:?}\n  expected: {:?}",
+            golden_file.display(),
+            first + 1,
+            got.lines().nth(first),
+            expected.lines().nth(first)
+        );
+    }
+}
