@@ -7,6 +7,10 @@ pub mod bounded_read;
 pub mod cli;
 pub mod collector;
 pub mod config;
+/// The corpus harness the integration tests use too: samples apart from expectations.
+#[cfg(test)]
+#[path = "../tests/common/corpus.rs"]
+mod corpus;
 pub mod diag;
 pub mod direction;
 pub mod exposition;

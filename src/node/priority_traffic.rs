@@ -202,7 +202,7 @@ mod tests {
     use crate::node::ethtool::parse_ethtool_text;
     use crate::node::ethtool_map::{classify_for, pause_names_show_pfc};
     use std::collections::BTreeSet;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     /// The per-priority series of a statistics listing of `driver`, as `name{priority,direction}
     /// value` lines (the port labels left out).
@@ -302,33 +302,30 @@ mod tests {
     }
 
     /// A corpus sample's expected per-priority series: `driver: <name>` then the lines.
-    fn expected_of(path: &Path) -> (String, BTreeSet<String>) {
-        let text = std::fs::read_to_string(path).unwrap();
+    fn expected_of(sample: &Path, text: &str) -> (String, BTreeSet<String>) {
         let mut lines = text
             .lines()
             .filter(|l| !l.trim().is_empty() && !l.starts_with('#'));
         let driver = lines
             .next()
             .and_then(|l| l.strip_prefix("driver: "))
-            .unwrap_or_else(|| panic!("{}: first line must be `driver: <name>`", path.display()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: the expectation's first line must be `driver: <name>`",
+                    sample.display()
+                )
+            })
             .to_string();
         (driver, lines.map(str::to_string).collect())
     }
 
-    /// Every real `ethtool -S` sample of tests/corpus/ethtool-priority/ gives the per-priority
-    /// series its `.expected` file states.
+    /// Every real `ethtool -S` sample of the corpus kind `ethtool-priority` gives the
+    /// per-priority series its expectation states.
     #[test]
     fn corpus_samples_give_their_expected_series() {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/ethtool-priority");
-        let mut samples: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-            .collect();
-        samples.sort();
-        assert!(samples.len() >= 3, "{samples:?}");
-        for sample in samples {
-            let (driver, expected) = expected_of(&sample.with_extension("expected"));
+        for (sample, expectation) in crate::corpus::corpus("ethtool-priority").with_expected_files()
+        {
+            let (driver, expected) = expected_of(&sample, &expectation);
             let bytes = std::fs::read(&sample).unwrap();
             let stats = parse_ethtool_text(&sample, &bytes)
                 .unwrap_or_else(|e| panic!("{}: {e}", sample.display()));

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod alerting;
+pub mod corpus;
 pub mod dcb_answer;
 pub mod gnmi_target;
 pub mod prometheus;

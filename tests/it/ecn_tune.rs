@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::corpus::corpus;
 use common::prometheus::{self, wait_for};
 use common::*;
 
@@ -332,8 +333,7 @@ fn a_prometheus_without_the_series_says_which_are_missing_and_why() {
 
 #[test]
 fn an_nccl_tests_output_without_timestamps_asks_for_the_window() {
-    let file =
-        project_root().join("tests/corpus/nccl-tests-window/all_reduce_perf-h100-16ranks.txt");
+    let file = corpus("nccl-tests-window").sample("all_reduce_perf-h100-16ranks.txt");
     let run = ecn_tune(
         &[
             "--prometheus",
@@ -384,26 +384,22 @@ fn the_rule_of_thumb_runs_without_prometheus() {
 /// The series (instance, value) a query answer holds, or the word its refusal names.
 type Answer = Result<Vec<(&'static str, f64)>, &'static str>;
 
-/// Every file of `tests/corpus/<kind>/` has its expected result here, and a file without one
-/// fails: the parsers are proven on what real tools printed.
+/// Every sample of the corpus kinds `nccl-tests-window` and `prometheus-api` has its expected
+/// result here, and a sample without one fails: the parsers are proven on what real tools
+/// printed.
 #[test]
 fn the_corpus_parses_as_expected() {
     use rdma_fabric_exporter::diag::ecn_tune::{nccl_window, query};
 
-    let windows: BTreeMap<&str, Option<(&str, &str)>> = BTreeMap::from([
+    type Window<'a> = (&'a str, Option<(&'a str, &'a str)>);
+    let windows: [Window; 2] = [
         ("all_reduce_perf-h100-16ranks.txt", None),
         ("all_reduce_perf-gb200-nvl72.txt", None),
-    ]);
-    let dir = project_root().join("tests/corpus/nccl-tests-window");
-    let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let expected = windows
-            .get(name.as_str())
-            .unwrap_or_else(|| panic!("{name}: no expected window in this test"));
+    ];
+    for (path, (name, expected)) in corpus("nccl-tests-window").with_table(&windows, |w| w.0) {
+        let name = *name;
         let text = std::fs::read_to_string(&path).unwrap();
-        match (nccl_window::span(&name, &text), expected) {
+        match (nccl_window::span(name, &text), expected) {
             (Ok((first, last)), Some((want_first, want_last))) => {
                 assert_eq!(
                     (first.as_str(), last.as_str()),
@@ -414,25 +410,16 @@ fn the_corpus_parses_as_expected() {
             (Err(nccl_window::NcclWindowError::NoTimestamps { .. }), None) => {}
             (got, want) => panic!("{name}: {got:?}, expected {want:?}"),
         }
-        seen += 1;
     }
-    assert_eq!(seen, windows.len());
 
-    let answers: BTreeMap<&str, Answer> = BTreeMap::from([
+    let answers: [(&str, Answer); 2] = [
         (
             "instant-query-vector.json",
             Ok(vec![("localhost:9090", 1.0), ("localhost:9100", 0.0)]),
         ),
         ("range-query-matrix.json", Err("matrix")),
-    ]);
-    let dir = project_root().join("tests/corpus/prometheus-api");
-    let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let expected = answers
-            .get(name.as_str())
-            .unwrap_or_else(|| panic!("{name}: no expected answer in this test"));
+    ];
+    for (path, (name, expected)) in corpus("prometheus-api").with_table(&answers, |a| a.0) {
         let body = std::fs::read(&path).unwrap();
         match (query::decode_vector(&body, 200), expected) {
             (Ok(samples), Ok(want)) => {
@@ -447,7 +434,5 @@ fn the_corpus_parses_as_expected() {
             }
             (got, want) => panic!("{name}: {got:?}, expected {want:?}"),
         }
-        seen += 1;
     }
-    assert_eq!(seen, answers.len());
 }

@@ -1,8 +1,7 @@
-//! Every parser of `src/ib/diags/` over every file of its tool in
-//! `tests/corpus/infiniband-diags/` (sources in `tests/corpus/README.md`), compared with the
-//! file's `<name>.expected`: `key = value` lines that must each equal the summary computed here
-//! (counts, and chosen ports' width/speed/state/remote or counter values). A corpus file
-//! without its `.expected` fails, and so does one whose tool is not detected. Then every file,
+//! Every parser of `src/ib/diags/` over every sample of the corpus kind `infiniband-diags`
+//! (`tests/common/corpus.rs`), compared with the sample's expectation: `key = value` lines that
+//! must each equal the summary computed here (counts, and chosen ports' width/speed/state/remote
+//! or counter values). A sample without its expectation fails, and so does one whose tool is not detected. Then every file,
 //! cut and garbled, through every parser, the merge and the findings: none may panic.
 
 use std::collections::BTreeMap;
@@ -13,21 +12,11 @@ use rdma_fabric_exporter::ib::diags::detect::{parse_any, Parsed};
 use rdma_fabric_exporter::ib::diags::{iblinkinfo, ibnetdiscover, ibqueryerrors, merge, perfquery};
 use rdma_fabric_exporter::ib::model::IbNode;
 
-use crate::common::project_root;
+use crate::common::corpus::corpus;
 
-fn corpus_dir() -> PathBuf {
-    project_root().join("tests/corpus/infiniband-diags")
-}
-
-/// The corpus samples (not their `.expected`), sorted.
+/// The corpus samples, sorted.
 pub fn samples() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_none_or(|e| e != "expected"))
-        .collect();
-    files.sort();
-    files
+    corpus("infiniband-diags").samples()
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -121,15 +110,10 @@ fn summary(parsed: &Parsed) -> BTreeMap<String, String> {
 
 #[test]
 fn every_sample_gives_its_expected_summary() {
-    let files = samples();
-    assert!(files.len() >= 8, "{files:?}");
-    for file in files {
+    for (file, expected) in corpus("infiniband-diags").with_expected_files() {
         let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
         let parsed = parse_any(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let got = summary(&parsed);
-        let expected_path = PathBuf::from(format!("{}.expected", file.display()));
-        let expected = std::fs::read_to_string(&expected_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
         let mut checked = 0;
         for line in expected
             .lines()
@@ -137,7 +121,7 @@ fn every_sample_gives_its_expected_summary() {
         {
             let (key, value) = line
                 .split_once(" = ")
-                .unwrap_or_else(|| panic!("{}: {line:?}", expected_path.display()));
+                .unwrap_or_else(|| panic!("{}: expectation {line:?}", file.display()));
             assert_eq!(
                 got.get(key).map(String::as_str),
                 Some(value),
@@ -146,11 +130,7 @@ fn every_sample_gives_its_expected_summary() {
             );
             checked += 1;
         }
-        assert!(
-            checked >= 3,
-            "{}: too few expectations",
-            expected_path.display()
-        );
+        assert!(checked >= 3, "{}: too few expectations", file.display());
     }
 }
 

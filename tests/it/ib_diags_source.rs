@@ -13,12 +13,10 @@ use rdma_fabric_exporter::ib::model::{Guid, QueryFailureReason};
 use rdma_fabric_exporter::ib::selection::Selection;
 use rdma_fabric_exporter::ib::source::{FabricSource, ScanError, ScanLimits};
 
-use crate::common::{project_root, skip_or_fail};
+use crate::common::skip_or_fail;
 
 fn corpus(name: &str) -> PathBuf {
-    project_root()
-        .join("tests/corpus/infiniband-diags")
-        .join(name)
+    crate::common::corpus::corpus("infiniband-diags").sample(name)
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {

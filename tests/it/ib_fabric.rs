@@ -1,18 +1,16 @@
 //! The `ib_fabric` collector through the real binary: `serve --collector.ib_fabric` with
 //! stand-in `ibnetdiscover` and `perfquery` scripts first on `PATH`, printing real outputs from
-//! the corpus (tests/corpus/infiniband-diags/), one switch hanging. The served metrics carry the
+//! the corpus (kind `infiniband-diags`), one switch hanging. The served metrics carry the
 //! corpus' values and labels, the hung switch is a failed query and the others are served, and
 //! a scrape never waits on a scan in progress.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, parse_exposition, project_root, value_of, Exporter, Sample};
+use crate::common::{self, parse_exposition, value_of, Exporter, Sample};
 
 fn corpus(name: &str) -> PathBuf {
-    project_root()
-        .join("tests/corpus/infiniband-diags")
-        .join(name)
+    crate::common::corpus::corpus("infiniband-diags").sample(name)
 }
 
 fn script(dir: &Path, name: &str, body: &str) {

@@ -1,4 +1,4 @@
-//! `ib-report FILE...` on the infiniband-diags corpus (`tests/corpus/infiniband-diags/`) and on
+//! `ib-report FILE...` on the infiniband-diags corpus (corpus kind `infiniband-diags`) and on
 //! outputs written here in the tools' own formats for what no public sample shows: iblinkinfo
 //! `--line` with its `Could be` hints on a 1X link, perfquery of a congested port, several
 //! files merged (perfquery counters placed on ibnetdiscover's switch by LID).
@@ -10,9 +10,7 @@ use serde_json::Value;
 use crate::common::{path_str, project_root, run};
 
 fn sample(name: &str) -> PathBuf {
-    project_root()
-        .join("tests/corpus/infiniband-diags")
-        .join(name)
+    crate::common::corpus::corpus("infiniband-diags").sample(name)
 }
 
 fn report(files: &[&str]) -> (i32, Value) {

@@ -1,10 +1,11 @@
-//! `nccl` over every real NCCL log of `tests/corpus/nccl/` (provenance in
-//! `tests/corpus/README.md`): the verdict, exit code and triage conclusion each file must get,
-//! and what each one proves about the parser. A file missing from the table fails.
+//! `nccl` over every real NCCL log of the corpus kind `nccl` (`tests/common/corpus.rs`; sources
+//! in its `SOURCES.md`): the verdict, exit code and triage conclusion each file must get, and
+//! what each one proves about the parser. A file missing from the table fails.
 
 use crate::common;
 
-use common::{path_str, project_root, run};
+use common::corpus::corpus;
+use common::{path_str, run};
 use serde_json::Value;
 
 /// What one corpus file must give.
@@ -315,27 +316,8 @@ const TABLE: &[Expected] = &[
 
 #[test]
 fn every_corpus_log_gets_its_expected_verdict() {
-    let dir = project_root().join("tests/corpus/nccl");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
-    let mut listed: Vec<&str> = TABLE.iter().map(|e| e.file).collect();
-    listed.sort_unstable();
-    assert_eq!(
-        files, listed,
-        "every corpus file needs a row, every row a file"
-    );
-    let provenance =
-        std::fs::read_to_string(project_root().join("tests/corpus/README.md")).unwrap();
-    for expected in TABLE {
-        assert!(
-            provenance.contains(expected.file),
-            "{} has no provenance line in tests/corpus/README.md",
-            expected.file
-        );
-        let path = dir.join(expected.file);
+    // Every sample has its row, every row its sample, and each sample its source.
+    for (path, expected) in corpus("nccl").with_table(TABLE, |e| e.file) {
         let (code, stdout, stderr) = run(&["nccl", "--output", "json", path_str(&path)]);
         let report: Value = serde_json::from_str(&stdout)
             .unwrap_or_else(|e| panic!("{}: {e}: {stdout}{stderr}", expected.file));

@@ -1,5 +1,5 @@
-//! `nccl-tests FILE|-` on real nccl-tests outputs (`tests/corpus/nccl-tests/`, sources in
-//! `tests/corpus/README.md`) and on runs written here in nccl-tests' own table format
+//! `nccl-tests FILE|-` on real nccl-tests outputs (corpus kind `nccl-tests`, sources in its
+//! `SOURCES.md`) and on runs written here in nccl-tests' own table format
 //! (src/util.cu of NVIDIA/nccl-tests: `writeResultHeader`, `writeBenchmarkLine*`,
 //! `writeResultFooter`). Every run passes `--line-rate` or `--path.sysfs`: the test machine's
 //! own RDMA ports must not decide a verdict.
@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use crate::common;
 
-use common::{fixture, path_str, project_root, run};
+use common::{fixture, path_str, run};
 use serde_json::Value;
 
-fn corpus() -> PathBuf {
-    project_root().join("tests/corpus/nccl-tests")
+fn sample(name: &str) -> PathBuf {
+    common::corpus::corpus("nccl-tests").sample(name)
 }
 
 fn nccl_tests(args: &[&str]) -> (i32, String, String) {
@@ -152,20 +152,9 @@ const CORPUS: &[Expected] = &[
 
 #[test]
 fn every_corpus_file_gives_its_expected_result() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(corpus())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let listed: Vec<&str> = CORPUS.iter().map(|e| e.file).collect();
-    assert_eq!(
-        on_disk, listed,
-        "every corpus file needs an expected result"
-    );
     // The line rate must come from the flags, never from the test machine.
     let empty_sysfs = tempfile::tempdir().unwrap();
-    for e in CORPUS {
-        let path = corpus().join(e.file);
+    for (path, e) in common::corpus::corpus("nccl-tests").with_table(CORPUS, |e| e.file) {
         let mut args = vec![
             path_str(&path),
             "--path.sysfs",
@@ -189,7 +178,7 @@ fn every_corpus_file_gives_its_expected_result() {
 
 #[test]
 fn real_runs_keep_every_column() {
-    let path = corpus().join("superbench-a100-broadcast.log");
+    let path = sample("superbench-a100-broadcast.log");
     let (_, report) = json(&[path_str(&path), "--line-rate", "200"]);
     let last = &report["rows"][33];
     assert_eq!(last["size_bytes"], 8589934592u64);
@@ -210,7 +199,7 @@ fn real_runs_keep_every_column() {
     // The NCCL INFO line inside the table is not a row.
     assert_eq!(report["rows"][0]["line"], 17);
 
-    let path = corpus().join("superbench-a100-alltoall.log");
+    let path = sample("superbench-a100-alltoall.log");
     let (_, report) = json(&[path_str(&path), "--line-rate", "200"]);
     let row = &report["rows"][5];
     assert_eq!(
@@ -223,7 +212,7 @@ fn real_runs_keep_every_column() {
     );
     assert_eq!(row["in_place"]["time_us"], 85.13);
 
-    let path = corpus().join("a3mega-h100-2node-all_reduce.md");
+    let path = sample("a3mega-h100-2node-all_reduce.md");
     let (_, report) = json(&[path_str(&path), "--line-rate", "200"]);
     assert_eq!(report["ranks"], 16);
     assert_eq!(
@@ -246,7 +235,7 @@ fn real_runs_keep_every_column() {
 #[test]
 fn a_real_run_below_a_faster_fabric_fails() {
     // The OCI run reached 191.76 GB/s; against 8 x 250 Gb/s per GPU (250 GB/s) it is 77%.
-    let path = corpus().join("ocitutorials-a100-2node-all_reduce.txt");
+    let path = sample("ocitutorials-a100-2node-all_reduce.txt");
     let (code, stdout, _) = nccl_tests(&[path_str(&path), "--line-rate", "2000"]);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("verdict: below expectation"), "{stdout}");
@@ -493,7 +482,7 @@ fn line_rate_from_sysfs_and_stdin() {
 
 #[test]
 fn bad_flags_are_refused() {
-    let path = corpus().join("ocitutorials-a100-2node-all_reduce.txt");
+    let path = sample("ocitutorials-a100-2node-all_reduce.txt");
     for bad in [
         ["--line-rate", "0"],
         ["--line-rate", "fast"],

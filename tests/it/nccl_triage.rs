@@ -1,6 +1,6 @@
 //! `nccl` with a default run and a run with `NCCL_PROTO=Simple` (fixtures under
 //! `tests/fixtures/nccl/triage/`, written from the line forms of the real logs in
-//! `tests/corpus/nccl/`): the conclusion of each side and the evidence lines printed.
+//! the corpus kind `nccl`): the conclusion of each side and the evidence lines printed.
 
 use crate::common;
 

@@ -346,18 +346,11 @@ mod tests {
         assert!(parse_ofed_traffic_class("garbage\n").is_err());
     }
 
-    /// Real `traffic_class` contents (tests/corpus/mlx5-traffic-class, sources in its README),
-    /// each with its `.expected` reading; a sample without one fails.
+    /// Real `traffic_class` contents (corpus kind `mlx5-traffic-class`), each with its expected
+    /// reading; a sample without one fails.
     #[test]
     fn real_traffic_class_samples_read_as_expected() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/mlx5-traffic-class");
-        let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "txt") {
-                continue;
-            }
-            seen += 1;
+        for (path, expected) in crate::corpus::corpus("mlx5-traffic-class").with_expected_files() {
             let text = std::fs::read_to_string(&path).unwrap();
             let parsed = parse_ofed_traffic_class(&text)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -366,10 +359,8 @@ mod tests {
                 parsed.global.map_or("none".to_string(), |g| g.to_string()),
                 parsed.rules
             );
-            let expected = std::fs::read_to_string(path.with_extension("expected")).unwrap();
             assert_eq!(got, expected, "{}", path.display());
         }
-        assert!(seen >= 1, "no samples in {}", dir.display());
     }
 
     #[test]
