@@ -8,15 +8,16 @@
 FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin rdma-fabric-exporter \
+RUN apt-get update && apt-get install -y --no-install-recommends infiniband-diags \
+ && cargo build --release --locked --bin rdma-fabric-exporter \
  && scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs
 
-# The binary, ld.so, libc, libm and libgcc_s (what `ldd` lists), passwd/group and the CA
-# bundle: no shell, no package manager.
+# The binary, ibnetdiscover and perfquery (the ib_fabric collector's tools), ld.so and the
+# libraries `ldd` lists for them, passwd/group and the CA bundle: no shell, no package manager.
 FROM scratch
 COPY --from=build /rootfs/ /
 USER 65534:65534
-ENV PATH=/usr/local/bin
+ENV PATH=/usr/local/bin:/usr/sbin
 EXPOSE 9866/tcp
 ENTRYPOINT ["/usr/local/bin/rdma-fabric-exporter"]
 CMD ["serve"]

@@ -759,3 +759,38 @@ fn the_charts_poller_config_is_valid() {
         common::run(&["check-config", "--config.file", common::path_str(&path)]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// The README's `helm install` command, as `helm template`: the copyable command renders.
+#[test]
+fn the_readmes_helm_command_renders() {
+    let Some(helm) = helm_or_skip() else { return };
+    let readme = std::fs::read_to_string(project_root().join("README.md")).unwrap();
+    let mut lines = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("helm install "));
+    let mut command = String::new();
+    for line in lines.by_ref() {
+        command.push_str(line.trim_end_matches('\\'));
+        if !line.ends_with('\\') {
+            break;
+        }
+    }
+    let command = command
+        .strip_prefix("helm install ")
+        .expect("a `helm install` command in README.md");
+    assert!(
+        command.contains("deploy/helm/rdma-fabric-exporter"),
+        "{command}"
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("\"$HELM\" template {command}"))
+        .env("HELM", &helm)
+        .current_dir(project_root())
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{command}: {text}");
+    assert!(text.contains("kind: DaemonSet"), "{text}");
+    assert!(text.contains("secretName: switch-credentials"), "{text}");
+}

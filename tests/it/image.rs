@@ -4,7 +4,7 @@
 //! no new privileges): in `demo` mode, scraped; and as the node agent on the ConnectX-7 fixture
 //! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's. The image holds
 //! the binary, the libraries `ldd` names, passwd/group and the CA bundle, nothing else, and runs
-//! as 65534.
+//! as 65534. The InfiniBand scanner finds infiniband-diags' tools in it.
 //!
 //! The binary is the test build's (debug, its debug info stripped by scripts/image-rootfs), or
 //! `$RFE_IMAGE_BINARY` (a release build, to measure the shipped image). Needs root, buildah,
@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use common::project_root;
 
 const TAG: &str = "localhost/rdma-fabric-exporter:it";
+/// infiniband-diags' tools the ib_fabric collector runs, in the image at these paths.
+const IB_TOOLS: [&str; 2] = ["/usr/sbin/ibnetdiscover", "/usr/sbin/perfquery"];
 
 /// A container store of the test's own under a temporary directory: its containers and images
 /// are removed, and the directory with them, when it is dropped (a failing test's too).
@@ -186,7 +188,11 @@ fn run(store: &Store, name: &str, volumes: &[String], args: &[&str]) {
 /// The files a built image must hold: the binary, the libraries `ldd` lists for it, passwd and
 /// group, the CA bundle when the build host has one; and the directories above them.
 fn expected_files(binary: &Path) -> BTreeSet<String> {
-    let ldd = Command::new("ldd").arg(binary).output().unwrap();
+    let ldd = Command::new("ldd")
+        .arg(binary)
+        .args(IB_TOOLS)
+        .output()
+        .unwrap();
     let mut files: BTreeSet<String> = String::from_utf8(ldd.stdout)
         .unwrap()
         .lines()
@@ -194,7 +200,10 @@ fn expected_files(binary: &Path) -> BTreeSet<String> {
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 [_, "=>", path, ..] if path.starts_with('/') => Some(path.to_string()),
-                [path, ..] if path.starts_with('/') => Some(path.to_string()),
+                // The loader; `FILE:` heads each file's list when ldd is given several.
+                [path, ..] if path.starts_with('/') && !path.ends_with(':') => {
+                    Some(path.to_string())
+                }
                 _ => None,
             }
         })
@@ -203,7 +212,12 @@ fn expected_files(binary: &Path) -> BTreeSet<String> {
         files.iter().any(|f| f.contains("libc.so")),
         "ldd: {files:?}"
     );
+    assert!(
+        files.iter().any(|f| f.contains("libibmad.so")),
+        "ldd: {files:?}"
+    );
     files.insert("/usr/local/bin/rdma-fabric-exporter".into());
+    files.extend(IB_TOOLS.iter().map(|t| t.to_string()));
     files.insert("/etc/passwd".into());
     files.insert("/etc/group".into());
     if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file() {
@@ -225,6 +239,11 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return common::skip_or_fail("building and running the image needs root (podman, buildah)");
+    }
+    if IB_TOOLS.iter().any(|t| !Path::new(t).is_file()) {
+        return common::skip_or_fail(
+            "infiniband-diags not installed (the image carries ibnetdiscover and perfquery)",
+        );
     }
     for program in ["buildah", "podman", "runc"] {
         if !installed(program) {
@@ -267,11 +286,11 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         "inspect",
         TAG,
         "--format",
-        "{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.Cmd}}|{{json .Config.ExposedPorts}}",
+        "{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.Cmd}}|{{json .Config.ExposedPorts}}|{{json .Config.Env}}",
     ]);
     assert_eq!(
         config.trim(),
-        r#"65534:65534|["/usr/local/bin/rdma-fabric-exporter"]|["serve"]|{"9866/tcp":{}}"#
+        r#"65534:65534|["/usr/local/bin/rdma-fabric-exporter"]|["serve"]|{"9866/tcp":{}}|["PATH=/usr/local/bin:/usr/sbin"]"#
     );
 
     // Every file of the image, and nothing else: no shell, no package manager.
@@ -387,5 +406,36 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
             got.lines().nth(first),
             expected.lines().nth(first)
         );
+    }
+    // The InfiniBand scanner: ibnetdiscover is found on the image's PATH and runs (it gets as
+    // far as opening a UMAD port, which this machine has none of).
+    let port = free_port();
+    let scanner = format!("rfe-image-ib-{}", std::process::id());
+    run(
+        &store,
+        &scanner,
+        &[],
+        &[
+            "serve",
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--no-collector.sysfs",
+            "--no-collector.netlink",
+            "--collector.ib_fabric",
+        ],
+    );
+    let body = scrape(port, &store, &scanner);
+    assert!(body.contains("rdma_ib_fabric_scans_total"), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = text_of(&store.podman(&["logs", &scanner]));
+        assert!(!logs.contains("could not start ibnetdiscover"), "{logs}");
+        if logs.contains("ibnetdiscover failed (exit status") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scan result in the logs:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
