@@ -2,6 +2,9 @@
 //! gNMI and kubelet pod-resources code.
 use std::process::Command;
 
+#[path = "build/git_watch.rs"]
+mod git_watch;
+
 fn output_of(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).output().ok()?;
     out.status
@@ -18,8 +21,11 @@ fn main() {
         output_of("git", &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=RFE_RUSTC_VERSION={rustc_version}");
     println!("cargo:rustc-env=RFE_GIT_REVISION={revision}");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs/heads");
+    // Only files that exist: a missing one reruns this script, and rebuilds the crate, always.
+    let here = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    for path in git_watch::watched(std::path::Path::new(&here)) {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
 }
 
 /// Client and server code from proto/gnmi.proto (the server for the tests' in-process target)

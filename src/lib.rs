@@ -16,6 +16,10 @@ pub mod direction;
 pub mod exposition;
 #[doc(hidden)]
 pub mod fuzzing;
+/// What `build.rs` watches for a new git revision (tested here: build scripts have no tests).
+#[cfg(test)]
+#[path = "../build/git_watch.rs"]
+mod git_watch;
 pub mod ib;
 #[cfg(test)]
 mod layering;
