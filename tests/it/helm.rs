@@ -794,3 +794,83 @@ fn the_readmes_helm_command_renders() {
     assert!(text.contains("kind: DaemonSet"), "{text}");
     assert!(text.contains("secretName: switch-credentials"), "{text}");
 }
+
+/// The web config the chart writes, served for real: the exporter started with it (the
+/// certificate paths moved from the Secret's mount to a temporary directory) answers https
+/// with a client certificate and the password, and refuses a scrape without either.
+#[test]
+fn the_charts_web_config_serves_tls_client_certificates_and_basic_auth() {
+    let Some(helm) = helm_or_skip() else { return };
+    const PASSWORD: &str = "scrape-password";
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    let objects = template(
+        &helm,
+        &[ci_values("tls-values.yaml")],
+        &[&format!("web.basicAuthUsers.prometheus={hash}")],
+    )
+    .unwrap();
+    let secret = find(&objects, "Secret", "rdma-web-config");
+    let web = secret["stringData"]["web.yml"].as_str().unwrap();
+    let pki = crate::web::Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    // The kubernetes.io/tls Secret's keys, as the chart mounts them.
+    for (key, file) in [
+        ("tls.crt", "server.pem"),
+        ("tls.key", "server.key"),
+        ("ca.crt", "ca.pem"),
+    ] {
+        std::fs::copy(pki.path(file), dir.path().join(key)).unwrap();
+    }
+    let mount = "/etc/rdma-fabric-exporter-tls/";
+    assert!(web.contains(mount), "{web}");
+    let config = dir.path().join("web.yml");
+    std::fs::write(
+        &config,
+        web.replace(mount, &format!("{}/", dir.path().display())),
+    )
+    .unwrap();
+    let exporter = common::Exporter::on_sysfs(
+        &common::fixture("quirks/sys"),
+        &["--web.config.file", common::path_str(&config)],
+    );
+    let port = exporter.address.rsplit_once(':').unwrap().1.to_string();
+    let url = format!("https://localhost:{port}/metrics");
+    let client = |with_certificate: bool| {
+        let ca = reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap();
+        let mut builder = reqwest::blocking::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .resolve("localhost", exporter.address.parse().unwrap());
+        if with_certificate {
+            let mut pem = std::fs::read(pki.path("client.pem")).unwrap();
+            pem.extend(std::fs::read(pki.path("client.key")).unwrap());
+            builder = builder.identity(reqwest::Identity::from_pem(&pem).unwrap());
+        }
+        builder.build().unwrap()
+    };
+    let response = client(true)
+        .get(&url)
+        .basic_auth("prometheus", Some(PASSWORD))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["strict-transport-security"],
+        "max-age=31536000"
+    );
+    assert!(response
+        .text()
+        .unwrap()
+        .contains("rdma_exporter_build_info"));
+    let response = client(true).get(&url).send().unwrap();
+    assert_eq!(response.status(), 401, "no password");
+    assert!(
+        client(false)
+            .get(&url)
+            .basic_auth("prometheus", Some(PASSWORD))
+            .send()
+            .is_err(),
+        "no client certificate: no handshake"
+    );
+}

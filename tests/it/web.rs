@@ -13,13 +13,13 @@ const PASSWORD: &str = "correct-horse-battery";
 /// A CA, a server certificate for `localhost`/127.0.0.1 and a client certificate, as PEM files.
 /// Unlike `gnmi_target::Pki` every certificate has its own subject: OpenSSL (curl) takes a leaf
 /// whose subject equals its issuer's for self-signed.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
-    ca_pem: String,
+    pub(crate) ca_pem: String,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
         let params = |names: Vec<String>, common_name: &str| {
             let mut params = CertificateParams::new(names).unwrap();
@@ -52,7 +52,7 @@ impl Pki {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 }
