@@ -150,18 +150,12 @@ impl Demo {
                 .map_err(DemoError::Agent)?;
             tables.push(table);
             leaf_addresses.push(address);
-            targets.push(Target {
-                name: leaf.name.clone(),
-                profile: profile.clone(),
-                source: Source::Snmp(SnmpTarget {
-                    address: address.to_string(),
-                    credentials: Credentials::V2c(Secret::new(COMMUNITY)),
-                    timeout: Duration::from_secs(2).min(options.switch_interval / 2),
-                    retries: 1,
-                    max_repetitions: 25,
-                }),
-                interval: options.switch_interval,
-            });
+            targets.push(leaf_target(
+                &leaf.name,
+                &profile,
+                address,
+                options.switch_interval,
+            ));
         }
         let poller = Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY));
         poller.spawn();
@@ -522,4 +516,58 @@ fn process_exists(pid: i32) -> bool {
     // SAFETY: kill with signal 0 sends nothing; it only checks the process id.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The poller's target for a simulated leaf's in-process agent. The request timeout does not
+/// shrink with the interval: a poll is already bounded by its interval (`Poller`), and a short
+/// timeout (it was `min(2 s, interval / 2)`) failed polls whenever the machine was busy.
+fn leaf_target(
+    name: &str,
+    profile: &Profile,
+    address: std::net::SocketAddr,
+    interval: Duration,
+) -> Target {
+    Target {
+        name: name.to_string(),
+        profile: profile.clone(),
+        source: Source::Snmp(SnmpTarget {
+            address: address.to_string(),
+            credentials: Credentials::V2c(Secret::new(COMMUNITY)),
+            timeout: LEAF_REQUEST_TIMEOUT,
+            retries: 1,
+            max_repetitions: 25,
+        }),
+        interval,
+    }
+}
+
+/// An SNMP request to a simulated leaf: the answer comes from this process over loopback, so
+/// only a starved scheduler makes it late.
+const LEAF_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fast_demo_keeps_the_full_request_timeout() {
+        let profile = Profiles::builtin()
+            .unwrap()
+            .get(SWITCH_PROFILE)
+            .cloned()
+            .unwrap();
+        let address = "127.0.0.1:161".parse().unwrap();
+        for interval in [Duration::from_millis(200), Duration::from_secs(5)] {
+            let target = leaf_target("leaf-1", &profile, address, interval);
+            let Source::Snmp(snmp) = &target.source else {
+                panic!("{:?}", target.source)
+            };
+            assert_eq!(
+                snmp.timeout,
+                Duration::from_secs(2),
+                "interval {interval:?}"
+            );
+            assert_eq!(target.interval, interval);
+        }
+    }
 }
