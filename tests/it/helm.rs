@@ -874,3 +874,39 @@ fn the_charts_web_config_serves_tls_client_certificates_and_basic_auth() {
         "no client certificate: no handshake"
     );
 }
+
+/// `helm package` keeps everything the templates read (the alerts and dashboards in files/):
+/// the packaged chart renders what the source tree renders.
+#[test]
+fn the_packaged_chart_renders_what_the_source_renders() {
+    let Some(helm) = helm_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(&helm)
+        .arg("package")
+        .arg(chart_dir())
+        .arg("--destination")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let chart = &deploy::read_yaml_documents(&chart_dir().join("Chart.yaml"))[0];
+    // The image tag defaults to appVersion: the exporter's version.
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
+    let package = dir.path().join(format!(
+        "rdma-fabric-exporter-{}.tgz",
+        chart["version"].as_str().unwrap()
+    ));
+    let out = Command::new(&helm)
+        .args(["template", RELEASE])
+        .arg(&package)
+        .args(["--namespace", NAMESPACE])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let packaged: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
+            .map(|doc| Value::deserialize(doc).unwrap())
+            .filter(|v| !v.is_null())
+            .collect();
+    assert_eq!(packaged, template(&helm, &[], &[]).unwrap());
+}
