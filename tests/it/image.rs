@@ -439,3 +439,48 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The Dockerfile (for users with a registry and a daemon; not buildable here) makes the same
+/// image: its final stage is `scratch` plus scripts/image-rootfs's tree, with the user,
+/// entrypoint, command, PATH and port that scripts/build-image sets (the test above checks
+/// those on the built image).
+#[test]
+fn the_dockerfile_builds_the_same_layout_as_build_image() {
+    let dockerfile = std::fs::read_to_string(project_root().join("Dockerfile")).unwrap();
+    let instructions: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect();
+    let last_from = instructions
+        .iter()
+        .rposition(|l| l.starts_with("FROM "))
+        .unwrap();
+    let final_stage = &instructions[last_from..];
+    assert_eq!(final_stage[0], "FROM scratch");
+    assert!(
+        dockerfile.contains("scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs"),
+        "{dockerfile}"
+    );
+    let build_image = std::fs::read_to_string(project_root().join("scripts/build-image")).unwrap();
+    for (docker, buildah) in [
+        ("COPY --from=build /rootfs/ /", "\"$rootfs/\" /"),
+        ("USER 65534:65534", "--user 65534:65534"),
+        (
+            "ENV PATH=/usr/local/bin:/usr/sbin",
+            "--env PATH=/usr/local/bin:/usr/sbin",
+        ),
+        ("EXPOSE 9866/tcp", "--port 9866/tcp"),
+        (
+            r#"ENTRYPOINT ["/usr/local/bin/rdma-fabric-exporter"]"#,
+            r#"--entrypoint '["/usr/local/bin/rdma-fabric-exporter"]'"#,
+        ),
+        (r#"CMD ["serve"]"#, "--cmd serve"),
+    ] {
+        assert!(final_stage.contains(&docker), "Dockerfile lacks {docker}");
+        assert!(
+            build_image.contains(buildah),
+            "scripts/build-image lacks {buildah}"
+        );
+    }
+    assert_eq!(final_stage.len(), 7, "{final_stage:?}");
+}
