@@ -166,8 +166,16 @@ fn ib_fabric_collector(
     if !config.ib_fabric.enabled {
         return None;
     }
-    let source =
-        source.unwrap_or_else(|| Arc::new(DiagsSource::new(DiagsOptions::default())) as Arc<_>);
+    let ib = &config.ib_fabric;
+    let source = source.unwrap_or_else(|| {
+        Arc::new(DiagsSource::new(DiagsOptions {
+            ibnetdiscover: ib.ibnetdiscover.clone(),
+            perfquery: ib.perfquery.clone(),
+            port_args: ib.port_args(),
+            parallel: ib.parallel.max(1),
+            ..DiagsOptions::default()
+        })) as Arc<_>
+    });
     match crate::ib::collector::IbFabricCollector::spawn(source, config.ib_fabric.clone()) {
         Ok(collector) => Some(collector),
         Err(e) => {

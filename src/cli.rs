@@ -451,6 +451,21 @@ pub struct IbFabricFlags {
     /// Export only error and congestion counters (no data or packet counters).
     #[arg(long = "collector.ib_fabric.errors-only")]
     errors_only: bool,
+    /// The ibnetdiscover to run [default: ibnetdiscover, on PATH].
+    #[arg(long = "collector.ib_fabric.ibnetdiscover", value_name = "PATH")]
+    ibnetdiscover: Option<std::path::PathBuf>,
+    /// The perfquery to run [default: perfquery, on PATH].
+    #[arg(long = "collector.ib_fabric.perfquery", value_name = "PATH")]
+    perfquery: Option<std::path::PathBuf>,
+    /// The local HCA the tools use (their -C), where the host has several: it picks the subnet.
+    #[arg(long = "collector.ib_fabric.ca", value_name = "CA")]
+    ca: Option<String>,
+    /// The port of that HCA (the tools' -P).
+    #[arg(long = "collector.ib_fabric.ca-port", value_name = "PORT")]
+    ca_port: Option<u8>,
+    /// perfquery runs at once [default: 4].
+    #[arg(long = "collector.ib_fabric.parallel", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    parallel: Option<u16>,
 }
 
 impl IbFabricFlags {
@@ -475,6 +490,21 @@ impl IbFabricFlags {
         }
         if self.errors_only {
             ib.errors_only = true;
+        }
+        if let Some(v) = &self.ibnetdiscover {
+            ib.ibnetdiscover = v.clone();
+        }
+        if let Some(v) = &self.perfquery {
+            ib.perfquery = v.clone();
+        }
+        if let Some(v) = &self.ca {
+            ib.ca = Some(v.clone());
+        }
+        if let Some(v) = self.ca_port {
+            ib.ca_port = Some(v);
+        }
+        if let Some(v) = self.parallel {
+            ib.parallel = usize::from(v);
         }
     }
 }

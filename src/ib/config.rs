@@ -1,6 +1,7 @@
 //! `ib_fabric:` in the config file and `--collector.ib_fabric.*` on the command line: the
 //! `ib_fabric` collector, off by default (one or two hosts per subnet run it).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
@@ -33,6 +34,16 @@ pub struct IbFabricConfig {
     pub switch_exclude: Option<Regex>,
     /// Export only the error and congestion counters: no data or packet counters.
     pub errors_only: bool,
+    /// The `ibnetdiscover` the scan runs (a name is looked up on `PATH`).
+    pub ibnetdiscover: PathBuf,
+    /// The `perfquery` the scan runs (a name is looked up on `PATH`).
+    pub perfquery: PathBuf,
+    /// The local HCA the tools use (`-C`), where the host has several: it picks the subnet.
+    pub ca: Option<String>,
+    /// The port of that HCA (`-P`).
+    pub ca_port: Option<u8>,
+    /// `perfquery` runs at once.
+    pub parallel: usize,
 }
 
 impl Default for IbFabricConfig {
@@ -46,11 +57,28 @@ impl Default for IbFabricConfig {
             switch_include: None,
             switch_exclude: None,
             errors_only: false,
+            ibnetdiscover: PathBuf::from("ibnetdiscover"),
+            perfquery: PathBuf::from("perfquery"),
+            ca: None,
+            ca_port: None,
+            parallel: 4,
         }
     }
 }
 
 impl IbFabricConfig {
+    /// The arguments every tool gets before its own: `-C <ca> -P <port>` where set.
+    pub fn port_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(ca) = &self.ca {
+            args.extend(["-C".to_string(), ca.clone()]);
+        }
+        if let Some(port) = self.ca_port {
+            args.extend(["-P".to_string(), port.to_string()]);
+        }
+        args
+    }
+
     /// The switches this instance reads.
     pub fn selection(&self) -> Selection {
         Selection {
@@ -105,6 +133,14 @@ mod tests {
             .selection()
             .keeps_switch(crate::ib::model::Guid(1), "spine-01"));
         assert!(serde_yaml::from_str::<IbFabricConfig>("shard: 4/4\n").is_err());
+        let tools: IbFabricConfig = serde_yaml::from_str(
+            "perfquery: /opt/ofed/sbin/perfquery\nca: mlx5_2\nca_port: 1\nparallel: 8\n",
+        )
+        .unwrap();
+        assert_eq!(tools.perfquery, PathBuf::from("/opt/ofed/sbin/perfquery"));
+        assert_eq!(tools.ibnetdiscover, PathBuf::from("ibnetdiscover"));
+        assert_eq!(tools.port_args(), ["-C", "mlx5_2", "-P", "1"]);
+        assert_eq!(tools.parallel, 8);
         assert!(!IbFabricConfig::default().enabled);
     }
 }

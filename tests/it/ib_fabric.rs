@@ -246,3 +246,73 @@ fn a_scrape_does_not_wait_on_a_hung_scan() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The tools named by flags (not on PATH) run with the HCA and port chosen by flags first, as
+/// `-C <ca> -P <port>`, and their outputs are served.
+#[test]
+fn the_tool_paths_and_the_local_hca_port_come_from_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("ofed/sbin");
+    std::fs::create_dir_all(&tools).unwrap();
+    let args_log = dir.path().join("args.log");
+    for (tool, sample) in [
+        (
+            "my-ibnetdiscover",
+            "ibnetdiscover-switchib-edr-one-ddr-link.txt",
+        ),
+        ("my-perfquery", "perfquery-x-treydock-edr-two-ports.out"),
+    ] {
+        script(
+            &tools,
+            tool,
+            &format!(
+                "echo \"{tool} $*\" >> '{}'\nexec cat '{}'",
+                args_log.display(),
+                corpus(sample).display()
+            ),
+        );
+    }
+    let flag = |name: &str, tool: &str| {
+        format!(
+            "--collector.ib_fabric.{name}={}",
+            tools.join(tool).display()
+        )
+    };
+    let (ibnetdiscover, perfquery) = (
+        flag("ibnetdiscover", "my-ibnetdiscover"),
+        flag("perfquery", "my-perfquery"),
+    );
+    // An empty directory first on PATH: nothing is found there by name.
+    let exporter = serve(
+        dir.path(),
+        &[
+            &ibnetdiscover,
+            &perfquery,
+            "--collector.ib_fabric.ca=mlx5_3",
+            "--collector.ib_fabric.ca-port=2",
+            "--collector.ib_fabric.parallel=1",
+            "--collector.ib_fabric.interval=1h",
+        ],
+    );
+    let samples = first_scan(&exporter);
+    assert_eq!(
+        value_of(&samples, "rdma_ib_fabric_scan_success", &[]),
+        Some(1.0)
+    );
+    assert!(samples
+        .iter()
+        .any(|s| s.name == "rdma_ib_switch_port_xmit_wait_total"));
+    let log = std::fs::read_to_string(&args_log).unwrap();
+    let runs: Vec<&str> = log.lines().collect();
+    assert!(runs.len() >= 2, "{log}");
+    assert!(
+        runs[0].starts_with("my-ibnetdiscover -C mlx5_3 -P 2"),
+        "{log}"
+    );
+    assert!(
+        runs[1..]
+            .iter()
+            .all(|run| run.starts_with("my-perfquery -C mlx5_3 -P 2 ")),
+        "{log}"
+    );
+}
