@@ -268,6 +268,9 @@ impl Writer<'_> {
             &dir,
             &[
                 ("node_type", "1: CA".into()),
+                // Every device has one (ib_core); rdma-core's rdma-ndd sets it to
+                // `<hostname> <device>`, and the tree knows no host name.
+                ("node_desc", format!("localhost {}", nic.name)),
                 ("node_guid", nic.node_guid.clone()),
                 // mlx5 uses the node GUID as system image GUID on a single-host adapter.
                 ("sys_image_guid", nic.node_guid.clone()),

@@ -1,0 +1,866 @@
+//! The exporter on a real kernel: Debian 12's stock kernel booted under QEMU by `scripts/vm/boot`,
+//! two soft-RoCE devices (`rdma_rxe`) on a veth pair, real RDMA traffic (perftest RC and UD,
+//! `ibv_rc_pingpong`) and real faults (netem loss, link down, `rdma link delete`, `rmmod`).
+//!
+//! TCG is slow, so the guest boots once for the whole module: `tests/real_kernel/guest.sh`
+//! runs every phase and writes what the exporter, `cat`, `rdma` and the tools saw at each moment
+//! to a shared directory, which is read into memory and removed; each test then checks its part.
+//! A real Prometheus on the host scrapes the guest's exporter through QEMU's port forward
+//! during the lossy phase and evaluates the shipped alerts. Where the VM cannot boot (no QEMU,
+//! no Debian kernel package to download), the tests say they were skipped, or fail under CI.
+
+use crate::common::{self, prometheus, value_of, Sample};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// What the guest wrote, by file name, and what the host saw while it ran.
+struct Run {
+    files: BTreeMap<String, String>,
+    /// Labels of the firing `RdmaTransportErrors` alerts Prometheus saw (empty: none), or why
+    /// Prometheus could not run.
+    alert: Result<Vec<BTreeMap<String, String>>, String>,
+}
+
+impl Run {
+    #[track_caller]
+    fn file(&self, name: &str) -> &str {
+        self.files.get(name).unwrap_or_else(|| {
+            panic!(
+                "the guest wrote no {name}; it wrote {:?}",
+                self.files.keys()
+            )
+        })
+    }
+
+    #[track_caller]
+    fn scrape(&self, name: &str) -> Vec<Sample> {
+        common::parse_exposition(self.file(&format!("{name}.prom")))
+    }
+
+    /// `<device>/ports/<port>/<dir>/<name>` -> value, as `cat` read them.
+    #[track_caller]
+    fn counters(&self, name: &str) -> BTreeMap<String, u64> {
+        self.file(&format!("{name}.sysfs"))
+            .lines()
+            .map(|line| {
+                let (path, value) = line.split_once(' ').expect(line);
+                (path.to_string(), value.trim().parse().expect(line))
+            })
+            .collect()
+    }
+
+    #[track_caller]
+    fn qps(&self, name: &str) -> Vec<serde_json::Value> {
+        let text = self.file(&format!("{name}.qp.json"));
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}: {text}"))
+    }
+}
+
+static RUN: OnceLock<Result<Run, String>> = OnceLock::new();
+
+/// The guest's run, booted on first use; `None` when it cannot boot here (skipped, or failed
+/// under CI).
+fn run() -> Option<&'static Run> {
+    match RUN.get_or_init(boot_and_run) {
+        Ok(run) => Some(run),
+        Err(reason) => {
+            common::skip_or_fail(reason);
+            None
+        }
+    }
+}
+
+fn boot_and_run() -> Result<Run, String> {
+    for tool in [
+        "qemu-system-x86_64",
+        "busybox",
+        "apt-get",
+        "dpkg",
+        "ib_write_bw",
+        "rdma",
+    ] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+        {
+            return Err(format!(
+                "the real-kernel VM needs {tool} (scripts/test installs qemu-system-x86, \
+                 busybox-static, perftest, rdma-core, iproute2)"
+            ));
+        }
+    }
+    let boot = common::project_root().join("scripts/vm/boot");
+    let started = Instant::now();
+    let prepared = Command::new(&boot)
+        .arg("--prepare")
+        .output()
+        .map_err(|e| format!("scripts/vm/boot: {e}"))?;
+    if !prepared.status.success() {
+        return Err(format!(
+            "scripts/vm/boot --prepare failed (no Debian 12 kernel package to download?): {}",
+            String::from_utf8_lossy(&prepared.stderr)
+        ));
+    }
+    eprintln!(
+        "real_kernel: kernel and initramfs ready in {:?}",
+        started.elapsed()
+    );
+
+    let out = tempfile::tempdir().unwrap();
+    let port = prometheus::free_port();
+    let prom_dir = tempfile::tempdir().unwrap();
+    let prometheus = start_prometheus(prom_dir.path(), port);
+
+    let started = Instant::now();
+    let mut vm = Command::new(&boot);
+    vm.args(["--out", common::path_str(out.path())])
+        .args(["--port", &port.to_string(), "--timeout", "600"])
+        .arg(common::project_root().join("tests/real_kernel/guest.sh"))
+        .arg(common::binary())
+        .arg(if prometheus.is_ok() {
+            "--wait-alert"
+        } else {
+            ""
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // Its own process group: a test that fails below still kills QEMU with it.
+        .process_group(0);
+    let mut vm = common::ChildGuard(vm.spawn().map_err(|e| format!("scripts/vm/boot: {e}"))?);
+    let console = BufReader::new(vm.0.stdout.take().unwrap());
+    let console = std::thread::spawn(move || {
+        let mut booted = None;
+        let mut text = String::new();
+        for line in console.lines().map_while(Result::ok) {
+            if booted.is_none() && line.starts_with("guest: ") {
+                booted = Some(started.elapsed());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        (booted, text)
+    });
+
+    // Watches for the transport-error alert while the guest runs its lossy phase, and tells
+    // the guest when it fired (or when waiting longer is pointless).
+    let mut alert = Err(String::new());
+    if let Ok((_, address)) = &prometheus {
+        let done = out.path().join("host-alert-done");
+        let deadline = Instant::now() + Duration::from_secs(500);
+        let mut netem_since = None;
+        let mut firing = Vec::new();
+        while vm.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            if netem_since.is_none() && out.path().join("netem-started").exists() {
+                netem_since = Some(Instant::now());
+            }
+            let Some(since) = netem_since else { continue };
+            if firing.is_empty() {
+                firing = prometheus::try_query(
+                    address,
+                    r#"ALERTS{alertname="RdmaTransportErrors",alertstate="firing"}"#,
+                )
+                .unwrap_or_default();
+            }
+            if !firing.is_empty() || since.elapsed() > Duration::from_secs(120) {
+                let _ = std::fs::write(&done, "");
+            }
+        }
+        alert = Ok(firing.into_iter().map(|(labels, _)| labels).collect());
+    } else if let Err(reason) = &prometheus {
+        alert = Err(reason.clone());
+    }
+    let status = vm.0.wait().unwrap();
+    let (booted, console) = console.join().unwrap();
+    drop(prometheus);
+    eprintln!(
+        "real_kernel: guest reached its script in {booted:?}, whole run {:?}",
+        started.elapsed()
+    );
+    if !status.success() {
+        return Err(format!(
+            "the real-kernel VM did not run its script ({status}): {console}"
+        ));
+    }
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(out.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            files.insert(name, std::fs::read_to_string(&path).unwrap_or_default());
+        }
+    }
+    files.insert("console".into(), console);
+    Ok(Run { files, alert })
+}
+
+/// Prometheus on loopback scraping the guest's exporter every second, with the shipped alerts
+/// (their `for:` cut to 10 s).
+fn start_prometheus(dir: &Path, port: u16) -> Result<(common::ChildGuard, String), String> {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Err("no prometheus (Debian package; scripts/test installs it)".into());
+    }
+    let alerts = crate::alerts_e2e::alerts_without_long_waits(dir);
+    let rules = common::project_root().join("alerts/rdma-rules.yml");
+    Ok(prometheus::start_with_rules(
+        dir,
+        &format!(
+            "  - job_name: real-kernel\n    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+        &[&rules, &alerts],
+    ))
+}
+
+/// Series of soft-RoCE devices (a `device` label starting with `rxe`), but for the read errors
+/// counted against them: a removed device's count stays, as a counter should.
+fn rxe_series(samples: &[Sample]) -> BTreeSet<String> {
+    samples
+        .iter()
+        .filter(|s| s.labels.get("device").is_some_and(|d| d.starts_with("rxe")))
+        .filter(|s| s.name != "rdma_exporter_read_errors_total")
+        .map(|s| format!("{}{:?}", s.name, s.labels))
+        .collect()
+}
+
+/// The metric and labels the exporter serves a sysfs counter file as.
+fn metric_of(path: &str) -> (String, Vec<(String, String)>, f64) {
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.as_slice() {
+        [device, "ports", port, dir, name] => {
+            let labels = vec![
+                ("device".to_string(), device.to_string()),
+                ("port".to_string(), port.to_string()),
+            ];
+            if *dir == "hw_counters" {
+                if *name == "lifespan" {
+                    return ("rdma_hw_lifespan_seconds".into(), labels, 0.001);
+                }
+                return (
+                    format!("rdma_hw_{}_total", name.to_lowercase()),
+                    labels,
+                    1.0,
+                );
+            }
+            let name = name.to_lowercase();
+            let name = name.strip_prefix("port_").unwrap_or(&name).to_string();
+            match name.as_str() {
+                "xmit_data" | "rcv_data" => (format!("rdma_port_{name}_bytes_total"), labels, 4.0),
+                _ => (format!("rdma_port_{name}_total"), labels, 1.0),
+            }
+        }
+        [device, "hw_counters", name] => (
+            format!("rdma_device_hw_{}_total", name.to_lowercase()),
+            vec![("device".to_string(), device.to_string())],
+            1.0,
+        ),
+        _ => panic!("unexpected counter path {path}"),
+    }
+}
+
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    value_of(samples, name, labels).unwrap_or_else(|| panic!("no {name}{labels:?}"))
+}
+
+fn delta(before: &[Sample], after: &[Sample], name: &str, device: &str) -> f64 {
+    value(after, name, &[("device", device)]) - value(before, name, &[("device", device)])
+}
+
+/// `(message bytes, iterations, MTU)` of a perftest bandwidth client's report.
+fn perftest_report(output: &str) -> (u64, u64, u64) {
+    let mtu = output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Mtu")?.split(':').nth(1))
+        .and_then(|v| v.trim().trim_end_matches("[B]").parse().ok())
+        .unwrap_or_else(|| panic!("no MTU in {output}"));
+    let mut lines = output.lines().skip_while(|l| !l.contains("#iterations"));
+    let figures: Vec<u64> = lines
+        .nth(1)
+        .unwrap_or_else(|| panic!("no result line in {output}"))
+        .split_whitespace()
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    (figures[0], figures[1], mtu)
+}
+
+#[test]
+fn node_collector_serves_every_counter_cat_reads() {
+    let Some(run) = run() else { return };
+    let before = run.counters("idle-before");
+    let after = run.counters("idle-after");
+    assert_eq!(before, after, "the fabric was not idle around the scrape");
+    let samples = run.scrape("idle");
+    assert!(
+        before.keys().any(|p| p.starts_with("rxeA/"))
+            && before.keys().any(|p| p.starts_with("rxeB/"))
+    );
+    for (path, cat) in &before {
+        let (name, labels, scale) = metric_of(path);
+        let labels: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let served = value_of(&samples, &name, &labels)
+            .unwrap_or_else(|| panic!("{path} (cat: {cat}) is not served as {name}{labels:?}"));
+        assert_eq!(served, *cat as f64 * scale, "{path} served as {name}");
+    }
+    // Nothing served that the kernel does not have.
+    let served_hw: BTreeSet<String> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("rdma_hw_") && s.labels["device"].starts_with("rxe"))
+        .map(|s| {
+            format!(
+                "{}/ports/{}/{}",
+                s.labels["device"], s.labels["port"], s.name
+            )
+        })
+        .collect();
+    let files: BTreeSet<String> = before
+        .keys()
+        .map(|p| {
+            let (name, labels, _) = metric_of(p);
+            format!("{}/ports/{}/{name}", labels[0].1, labels[1].1)
+        })
+        .collect();
+    assert_eq!(served_hw, files);
+
+    // Port facts, against what the guest's sysfs says.
+    let attributes: BTreeMap<&str, &str> = run
+        .file("attributes.txt")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let port =
+        |device: &str, metric: &str| value(&samples, metric, &[("device", device), ("port", "1")]);
+    let kernel_id =
+        |attr: &str| -> f64 { attributes[attr].split(':').next().unwrap().parse().unwrap() };
+    assert_eq!(
+        port("rxeA", "rdma_port_state"),
+        kernel_id("rxeA/ports/1/state")
+    );
+    assert_eq!(
+        port("rxeA", "rdma_port_phys_state"),
+        kernel_id("rxeA/ports/1/phys_state")
+    );
+    let gbps: f64 = attributes["rxeA/ports/1/rate"]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        port("rxeA", "rdma_port_rate_bytes_per_second"),
+        gbps * 1e9 / 8.0
+    );
+    let info = common::matching(&samples, "rdma_port_info", &[("device", "rxeA")])
+        .next()
+        .expect("rdma_port_info of rxeA");
+    assert_eq!(
+        info.labels["link_layer"],
+        attributes["rxeA/ports/1/link_layer"]
+    );
+    assert_eq!(info.labels["node_guid"], attributes["rxeA/node_guid"]);
+    // The netdev behind the port is the one the GID table binds (`gid_attrs/ndevs`).
+    let gid1: Vec<&str> = run
+        .file("gids.txt")
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .collect();
+    assert_eq!(info.labels["netdev"], gid1[3], "{gid1:?}");
+    assert_eq!(
+        gid1[1], "0000:0000:0000:0000:0000:ffff:c0a8:4d01",
+        "GID 1 is vA's IPv4 address"
+    );
+    // A soft device has no PMA counters and an empty fw_ver: that is no read error.
+    assert!(
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).all(|s| s.value == 0.0),
+        "read errors on a healthy soft-RoCE host: {:?}",
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).collect::<Vec<_>>()
+    );
+    common::assert_no_duplicate_series(run.file("idle.prom"));
+}
+
+#[test]
+fn packet_counters_move_by_what_perftest_sent() {
+    let Some(run) = run() else { return };
+    let (bytes, iterations, mtu) = perftest_report(run.file("rc-client.txt"));
+    assert!(iterations > 0, "{}", run.file("rc-client.txt"));
+    let packets = (iterations * bytes.div_ceil(mtu)) as f64;
+    let (before, after) = (run.scrape("rc-before"), run.scrape("rc-after"));
+    let sent = delta(&before, &after, "rdma_hw_sent_pkts_total", "rxeA");
+    let received = delta(&before, &after, "rdma_hw_rcvd_pkts_total", "rxeB");
+    // At least every packet of every reported message; retransmissions add some (TCG is slow
+    // enough for the requester to time out now and then), never several times as many.
+    assert!(
+        sent >= packets && sent < 2.0 * packets,
+        "sent {sent}, perftest {packets}"
+    );
+    assert!(
+        received >= packets && received <= sent,
+        "received {received}, sent {sent}"
+    );
+    // The responder's ACKs: far fewer packets the other way.
+    let acks = delta(&before, &after, "rdma_hw_sent_pkts_total", "rxeB");
+    assert!(acks > 0.0 && acks < packets, "{acks}");
+
+    // ibv_rc_pingpong: every iteration is one send received on each side.
+    let pingpong = run.file("pp-client.txt");
+    let iterations: f64 = pingpong
+        .lines()
+        .find_map(|l| l.split_once(" iters in ")?.0.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{pingpong}"));
+    let (before, after) = (run.counters("pp-before"), run.counters("pp-after"));
+    let moved = |path: &str| (after[path] - before[path]) as f64;
+    assert_eq!(moved("rxeA/ports/1/hw_counters/rdma_recvs"), iterations);
+    assert_eq!(moved("rxeB/ports/1/hw_counters/rdma_sends"), iterations);
+}
+
+/// `(device, type, state)` -> count, from `rdma -j resource show qp`.
+fn qps_by_type(qps: &[serde_json::Value]) -> BTreeMap<(String, String, String), f64> {
+    let mut counts = BTreeMap::new();
+    for qp in qps {
+        let key = (
+            qp["ifname"].as_str().unwrap().to_string(),
+            qp["type"].as_str().unwrap().to_string(),
+            qp["state"].as_str().unwrap().to_string(),
+        );
+        *counts.entry(key).or_default() += 1.0;
+    }
+    counts
+}
+
+fn served_qps(samples: &[Sample]) -> BTreeMap<(String, String, String), f64> {
+    common::matching(samples, "rdma_qps", &[])
+        .filter(|s| s.value > 0.0)
+        .map(|s| {
+            let key = (
+                s.labels["device"].clone(),
+                s.labels["qp_type"].clone(),
+                s.labels["state"].clone(),
+            );
+            (key, s.value)
+        })
+        .collect()
+}
+
+#[test]
+fn queue_pairs_match_rdma_resource_show_and_their_owners() {
+    let Some(run) = run() else { return };
+    for (phase, qp_type) in [("rc-during", "RC"), ("ud-during", "UD")] {
+        // Listed just before and just after the scrape: the exporter's reading (at most one
+        // netlink interval old, 1 s here) matches one of them.
+        let listed = run.qps(phase);
+        let listed_after = run.qps(&format!("{phase}2"));
+        let samples = run.scrape(phase);
+        let counts = qps_by_type(&listed);
+        assert!(
+            counts.keys().any(|(_, t, _)| t == qp_type),
+            "{phase}: perftest had no {qp_type} QP when listed: {listed:?}"
+        );
+        let served = served_qps(&samples);
+        assert!(
+            served == counts || served == qps_by_type(&listed_after),
+            "{phase}: served {served:?}, rdma resource show qp {counts:?}"
+        );
+        // Owner: perftest's own process (pid and comm), per device.
+        for device in ["rxeA", "rxeB"] {
+            let mut owners: BTreeMap<(String, String), f64> = BTreeMap::new();
+            for qp in listed
+                .iter()
+                .filter(|q| q["ifname"] == device && q["type"] == qp_type)
+            {
+                let pid = qp["pid"].as_u64().unwrap_or_else(|| panic!("{qp}"));
+                let comm = qp["comm"].as_str().unwrap().to_string();
+                *owners.entry((pid.to_string(), comm)).or_default() += 1.0;
+            }
+            assert!(!owners.is_empty(), "{phase} {device}: {listed:?}");
+            let served: BTreeMap<(String, String), f64> = common::matching(
+                &samples,
+                "rdma_owner_qps",
+                &[("device", device), ("qp_type", qp_type)],
+            )
+            .map(|s| {
+                (
+                    (s.labels["pid"].clone(), s.labels["owner"].clone()),
+                    s.value,
+                )
+            })
+            .collect();
+            assert_eq!(served, owners, "{phase} {device}");
+        }
+    }
+    // After perftest exits: its QPs are gone from both.
+    let after = run.scrape("rc-after");
+    assert_eq!(served_qps(&after), qps_by_type(&run.qps("rc-after")));
+    assert!(
+        served_qps(&after).keys().all(|(_, t, _)| t == "GSI"),
+        "{:?}",
+        served_qps(&after)
+    );
+
+    // The pingpong client ran in a pod's cgroup: its QP is attributed to that pod.
+    let listed = run.qps("pp-during");
+    let client = run.file("pp-client.pid").trim().parse::<u64>().unwrap();
+    let in_pod = listed
+        .iter()
+        .filter(|q| q["pid"].as_u64() == Some(client))
+        .count();
+    assert!(in_pod > 0, "no QP of the client (pid {client}): {listed:?}");
+    let uid = run.file("pod-uid.txt").trim();
+    assert!(
+        run.file("pp-client.cgroup").contains(uid),
+        "{}",
+        run.file("pp-client.cgroup")
+    );
+    let samples = run.scrape("pp-during");
+    let container = run.file("container-id.txt").trim();
+    let pod_labels = [("pod_uid", uid), ("device", "rxeA")];
+    let served: Vec<&Sample> = common::matching(&samples, "rdma_owner_qps", &pod_labels).collect();
+    assert_eq!(served.len(), 1, "{samples:?}");
+    assert_eq!(served[0].value, in_pod as f64);
+    assert_eq!(served[0].labels["owner"], "ibv_rc_pingpong");
+    assert_eq!(served[0].labels["pid"], client.to_string());
+    assert_eq!(served[0].labels["container_id"], container);
+}
+
+#[test]
+fn netem_loss_raises_transport_errors_and_the_alert_fires() {
+    let Some(run) = run() else { return };
+    // Loss on vA's egress (A's requests to B): B sees gaps (out_of_seq_request) and NAKs
+    // them, A counts the NAKs (rcvd_seq_err) and retries. The clean RC run had none of that.
+    let gaps = |before: &str, after: &str| {
+        let (b, a) = (run.scrape(before), run.scrape(after));
+        (
+            delta(&b, &a, "rdma_hw_out_of_seq_request_total", "rxeB"),
+            delta(&b, &a, "rdma_hw_rcvd_seq_err_total", "rxeA"),
+        )
+    };
+    let clean = gaps("rc-before", "rc-after");
+    let lossy = gaps("netem-before", "netem-after");
+    assert!(
+        lossy.0 > clean.0 && lossy.1 > clean.1,
+        "clean {clean:?}, lossy {lossy:?}"
+    );
+    // And the exporter still agrees with cat after the phase.
+    let after = run.counters("netem-after");
+    let served = run.scrape("netem-after");
+    let path = "rxeA/ports/1/hw_counters/rcvd_seq_err";
+    assert_eq!(
+        value(&served, "rdma_hw_rcvd_seq_err_total", &[("device", "rxeA")]),
+        after[path] as f64
+    );
+
+    match &run.alert {
+        Ok(firing) => assert!(
+            firing
+                .iter()
+                .any(|labels| labels.get("device").is_some_and(|d| d.starts_with("rxe"))),
+            "RdmaTransportErrors did not fire on a soft-RoCE device: {firing:?}"
+        ),
+        Err(reason) => common::skip_or_fail(reason),
+    }
+}
+
+#[test]
+fn removing_a_device_or_the_module_costs_nothing_but_the_device() {
+    let Some(run) = run() else { return };
+    assert_eq!(run.file("link-delete.rc").trim(), "0");
+    assert_eq!(run.file("rmmod.rc").trim(), "0", "rmmod rdma_rxe");
+    let scrapes: Vec<&str> = run.file("removal-loop.txt").lines().collect();
+    assert!(scrapes.len() >= 2, "{scrapes:?}");
+    assert!(
+        scrapes.iter().all(|s| s.starts_with("ok ")),
+        "a scrape failed during removal: {scrapes:?}"
+    );
+    let deleted = run.scrape("after-delete");
+    for counted in common::matching(&deleted, "rdma_exporter_read_errors_total", &[]) {
+        assert_eq!(counted.labels["device"], "rxeB", "{counted:?}");
+    }
+    assert!(
+        rxe_series(&deleted).iter().all(|s| !s.contains("\"rxeB\"")),
+        "rxeB series stay: {:?}",
+        rxe_series(&deleted)
+    );
+    assert!(rxe_series(&deleted).iter().any(|s| s.contains("\"rxeA\"")));
+    assert_eq!(value(&deleted, "rdma_devices", &[]), 1.0);
+    let unloaded = run.scrape("after-rmmod");
+    assert_eq!(run.file("after-rmmod.ls").trim(), "");
+    assert_eq!(
+        rxe_series(&unloaded),
+        BTreeSet::new(),
+        "series of unloaded devices stay"
+    );
+    assert_eq!(value(&unloaded, "rdma_devices", &[]), 0.0);
+    assert_eq!(
+        value(&unloaded, "rdma_exporter_http_panics_total", &[]),
+        0.0
+    );
+    for collector in ["sysfs", "netlink"] {
+        assert_eq!(
+            value(
+                &unloaded,
+                "rdma_exporter_collector_success",
+                &[("collector", collector)]
+            ),
+            1.0,
+            "{collector}"
+        );
+    }
+    for healthz in ["healthz-after-delete.rc", "healthz-after-rmmod.rc"] {
+        assert_eq!(run.file(healthz).trim(), "0", "{healthz}");
+    }
+    let log = run.file("serve.log");
+    assert!(!log.contains("panicked"), "{log}");
+    assert_eq!(
+        run.file("serve.rc").trim(),
+        "0",
+        "exit status after SIGTERM: {log}"
+    );
+}
+
+#[test]
+fn doctor_on_real_soft_roce_devices() {
+    let Some(run) = run() else { return };
+    let report = run.file("doctor.txt");
+    let lines: Vec<&str> = report.lines().map(str::trim).collect();
+    let line = |prefix: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.split_whitespace().nth(1) == Some(prefix))
+            .collect()
+    };
+    assert_eq!(
+        line("devices:"),
+        ["OK    devices: 2 RDMA devices: rxeA, rxeB"],
+        "{report}"
+    );
+    assert!(line("dev-files:")[0].starts_with("OK"), "{report}");
+    assert!(line("dev-files:")[0].contains("uverbs0"), "{report}");
+    assert!(!line("memlock:").is_empty(), "{report}");
+    let gids = line("gid:");
+    assert_eq!(gids.len(), 2, "{report}");
+    assert!(
+        gids[0].starts_with("OK") && gids[0].contains("192.168.77.1"),
+        "{report}"
+    );
+    let mtu = line("mtu:");
+    assert!(
+        mtu.iter().all(|l| l.contains("1500") && l.contains("1024")),
+        "{report}"
+    );
+    // veth has no DCB: a clear finding, not a failure.
+    for check in ["qos-trust:", "pfc:"] {
+        let found = line(check);
+        assert_eq!(found.len(), 2, "{report}");
+        assert!(
+            found
+                .iter()
+                .all(|l| l.starts_with("INFO") && l.contains("no DCB support")),
+            "{report}"
+        );
+    }
+    assert!(!lines.iter().any(|l| l.starts_with("FAIL")), "{report}");
+    let json: serde_json::Value =
+        serde_json::from_str(run.file("doctor.json")).expect("doctor --output json");
+    assert!(json.is_object(), "{json}");
+}
+
+#[test]
+fn pods_collector_reads_the_real_rdma_cgroup() {
+    let Some(run) = run() else { return };
+    let uid = run.file("pod-uid.txt").trim();
+    let samples = run.scrape("pp-during");
+    let parse = |text: &str| -> BTreeMap<(String, String), String> {
+        text.lines()
+            .flat_map(|line| {
+                let mut words = line.split_whitespace();
+                let device = words.next().unwrap().to_string();
+                words.map(move |kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    ((device.clone(), k.to_string()), v.to_string())
+                })
+            })
+            .collect()
+    };
+    let current = parse(run.file("cg-current.txt"));
+    let max = parse(run.file("cg-max.txt"));
+    assert_eq!(
+        current[&("rxeA".into(), "hca_handle".into())],
+        "1",
+        "the client's verbs context is charged"
+    );
+    for ((device, resource), used) in &current {
+        let labels = [
+            ("pod_uid", uid),
+            ("device", device.as_str()),
+            ("resource", resource.as_str()),
+        ];
+        assert_eq!(
+            value(&samples, "rdma_pod_cgroup_usage", &labels),
+            used.parse::<f64>().unwrap(),
+            "{labels:?}"
+        );
+        let limit = value_of(&samples, "rdma_pod_cgroup_limit", &labels);
+        match max[&(device.clone(), resource.clone())].as_str() {
+            "max" => assert_eq!(limit, None, "{labels:?}"),
+            n => assert_eq!(limit, Some(n.parse().unwrap()), "{labels:?}"),
+        }
+    }
+}
+
+#[test]
+fn unprivileged_exporter_reads_what_needs_no_capability() {
+    let Some(run) = run() else { return };
+    let (unprivileged, root) = (run.scrape("unpriv"), run.scrape("unpriv-root"));
+    assert_eq!(rxe_series(&unprivileged), rxe_series(&root));
+    assert!(rxe_series(&root).len() > 30, "{:?}", rxe_series(&root));
+    for collector in ["sysfs", "ethtool", "netlink"] {
+        assert_eq!(
+            value(
+                &unprivileged,
+                "rdma_exporter_collector_success",
+                &[("collector", collector)]
+            ),
+            1.0,
+            "{collector} as nobody"
+        );
+    }
+    // The counters are idle here: the same values too.
+    for sample in unprivileged
+        .iter()
+        .filter(|s| s.name.starts_with("rdma_hw_") && !s.name.contains("lifespan"))
+    {
+        assert_eq!(
+            Some(sample.value),
+            value_of(
+                &root,
+                &sample.name,
+                &sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect::<Vec<_>>()
+            ),
+            "{sample:?}"
+        );
+    }
+    let log = run.file("unpriv.log");
+    assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "{log}");
+}
+
+#[test]
+fn link_down_and_up_show_in_port_state() {
+    let Some(run) = run() else { return };
+    for (phase, state) in [
+        ("link-down", "link-down.state"),
+        ("link-up", "link-up.state"),
+    ] {
+        let kernel: Vec<f64> = run
+            .file(state)
+            .lines()
+            .map(|l| l.split(':').next().unwrap().parse().unwrap())
+            .collect();
+        let samples = run.scrape(phase);
+        let port = [("device", "rxeA"), ("port", "1")];
+        assert_eq!(
+            value(&samples, "rdma_port_state", &port),
+            kernel[0],
+            "{phase}"
+        );
+        assert_eq!(
+            value(&samples, "rdma_port_phys_state", &port),
+            kernel[1],
+            "{phase}"
+        );
+    }
+    assert_ne!(run.file("link-down.state"), run.file("link-up.state"));
+    let (down, up) = (run.scrape("netem-after"), run.scrape("link-up"));
+    assert_eq!(delta(&down, &up, "rdma_hw_link_downed_total", "rxeA"), 1.0);
+}
+
+/// The entries ib_core creates for every device and port, as a layout lists them; the rest is
+/// a driver's (rxe's `parent` and `hw_counters/*`, mlx5's `hca_type`, `board_id`, `counters/`,
+/// device-level `hw_counters/`), ib_cm's (`ports/N/cm_*`), or the driver core's (`uevent`,
+/// `power/`, the `device` link of a device with a parent bus).
+fn core_entries(layout: &BTreeSet<String>) -> BTreeSet<String> {
+    let driver = regex::Regex::new(
+        r"^(parent|uevent|device|hca_type|board_id|hw_counters(/.*)?|ports/1/hw_counters/.+|ports/1/(counters|cm_[a-z_]+)(/.*)?)$",
+    )
+    .unwrap();
+    layout
+        .iter()
+        .filter(|entry| !driver.is_match(entry))
+        .cloned()
+        .collect()
+}
+
+/// A layout's entries with numbered table slots folded to `N`, as the fixture lists them.
+fn folded(entries: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+    let slot = regex::Regex::new(r"/(gids|pkeys|ndevs|types)/[0-9]+$").unwrap();
+    entries
+        .into_iter()
+        .map(|e| slot.replace(&e, "/$1/N").into_owned())
+        .collect()
+}
+
+fn real_layout() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(common::fixture(
+        "real-kernel/6.1.0-57-amd64/rxe-sysfs-layout.txt",
+    ))
+    .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every path below a device directory, links listed but not followed.
+fn walk(dir: &Path, prefix: &str, into: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+        into.push(name.clone());
+        if entry.file_type().unwrap().is_dir() {
+            walk(&entry.path(), &format!("{name}/"), into);
+        }
+    }
+}
+
+#[test]
+fn simulator_lays_out_a_device_like_the_real_kernel() {
+    use rdma_fabric_exporter::sim::sysfs_tree::{connectx7_node, write_tree};
+    let sys = tempfile::tempdir().unwrap();
+    let nics = connectx7_node(1, 7);
+    write_tree(sys.path(), &nics).unwrap();
+    let device =
+        std::fs::canonicalize(sys.path().join("class/infiniband").join(&nics[0].name)).unwrap();
+    let mut simulated = Vec::new();
+    walk(&device, "", &mut simulated);
+    let simulated = core_entries(&folded(simulated));
+    let real = core_entries(&real_layout());
+    assert!(real.contains("ports/1/gid_attrs/ndevs/N") && real.contains("node_desc"));
+    assert_eq!(
+        simulated, real,
+        "ib_core's entries: the simulator's (left) against the real kernel's (right)"
+    );
+
+    // The capture is the kernel's own: the guest's layout, when it ran here, is the fixture's.
+    if let Some(run) = RUN.get().and_then(|r| r.as_ref().ok()) {
+        let live = folded(run.file("layout.txt").lines().map(str::to_string));
+        assert_eq!(live, real_layout(), "the captured layout is out of date");
+    }
+}
