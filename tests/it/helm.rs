@@ -27,7 +27,7 @@ fn chart_dir() -> PathBuf {
     project_root().join("deploy/helm/rdma-fabric-exporter")
 }
 
-fn helm() -> Option<PathBuf> {
+pub(crate) fn helm() -> Option<PathBuf> {
     let candidates = [
         std::env::var_os("HELM").map(PathBuf::from),
         Some(PathBuf::from("/opt/helm/bin/helm")),
@@ -60,7 +60,11 @@ fn output_text(out: &std::process::Output) -> String {
 
 /// `helm template RELEASE CHART -n NAMESPACE -f FILE... --set S...`: the objects, or helm's
 /// error.
-fn template(helm: &Path, values: &[PathBuf], sets: &[&str]) -> Result<Vec<Value>, String> {
+pub(crate) fn template(
+    helm: &Path,
+    values: &[PathBuf],
+    sets: &[&str],
+) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
     command
         .args(["template", RELEASE])

@@ -2,7 +2,8 @@
 //! no daemon, no base image) in a container store of the test's own, then podman runs it as
 //! Kubernetes would run the chart's pods (read-only root filesystem, every capability dropped,
 //! no new privileges): in `demo` mode, scraped; and as the node agent on the ConnectX-7 fixture
-//! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's. The image holds
+//! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's, and with the
+//! args the Helm chart's DaemonSet gives it. The image holds
 //! the binary, the libraries `ldd` names, passwd/group and the CA bundle, nothing else, and runs
 //! as 65534. The InfiniBand scanner finds infiniband-diags' tools in it.
 //!
@@ -407,6 +408,55 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
             expected.lines().nth(first)
         );
     }
+    // The node agent as the chart's DaemonSet runs it (its args, /sys at /host/sys), but for
+    // the listen address: the host's network is this machine's.
+    if let Some(helm) = crate::helm::helm() {
+        let objects = crate::helm::template(&helm, &[], &[]).unwrap();
+        let daemonset = objects.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+        let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
+        let sysfs = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+        let port = free_port();
+        let listen = format!("--web.listen-address=127.0.0.1:{port}");
+        let args: Vec<&str> = container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .map(|a| {
+                if a.starts_with("--web.listen-address=") {
+                    listen.as_str()
+                } else {
+                    a
+                }
+            })
+            .collect();
+        assert!(
+            args.contains(&format!("--path.sysfs={sysfs}").as_str()),
+            "{args:?}"
+        );
+        let chart_agent = format!("rfe-image-chart-agent-{}", std::process::id());
+        run(
+            &store,
+            &chart_agent,
+            &[format!("{}:{sysfs}:ro", fixture.join("sys").display())],
+            &args,
+        );
+        let samples = common::parse_exposition(&scrape(port, &store, &chart_agent));
+        assert_eq!(
+            common::value_of(
+                &samples,
+                "rdma_exporter_collector_success",
+                &[("collector", "sysfs")]
+            ),
+            Some(1.0)
+        );
+        assert!(
+            samples.iter().any(|s| s.name == "rdma_port_state"),
+            "no port of the fixture read"
+        );
+        assert_unprivileged(&store, &chart_agent);
+    }
+
     // The InfiniBand scanner: ibnetdiscover is found on the image's PATH and runs (it gets as
     // far as opening a UMAD port, which this machine has none of).
     let port = free_port();
