@@ -3,9 +3,9 @@
 //! Kubernetes would run the chart's pods (read-only root filesystem, every capability dropped,
 //! no new privileges): in `demo` mode, scraped; and as the node agent on the ConnectX-7 fixture
 //! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's, and with the
-//! args the Helm chart's DaemonSet gives it. The image holds
-//! the binary, the libraries `ldd` names, passwd/group and the CA bundle, nothing else, and runs
-//! as 65534. The InfiniBand scanner finds infiniband-diags' tools in it.
+//! args the Helm chart's DaemonSet gives it; and as the InfiniBand scanner, which finds
+//! infiniband-diags' tools in it. The image holds the binary, those tools, the libraries `ldd`
+//! names for them, passwd/group and the CA bundle, nothing else, and runs as 65534.
 //!
 //! The binary is the test build's (debug, its debug info stripped by scripts/image-rootfs), or
 //! `$RFE_IMAGE_BINARY` (a release build, to measure the shipped image). Needs root, buildah,
