@@ -540,19 +540,23 @@ fn queue_pairs_match_rdma_resource_show_and_their_owners() {
 fn netem_loss_raises_transport_errors_and_the_alert_fires() {
     let Some(run) = run() else { return };
     // Loss on vA's egress (A's requests to B): B sees gaps (out_of_seq_request) and NAKs
-    // them, A counts the NAKs (rcvd_seq_err) and retries. The clean RC run had none of that.
+    // them, A counts the NAKs (rcvd_seq_err) and retries. Under TCG on a busy machine the
+    // clean run loses a few packets too (socket queues overflow), so the rate per packet B
+    // received is compared: netem's 2 % loss is far above that.
     let gaps = |before: &str, after: &str| {
         let (b, a) = (run.scrape(before), run.scrape(after));
+        let received = delta(&b, &a, "rdma_hw_rcvd_pkts_total", "rxeB");
+        assert!(received > 0.0, "{before}..{after}: no traffic");
         (
-            delta(&b, &a, "rdma_hw_out_of_seq_request_total", "rxeB"),
-            delta(&b, &a, "rdma_hw_rcvd_seq_err_total", "rxeA"),
+            delta(&b, &a, "rdma_hw_out_of_seq_request_total", "rxeB") / received,
+            delta(&b, &a, "rdma_hw_rcvd_seq_err_total", "rxeA") / received,
         )
     };
     let clean = gaps("rc-before", "rc-after");
     let lossy = gaps("netem-before", "netem-after");
     assert!(
-        lossy.0 > clean.0 && lossy.1 > clean.1,
-        "clean {clean:?}, lossy {lossy:?}"
+        lossy.0 > 2.0 * clean.0 && lossy.1 > 2.0 * clean.1 && lossy.1 > 0.0,
+        "per packet received: clean {clean:?}, lossy {lossy:?}"
     );
     // And the exporter still agrees with cat after the phase.
     let after = run.counters("netem-after");

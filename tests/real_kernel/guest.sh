@@ -36,6 +36,7 @@ wait_qp() {
 scrape() { timeout 30 busybox wget -q -O "$O/$1.prom" "http://127.0.0.1:${2:-9866}/metrics" || echo "scrape $1 failed" >>"$O/errors.txt"; }
 qps() { rdma -j resource show qp >"$O/$1.qp.json" 2>&1; }
 
+log "booted $(uname -r)"
 uname -r >"$O/kernel.txt"
 # The fabric.
 ip link add vA type veth peer name vB
@@ -117,7 +118,8 @@ qps rc-during
 scrape rc-during
 qps rc-during2
 wait "$client" "$server"
-sleep 0.5
+# The netlink collector's next reading (every second here) no longer has perftest's QPs.
+sleep 2.5
 qps rc-after
 scrape rc-after
 
