@@ -868,3 +868,88 @@ fn simulator_lays_out_a_device_like_the_real_kernel() {
         assert_eq!(live, real_layout(), "the captured layout is out of date");
     }
 }
+
+/// The captured rxe device written out as a tree, read as the exporter reads a node: what the
+/// real kernel showed stays covered where the VM cannot boot.
+#[test]
+fn captured_soft_roce_device_is_read_without_errors() {
+    let captured = common::fixture("real-kernel/6.1.0-57-amd64");
+    let read = |name: &str| std::fs::read_to_string(captured.join(name)).unwrap();
+    let sys = tempfile::tempdir().unwrap();
+    let device = sys.path().join("devices/virtual/infiniband/rxeA");
+    let mut files = BTreeMap::new();
+    for line in read("rxe-attributes.txt").lines() {
+        let (path, value) = line.split_once('=').unwrap();
+        files.insert(
+            path.strip_prefix("rxeA/").unwrap().to_string(),
+            value.to_string(),
+        );
+    }
+    for line in read("rxe-hw-counters.txt").lines() {
+        let (path, value) = line.split_once(' ').unwrap();
+        files.insert(
+            path.strip_prefix("rxeA/").unwrap().to_string(),
+            value.to_string(),
+        );
+    }
+    // Index, GID, type (spaces as `_`), netdev; unused entries have neither type nor netdev.
+    for line in read("rxe-gids.txt").lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        files.insert(format!("ports/1/gids/{}", fields[0]), fields[1].to_string());
+        if !fields[2].is_empty() {
+            let kind = fields[2].replace('_', " ");
+            files.insert(format!("ports/1/gid_attrs/types/{}", fields[0]), kind);
+            let netdev = fields[3].to_string();
+            files.insert(format!("ports/1/gid_attrs/ndevs/{}", fields[0]), netdev);
+        }
+    }
+    let layout = real_layout();
+    for (path, value) in &files {
+        assert!(
+            layout.contains(&folded([path.clone()]).pop_first().unwrap()),
+            "{path} is not in the captured layout"
+        );
+        let file = device.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, format!("{value}\n")).unwrap();
+    }
+    std::fs::create_dir_all(sys.path().join("class/infiniband")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/infiniband/rxeA",
+        sys.path().join("class/infiniband/rxeA"),
+    )
+    .unwrap();
+
+    let exporter = common::Exporter::on_sysfs(sys.path(), &["--no-collector.netlink"]);
+    let body = exporter.metrics();
+    let samples = common::parse_exposition(&body);
+    for (path, value) in files.iter().filter(|(p, _)| p.contains("hw_counters/")) {
+        let (name, labels, scale) = metric_of(&format!("rxeA/{path}"));
+        let labels: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let expected = value.parse::<f64>().unwrap() * scale;
+        assert_eq!(value_of(&samples, &name, &labels), Some(expected), "{path}");
+    }
+    let info = common::matching(&samples, "rdma_port_info", &[("device", "rxeA")])
+        .next()
+        .unwrap_or_else(|| panic!("no rdma_port_info: {body}"));
+    assert_eq!(info.labels["link_layer"], "Ethernet");
+    assert_eq!(info.labels["node_guid"], files["node_guid"]);
+    assert_eq!(info.labels["netdev"], files["ports/1/gid_attrs/ndevs/0"]);
+    assert!(
+        !info.labels.contains_key("fw_ver"),
+        "an empty fw_ver is no label value: {info:?}"
+    );
+    assert_eq!(
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).count(),
+        0,
+        "{body}"
+    );
+    let state = files["ports/1/state"].split(':').next().unwrap();
+    assert_eq!(
+        value(&samples, "rdma_port_state", &[("device", "rxeA")]),
+        state.parse::<f64>().unwrap()
+    );
+}
