@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 /// Parent of every fixture PCI function (one root port on host bridge 0), relative to `root`.
 pub const PCI_PARENT: &str = "devices/pci0000:00/0000:00:01.0";
 
-/// `hw_counters/lifespan`: the kernel's default cache lifetime of hw counter values, in ms.
+/// `hw_counters/lifespan`: the kernel's default cache lifetime of hw counter values, in ms, as a
+/// HZ=1000 kernel prints it; the value is kept in jiffies, so HZ=250 kernels (Debian's 6.1, seen
+/// in `tests/it/real_kernel.rs`) print 12.
 pub const LIFESPAN_MS: u64 = 10;
 
 /// Link layer of port 1, as `ports/1/link_layer` spells it.
