@@ -1,21 +1,28 @@
 //! The `ib_fabric` collector at scale: a simulated subnet of 2 000 switches x 64 ports
 //! (128 000 switch ports, `src/sim/ib_fabric.rs`) scanned by the real collector code, in full,
 //! errors-only and one-shard-of-four modes. Prints per mode the scan time (the source filling a
-//! `FabricScan`, median of BENCH_RUNS runs), the scrape time (encoding the last scan) and the
-//! series and bytes a scrape carries: the cardinality budget of docs/infiniband.md. The time of
+//! `FabricScan`, median of BENCH_RUNS runs), the encoding of the scan's port families (once per
+//! scan, on the scan thread), a scrape (the body as the server assembles it: the registry
+//! encoded, the scan's block copied in), its gzip (the first compresses the block, later ones
+//! reuse it), the series and bytes a scrape carries (the cardinality budget of
+//! docs/infiniband.md), and the process' resident memory after each mode. The time of
 //! a real scan is the fabric's MAD round trips and the tools (benches/ib_diags.rs); this is the
 //! exporter's own share. Prints figures, never fails on them. `cargo bench --bench ib_fabric`
-//! (BENCH_SWITCHES=N to change the fabric, BENCH_RUNS=N runs, default 5).
+//! (BENCH_SWITCHES=N to change the fabric, BENCH_RUNS=N runs, default 5, BENCH_MODE=full,
+//! errors-only or "shard 0/4" for one mode alone: its own resident memory).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
 use rdma_fabric_exporter::collector::{Collectors, Scrape, Selection as Collect};
+use rdma_fabric_exporter::exposition::Format;
 use rdma_fabric_exporter::ib::collector::IbFabricCollector;
 use rdma_fabric_exporter::ib::config::IbFabricConfig;
+use rdma_fabric_exporter::ib::encoded::PortFamilies;
 use rdma_fabric_exporter::ib::selection::Shard;
 use rdma_fabric_exporter::ib::source::{FabricSource, ScanLimits};
+use rdma_fabric_exporter::pre_encoded::Body;
 use rdma_fabric_exporter::sim::ib_fabric::SimIbFabric;
 
 fn env(name: &str, default: usize) -> usize {
@@ -30,16 +37,28 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn scrape(collectors: &Arc<Collectors>) -> String {
+/// A scrape's body as the server assembles it (`server::AppState::encode`).
+fn scrape(collectors: &Arc<Collectors>) -> Body {
+    let scrape = Scrape::new(collectors.clone(), Collect::All, true);
+    let blocks = scrape.blocks();
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape {
-        collectors: collectors.clone(),
-        selection: Collect::All,
-        self_metrics: true,
-    }));
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoding");
-    text
+    registry.register_collector(Box::new(scrape));
+    let text = Format::OpenMetrics.encode(&registry).expect("encoding");
+    let blocks = std::mem::take(&mut *blocks.lock().unwrap());
+    Body::new(Format::OpenMetrics, text, blocks)
+}
+
+/// `VmRSS` and `VmHWM` of this process, in MiB.
+fn memory_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn main() {
@@ -47,8 +66,10 @@ fn main() {
     let runs = env("BENCH_RUNS", 5).max(1);
     let started = Instant::now();
     let source: Arc<SimIbFabric> = Arc::new(SimIbFabric::scale(switches, Arc::new(|| 1234.5)));
+    // The simulated subnet is the bench's, not the exporter's: its memory is the baseline.
+    let (baseline, _) = memory_mib();
     println!(
-        "ib_fabric: simulated subnet of {switches} switches x 64 ports built in {:.2?}",
+        "ib_fabric: simulated subnet of {switches} switches x 64 ports built in {:.2?}, RSS {baseline:.0} MiB",
         started.elapsed()
     );
     let modes: [(&str, IbFabricConfig); 3] = [
@@ -68,23 +89,30 @@ fn main() {
             },
         ),
     ];
-    println!("| mode | scan (median of {runs}) | scrape encode (median of {runs}) | series | scrape bytes |");
-    println!("|---|---|---|---|---|");
+    println!("| mode | scan | encode, once per scan | scrape | first gzip | later gzip | series | scrape bytes | gzip bytes | RSS after | peak RSS |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    // One mode per process gives each its own resident memory (freed heap is not returned).
+    let only = std::env::var("BENCH_MODE").ok();
     for (mode, config) in modes {
+        if only.as_deref().is_some_and(|m| m != mode) {
+            continue;
+        }
         let selection = config.selection();
-        let scans: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let limits = ScanLimits {
-                    deadline: Instant::now() + Duration::from_secs(600),
-                    query_timeout: Duration::from_secs(10),
-                };
-                let started = Instant::now();
-                let scan = source.scan(limits, &selection).expect("a simulated scan");
-                let took = started.elapsed();
-                drop(scan);
-                took
-            })
-            .collect();
+        let limits = || ScanLimits {
+            deadline: Instant::now() + Duration::from_secs(600),
+            query_timeout: Duration::from_secs(10),
+        };
+        let mut scans = Vec::new();
+        let mut encodes = Vec::new();
+        for _ in 0..runs {
+            let started = Instant::now();
+            let scan = source.scan(limits(), &selection).expect("a simulated scan");
+            scans.push(started.elapsed());
+            let started = Instant::now();
+            let ports = PortFamilies::encode(&scan, config.errors_only, &selection);
+            encodes.push(started.elapsed());
+            drop((scan, ports));
+        }
         let collector = IbFabricCollector::spawn(
             source.clone() as Arc<dyn FabricSource>,
             IbFabricConfig {
@@ -95,27 +123,44 @@ fn main() {
         .expect("the scan thread");
         let collectors = Arc::new(Collectors::new(vec![Arc::new(collector)]));
         let deadline = Instant::now() + Duration::from_secs(600);
-        let mut text = scrape(&collectors);
-        while !text.contains("rdma_ib_fabric_scans_total") && Instant::now() < deadline {
+        while !String::from_utf8_lossy(&scrape(&collectors).bytes()[..])
+            .contains("rdma_ib_fabric_scans_total")
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(50));
-            text = scrape(&collectors);
         }
-        let encodes: Vec<Duration> = (0..runs)
+        let mut text = axum::body::Bytes::new();
+        let scrapes: Vec<Duration> = (0..runs)
             .map(|_| {
                 let started = Instant::now();
-                text = scrape(&collectors);
+                text = scrape(&collectors).bytes();
+                started.elapsed()
+            })
+            .collect();
+        let started = Instant::now();
+        let gz = scrape(&collectors).gzip();
+        let first_gzip = started.elapsed();
+        let later_gzips: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let _ = scrape(&collectors).gzip();
                 started.elapsed()
             })
             .collect();
         let series = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.starts_with(b"#") && !l.is_empty())
             .count();
+        let (rss, peak) = memory_mib();
         println!(
-            "| {mode} | {:.2?} | {:.2?} | {series} | {:.1} MB |",
+            "| {mode} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {series} | {:.1} MB | {:.1} MB | {rss:.0} MiB | {peak:.0} MiB |",
             median(scans),
             median(encodes),
-            text.len() as f64 / 1e6
+            median(scrapes),
+            first_gzip,
+            median(later_gzips),
+            text.len() as f64 / 1e6,
+            gz.len() as f64 / 1e6,
         );
         collectors.retire();
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::exposition::{Families, Value};
+use crate::pre_encoded::{BlockSink, Blocks, PreEncoded};
 
 /// Every collector name, enabled or not, in the order they are run and listed. A name here is
 /// `--collector.<name>` / `--no-collector.<name>`, `collect[]=<name>` and the `collector` label.
@@ -40,7 +41,8 @@ pub trait Collector: Send + Sync + fmt::Debug {
         &[]
     }
 
-    /// Reads the source and encodes its families with [`Output::encode`].
+    /// Reads the source and encodes its families with [`Output::encode`] (or hands over families
+    /// encoded ahead of the scrape with [`Output::append`]).
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, fmt::Error>;
 
     /// Ends the collector's background work (a thread, tasks): a config reload replaced it.
@@ -69,6 +71,7 @@ impl Outcome {
 pub struct Output<'o, 'e> {
     encoder: &'o mut DescriptorEncoder<'e>,
     companion_runs: Vec<(&'static str, bool, Duration)>,
+    blocks: &'o mut Blocks,
 }
 
 impl Output<'_, '_> {
@@ -76,6 +79,12 @@ impl Output<'_, '_> {
     /// would give the text format a second HELP line.
     pub fn encode(&mut self, families: &Families<'_>) -> fmt::Result {
         families.encode(self.encoder)
+    }
+
+    /// Hands over families encoded before the scrape: the body carries them as they are. Their
+    /// names must be the collector's own, as with [`Output::encode`].
+    pub fn append(&mut self, block: Arc<dyn PreEncoded>) {
+        self.blocks.push(block);
     }
 
     /// Reports a companion's run (one of [`Collector::companions`]).
@@ -235,12 +244,14 @@ impl Collectors {
     }
 
     /// Runs the selected collectors in order, then writes their success and duration (unless
-    /// `self_metrics` is off: `/probe` answers for one switch, not for the exporter).
+    /// `self_metrics` is off: `/probe` answers for one switch, not for the exporter). Blocks
+    /// encoded ahead go to `blocks`.
     pub fn encode(
         &self,
         selection: &Selection,
         self_metrics: bool,
         encoder: &mut DescriptorEncoder,
+        blocks: &mut Blocks,
     ) -> fmt::Result {
         let mut runs: Vec<(&'static str, bool, Duration)> = Vec::new();
         for (index, collector) in self.list.iter().enumerate() {
@@ -253,6 +264,7 @@ impl Collectors {
             let mut out = Output {
                 encoder: &mut *encoder,
                 companion_runs: Vec::new(),
+                blocks: &mut *blocks,
             };
             let outcome = collector.collect(&mut out)?;
             let companion_runs = out.companion_runs;
@@ -294,18 +306,46 @@ fn run_families(runs: &[(&'static str, bool, Duration)]) -> Families<'static> {
     families
 }
 
-/// A scrape as prometheus-client sees it: these collectors, this selection.
+/// A scrape as prometheus-client sees it: these collectors, this selection. The blocks its
+/// collectors encoded ahead land in [`Scrape::blocks`], for the body (`pre_encoded::Body`).
 #[derive(Debug)]
 pub struct Scrape {
-    pub collectors: Arc<Collectors>,
-    pub selection: Selection,
-    pub self_metrics: bool,
+    collectors: Arc<Collectors>,
+    selection: Selection,
+    self_metrics: bool,
+    blocks: BlockSink,
+}
+
+impl Scrape {
+    pub fn new(collectors: Arc<Collectors>, selection: Selection, self_metrics: bool) -> Scrape {
+        Scrape {
+            collectors,
+            selection,
+            self_metrics,
+            blocks: BlockSink::default(),
+        }
+    }
+
+    /// Where the blocks go; take them once the registry holding this scrape is encoded.
+    pub fn blocks(&self) -> BlockSink {
+        self.blocks.clone()
+    }
 }
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        self.collectors
-            .encode(&self.selection, self.self_metrics, &mut encoder)
+        let mut blocks = Blocks::new();
+        let encoded = self.collectors.encode(
+            &self.selection,
+            self.self_metrics,
+            &mut encoder,
+            &mut blocks,
+        );
+        self.blocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(blocks);
+        encoded
     }
 }
 
@@ -365,11 +405,7 @@ mod tests {
 
     fn encode(collectors: Collectors, selection: Selection) -> String {
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(Scrape {
-            collectors: Arc::new(collectors),
-            selection,
-            self_metrics: true,
-        }));
+        registry.register_collector(Box::new(Scrape::new(Arc::new(collectors), selection, true)));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         text

@@ -28,6 +28,7 @@ mod metric_docs;
 pub mod node;
 pub mod periodic;
 pub mod pods;
+pub mod pre_encoded;
 pub mod process_metrics;
 pub mod reload;
 pub mod server;

@@ -19,11 +19,12 @@ use crate::collector::{Collector, Collectors, Scrape, Selection};
 use crate::exposition::Format;
 use crate::node::storm::StormDetector;
 use crate::node::NodeCollector;
+use crate::pre_encoded::Body;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::Poller;
 use crate::web::fabric_json::HostFeed;
 use crate::web::probe_gate::{ProbeGate, MAX_PROBE_POLLS};
-use crate::web::{fabric_page, gzip, negotiate, panic_guard};
+use crate::web::{fabric_page, negotiate, panic_guard};
 
 /// Used when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,8 +80,18 @@ impl AppState {
         }
     }
 
+    /// One scrape's body in `format`: the registry of [`AppState::registry`], encoded, with the
+    /// blocks its collectors encoded ahead.
+    fn encode(&self, format: Format, selection: Selection) -> Result<Body, std::fmt::Error> {
+        let scrape = Scrape::new(self.collectors.clone(), selection, true);
+        let blocks = scrape.blocks();
+        let text = format.encode(&self.registry(scrape))?;
+        let blocks = std::mem::take(&mut *blocks.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(Body::new(format, text, blocks))
+    }
+
     /// What one scrape encodes: the exporter's fixed families, then the selected collectors.
-    fn registry(&self, selection: Selection) -> Registry {
+    fn registry(&self, scrape: Scrape) -> Registry {
         use crate::exposition::{base_name, Kind};
         let mut registry = Registry::default();
         registry.register(
@@ -102,11 +113,7 @@ impl AppState {
                 ("rustc_version", crate::build::RUSTC),
             ]),
         );
-        registry.register_collector(Box::new(Scrape {
-            collectors: self.collectors.clone(),
-            selection,
-            self_metrics: true,
-        }));
+        registry.register_collector(Box::new(scrape));
         registry
     }
 }
@@ -118,7 +125,7 @@ pub struct FinishedScrape {
     pub format: Format,
     pub selection: Selection,
     /// Shared, not copied: a coalesced scrape sends the same bytes.
-    pub body: axum::body::Bytes,
+    pub body: Arc<Body>,
 }
 
 /// Every route of an exporter: [`routes`] and the landing page.
@@ -236,9 +243,7 @@ pub async fn serve_metrics(
         if !state.coalesce_scrapes || !walks {
             let state = state.clone();
             return tokio::task::spawn_blocking(move || {
-                Ok(axum::body::Bytes::from(
-                    format.encode(&state.registry(selection))?,
-                ))
+                Ok(Arc::new(state.encode(format, selection)?))
             })
             .await;
         }
@@ -260,7 +265,7 @@ pub async fn serve_metrics(
         // sysfs reads block; keep them off the async workers.
         tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            let body = axum::body::Bytes::from(format.encode(&state.registry(selection.clone()))?);
+            let body = Arc::new(state.encode(format, selection.clone())?);
             *state.last_scrape.lock().unwrap_or_else(|p| p.into_inner()) = Some(FinishedScrape {
                 finished: Instant::now(),
                 format,
@@ -343,14 +348,20 @@ async fn probe(
         only: Some(index),
     });
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape {
-        collectors: Arc::new(Collectors::new(vec![switch])),
-        selection: Selection::All,
-        self_metrics: false,
-    }));
+    let scrape = Scrape::new(
+        Arc::new(Collectors::new(vec![switch])),
+        Selection::All,
+        false,
+    );
+    let blocks = scrape.blocks();
+    registry.register_collector(Box::new(scrape));
     let format = negotiated_format(&headers);
     match format.encode(&registry) {
-        Ok(body) => exposition(format, body.into(), &headers).await,
+        Ok(text) => {
+            let blocks = std::mem::take(&mut *blocks.lock().unwrap_or_else(|p| p.into_inner()));
+            let body = Arc::new(Body::new(format, text, blocks));
+            exposition(format, body, &headers).await
+        }
         Err(e) => {
             tracing::error!("encoding probe metrics failed: {e}");
             (
@@ -368,17 +379,32 @@ fn negotiated_format(headers: &HeaderMap) -> Format {
 
 /// An encoded exposition as the client asked for it: gzipped when it accepts gzip, and marked
 /// as varying by both headers so that no cache hands one client's answer to another.
-async fn exposition(format: Format, body: axum::body::Bytes, request: &HeaderMap) -> Response {
+async fn exposition(format: Format, body: Arc<Body>, request: &HeaderMap) -> Response {
     let accept_encoding = request
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok());
     let vary = (header::VARY, "Accept, Accept-Encoding");
     let content_type = (header::CONTENT_TYPE, format.content_type());
     if !negotiate::gzip(accept_encoding) {
-        return ([content_type, vary], body).into_response();
+        // A copy of a large pre-encoded block is still a copy: off the async workers too.
+        return match tokio::task::spawn_blocking(move || body.bytes()).await {
+            Ok(bytes) => ([content_type, vary], bytes).into_response(),
+            Err(e) => {
+                if e.is_panic() {
+                    panic_guard::record();
+                }
+                tracing::error!("assembling the body failed: {e}");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "assembling the body failed
+",
+                )
+                    .into_response()
+            }
+        };
     }
     // A few milliseconds for a large node: off the async workers.
-    match tokio::task::spawn_blocking(move || gzip::compress(&body)).await {
+    match tokio::task::spawn_blocking(move || body.gzip()).await {
         Ok(gz) => ([content_type, vary, (header::CONTENT_ENCODING, "gzip")], gz).into_response(),
         Err(e) => {
             if e.is_panic() {

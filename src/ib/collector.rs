@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::IbFabricConfig;
-use super::metrics::{add_scan, add_self, ScanReading};
-use super::selection::Selection;
+use super::encoded::PortFamilies;
+use super::metrics::{add_self, ScanReading, ScanSummary};
 use super::source::{FabricSource, ScanLimits};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::Families;
@@ -18,7 +18,6 @@ use crate::periodic::Periodic;
 #[derive(Debug)]
 pub struct IbFabricCollector {
     config: IbFabricConfig,
-    selection: Selection,
     scans: Periodic<ScanReading>,
 }
 
@@ -30,6 +29,7 @@ impl IbFabricCollector {
     ) -> io::Result<IbFabricCollector> {
         let selection = config.selection();
         let (timeout, query_timeout) = (config.timeout, config.query_timeout);
+        let errors_only = config.errors_only;
         let mut scans = 0u64;
         let mut failing = false;
         let periodic = Periodic::spawn(
@@ -62,8 +62,15 @@ impl IbFabricCollector {
                         }
                     }
                 }
+                // Encoded here, once per scan: every scrape until the next one copies it. The
+                // scan itself is dropped; its counts are kept.
+                let ports = result
+                    .as_ref()
+                    .ok()
+                    .map(|scan| Arc::new(PortFamilies::encode(scan, errors_only, &selection)));
                 ScanReading {
-                    result: Some(result),
+                    ports,
+                    result: Some(result.map(|scan| ScanSummary::of(&scan))),
                     scans,
                     finished_unix_s: SystemTime::now()
                         .duration_since(UNIX_EPOCH)
@@ -73,7 +80,6 @@ impl IbFabricCollector {
             },
         )?;
         Ok(IbFabricCollector {
-            selection: config.selection(),
             config,
             scans: periodic,
         })
@@ -98,6 +104,8 @@ impl Collector for IbFabricCollector {
         self.scans.stop();
     }
 
+    /// The switch ports' families go as the scan thread encoded them; only the scan's own
+    /// figures are encoded per scrape.
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
         let reading = self.scans.last();
         let age = SystemTime::now()
@@ -105,15 +113,10 @@ impl Collector for IbFabricCollector {
             .map_or(0.0, |d| d.as_secs_f64())
             - reading.finished_unix_s;
         let fresh = reading.result.is_some() && age <= self.stale_after().as_secs_f64();
-        let mut families = Families::default();
-        if let Some(Ok(scan)) = &reading.result {
-            add_scan(
-                &mut families,
-                scan,
-                self.config.errors_only,
-                &self.selection,
-            );
+        if let Some(ports) = &reading.ports {
+            out.append(ports.clone());
         }
+        let mut families = Families::default();
         add_self(&mut families, &reading, fresh);
         out.encode(&families)?;
         Ok(Outcome {

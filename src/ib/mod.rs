@@ -8,6 +8,7 @@
 pub mod collector;
 pub mod config;
 pub mod diags;
+pub mod encoded;
 pub mod metrics;
 pub mod model;
 pub mod selection;

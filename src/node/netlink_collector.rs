@@ -466,11 +466,11 @@ mod tests {
 
     fn scrape(collector: &Arc<NetlinkCollector>) -> String {
         let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape {
-            collectors: Arc::new(Collectors::new(vec![collector.clone()])),
-            selection: Selection::All,
-            self_metrics: true,
-        }));
+        registry.register_collector(Box::new(Scrape::new(
+            Arc::new(Collectors::new(vec![collector.clone()])),
+            Selection::All,
+            true,
+        )));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         text

@@ -385,7 +385,7 @@ fn half_open_connections_neither_lock_out_scrapes_nor_hold_shutdown() {
 
 /// GET `path` with `headers` over a fresh connection; returns status, headers and raw body
 /// (not decompressed: reqwest is built without gzip here).
-fn get_raw(
+pub(crate) fn get_raw(
     exporter: &Exporter,
     path: &str,
     headers: &[(&str, &str)],
@@ -400,10 +400,11 @@ fn get_raw(
     (status, headers, response.bytes().unwrap().to_vec())
 }
 
-fn gunzip(bytes: &[u8]) -> String {
+pub(crate) fn gunzip(bytes: &[u8]) -> String {
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text)
-        .expect("a gzip member of UTF-8 text");
+    // Every member: a body with pre-encoded blocks is several (`pre_encoded::Body`).
+    std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(bytes), &mut text)
+        .expect("gzip members of UTF-8 text");
     text
 }
 

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, parse_exposition, value_of, Exporter, Sample};
+use crate::common::{self, parse_exposition, promtool_check_metrics, value_of, Exporter, Sample};
 
 fn corpus(name: &str) -> PathBuf {
     crate::common::corpus::corpus("infiniband-diags").sample(name)
@@ -191,15 +191,30 @@ fn errors_only_keeps_error_and_congestion_counters() {
         "{names:?}"
     );
     assert!(
-        names.contains("rdma_ib_switch_port_symbol_error_total"),
-        "{names:?}"
-    );
-    assert!(
         !names
             .iter()
             .any(|n| n.contains("_data_") || n.contains("packets")),
         "{names:?}"
     );
+    // Only the counters that moved: a zero says nothing a missing series does not.
+    let zeros: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("rdma_ib_switch_port_") && s.value == 0.0)
+        .collect();
+    assert!(zeros.is_empty(), "{zeros:?}");
+    // Links that trained at what is enabled have their link_info, no width/speed gauges.
+    assert!(samples.iter().any(|s| s.name == "rdma_ib_link_info"));
+    let gauges = samples
+        .iter()
+        .filter(|s| {
+            s.name.starts_with("rdma_ib_link_width") || s.name.starts_with("rdma_ib_link_speed")
+        })
+        .count();
+    let linked = samples
+        .iter()
+        .filter(|s| s.name == "rdma_ib_link_info")
+        .count();
+    assert!(gauges < 4 * linked, "{gauges} gauges for {linked} links");
 }
 
 /// A discovery that hangs: scrapes answer at once with the initial state (no scan yet,
@@ -314,5 +329,72 @@ fn the_tool_paths_and_the_local_hca_port_come_from_flags() {
             .iter()
             .all(|run| run.starts_with("my-perfquery -C mlx5_3 -P 2 ")),
         "{log}"
+    );
+}
+
+/// The switch ports' families are encoded once per scan and spliced into every scrape's body:
+/// the same text in every scrape, in both formats, plain or gzipped (a gzip stream of several
+/// members), before OpenMetrics' `# EOF`.
+#[test]
+fn the_ports_encoded_once_per_scan_are_served_in_both_formats_plain_and_gzipped() {
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        dir.path(),
+        "ibnetdiscover",
+        &format!(
+            "exec cat '{}'",
+            corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt").display()
+        ),
+    );
+    script(
+        dir.path(),
+        "perfquery",
+        &format!(
+            "exec cat '{}'",
+            corpus("perfquery-x-treydock-edr-two-ports.out").display()
+        ),
+    );
+    let exporter = serve(dir.path(), &["--collector.ib_fabric.interval=1h"]);
+    first_scan(&exporter);
+    let ports = |body: &str| -> Vec<String> {
+        body.lines()
+            .filter(|l| l.starts_with("rdma_ib_switch_port_") || l.starts_with("rdma_ib_link_"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let openmetrics = "application/openmetrics-text;version=1.0.0";
+    let mut seen = Vec::new();
+    for accept in ["text/plain", openmetrics] {
+        for gzip in [false, true] {
+            let mut headers = vec![("Accept", accept)];
+            if gzip {
+                headers.push(("Accept-Encoding", "gzip"));
+            }
+            let (status, response, raw) = crate::http::get_raw(&exporter, "/metrics", &headers);
+            assert_eq!(status, 200);
+            let body = if gzip {
+                assert_eq!(response["content-encoding"], "gzip");
+                crate::http::gunzip(&raw)
+            } else {
+                String::from_utf8(raw).unwrap()
+            };
+            if accept == openmetrics {
+                assert!(body.ends_with("\n# EOF\n"), "{accept} gzip={gzip}");
+                assert_eq!(body.matches("# EOF").count(), 1);
+                assert!(body.contains("# TYPE rdma_ib_link info\n"));
+            } else {
+                assert!(!body.contains("# EOF"));
+                assert!(body.contains("# TYPE rdma_ib_link_info gauge\n"));
+                promtool_check_metrics(&body);
+            }
+            assert!(body.contains("# TYPE rdma_exporter_collector_success gauge\n"));
+            let lines = ports(&body);
+            assert!(lines.len() > 100, "{accept} gzip={gzip}: {}", lines.len());
+            seen.push(lines);
+        }
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "the same port lines in every answer"
     );
 }

@@ -748,11 +748,11 @@ mod tests {
     /// One scrape of the collector through the framework: (body, collector success).
     fn scrape(collector: &Arc<NcclCollector>) -> (String, bool) {
         let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape {
-            collectors: Arc::new(Collectors::new(vec![collector.clone()])),
-            selection: Selection::All,
-            self_metrics: true,
-        }));
+        registry.register_collector(Box::new(Scrape::new(
+            Arc::new(Collectors::new(vec![collector.clone()])),
+            Selection::All,
+            true,
+        )));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         let ok = text.contains(r#"rdma_exporter_collector_success{collector="nccl"} 1"#);

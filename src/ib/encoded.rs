@@ -1,0 +1,650 @@
+//! A scan's switch-port families (`rdma_ib_switch_port_*_total`, `rdma_ib_link_*`), encoded once
+//! when the scan ends and served by every scrape until the next one as they are
+//! ([`crate::pre_encoded`]). A 2 000-switch subnet has 128 000 switch ports and millions of
+//! series: encoding them per scrape took seconds, a copy takes a fraction of that.
+//!
+//! The text is written here, not by prometheus-client: its sample lines are the same in both
+//! formats, so they are kept once and each format adds its own HELP and TYPE lines. The layout is
+//! prometheus-client's, byte for byte (a test compares the two): families sorted by name, samples
+//! in scan order, label values escaped as it escapes them.
+
+use std::fmt::Write as _;
+
+use axum::body::Bytes;
+use rustc_hash::FxHashMap;
+
+use super::model::{counter_metric_stem, FabricScan, IbNode, IbPort, LinkSpeed, LinkWidth};
+use super::selection::Selection;
+use crate::exposition::{Format, Kind};
+use crate::pre_encoded::{GzipOnce, PreEncoded};
+
+const COUNTER_HELP: &str = "Switch port counter from PortCounters/PortCountersExtended, as the subnet scan last read it (data counters in bytes; the narrow IBTA counters stop at their maximum).";
+
+/// The gauges of a port's link: name, help, and the value from the port.
+type LinkGauge = (
+    &'static str,
+    &'static str,
+    fn(&IbPort) -> Option<GaugeValue>,
+);
+
+#[derive(Debug, Clone, Copy)]
+enum GaugeValue {
+    Lanes(u64),
+    Gbps(f64),
+}
+
+const LINK_GAUGES: [LinkGauge; 4] = [
+    (
+        "rdma_ib_link_width_active_lanes",
+        "Lanes the switch port's link trained at (1X = 1, 4X = 4).",
+        |p| lanes(p.active_width),
+    ),
+    (
+        "rdma_ib_link_width_enabled_lanes",
+        "The widest width enabled on the switch port, in lanes: what the link should train at.",
+        |p| lanes(p.enabled_width),
+    ),
+    (
+        "rdma_ib_link_speed_active_gbps",
+        "Data rate of one lane of the switch port's link at its active speed, in Gb/s (NDR = 100, HDR = 50).",
+        |p| gbps(p.active_speed),
+    ),
+    (
+        "rdma_ib_link_speed_enabled_gbps",
+        "Data rate of one lane at the fastest speed enabled on the switch port, in Gb/s.",
+        |p| gbps(p.enabled_speed),
+    ),
+];
+
+const LINK_INFO: &str = "rdma_ib_link_info";
+const LINK_INFO_HELP: &str =
+    "A switch port's link: the node and port at the far end, and the active width and speed.";
+
+fn lanes(width: Option<LinkWidth>) -> Option<GaugeValue> {
+    width.map(|w| GaugeValue::Lanes(u64::from(w.0)))
+}
+
+fn gbps(speed: Option<LinkSpeed>) -> Option<GaugeValue> {
+    speed.map(|s| GaugeValue::Gbps(s.lane_bits_per_second() / 1e9))
+}
+
+/// Data and packet counters: left out in errors-only mode, which keeps the error and congestion
+/// counters (symbol errors, discards, PortXmitWait...) at a fraction of the series.
+pub fn is_traffic_counter(ibta_name: &str) -> bool {
+    ibta_name.ends_with("Data") || ibta_name.ends_with("Pkts")
+}
+
+/// What errors-only mode writes of a port, sized for subnets of thousands of switches (series
+/// per design in docs/infiniband.md, "Scale"): the error and congestion counters that are not
+/// zero (a counter only grows, so a series, once there, stays until the counters are reset; a
+/// zero counter says nothing a missing one does not), the link's `rdma_ib_link_info`, and the
+/// width and speed gauges only of a link that trained below what is enabled (what
+/// `RdmaIbLinkDegraded` compares). A healthy port is its link and its PortXmitWait.
+fn errors_only_keeps(ibta_name: &str, value: u64) -> bool {
+    value > 0 && !is_traffic_counter(ibta_name)
+}
+
+/// Whether the port's link trained narrower or slower than enabled.
+fn is_degraded(port: &IbPort) -> bool {
+    let below = |active: Option<GaugeValue>, enabled: Option<GaugeValue>| match (active, enabled) {
+        (Some(GaugeValue::Lanes(a)), Some(GaugeValue::Lanes(e))) => a < e,
+        (Some(GaugeValue::Gbps(a)), Some(GaugeValue::Gbps(e))) => a < e,
+        _ => false,
+    };
+    below(lanes(port.active_width), lanes(port.enabled_width))
+        || below(gbps(port.active_speed), gbps(port.enabled_speed))
+}
+
+#[derive(Debug)]
+struct Family {
+    /// The exposed name, `_total`/`_info` included.
+    exposed: String,
+    kind: Kind,
+    help: &'static str,
+    /// Every sample line, newline included.
+    samples: String,
+}
+
+impl Family {
+    fn header(&self, format: Format, out: &mut Vec<u8>) {
+        let (name, kind) = match format {
+            Format::OpenMetrics => {
+                let suffix = match self.kind {
+                    Kind::Counter => "_total",
+                    Kind::Info => "_info",
+                    Kind::Gauge | Kind::Untyped => "",
+                };
+                let base = &self.exposed[..self.exposed.len() - suffix.len()];
+                let kind = match self.kind {
+                    Kind::Counter => "counter",
+                    Kind::Info => "info",
+                    Kind::Gauge => "gauge",
+                    Kind::Untyped => "unknown",
+                };
+                (base, kind)
+            }
+            Format::PrometheusText => {
+                let kind = match self.kind {
+                    Kind::Counter => "counter",
+                    Kind::Info | Kind::Gauge => "gauge",
+                    Kind::Untyped => "untyped",
+                };
+                (self.exposed.as_str(), kind)
+            }
+        };
+        for part in [
+            "# HELP ",
+            name,
+            " ",
+            self.help,
+            "\n# TYPE ",
+            name,
+            " ",
+            kind,
+            "\n",
+        ] {
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+}
+
+/// One scan's switch-port families, in both formats.
+#[derive(Debug)]
+pub struct PortFamilies {
+    /// Sorted by exposed name, as prometheus-client writes families.
+    families: Vec<Family>,
+    series: usize,
+    gzip: GzipOnce,
+}
+
+impl PortFamilies {
+    /// Encodes the ports of the switches `selection` keeps (so that instances that split a
+    /// fabric export each port once); without the data and packet counters when `errors_only`.
+    pub fn encode(scan: &FabricScan, errors_only: bool, selection: &Selection) -> PortFamilies {
+        let mut writer = Writer::default();
+        for switch in scan
+            .switches()
+            .filter(|s| selection.keeps_switch(s.guid, &s.description))
+        {
+            for port in &switch.ports {
+                writer.port(switch, port, errors_only);
+            }
+        }
+        let mut families = writer.families;
+        families.sort_by(|a, b| a.exposed.cmp(&b.exposed));
+        PortFamilies {
+            families,
+            series: writer.series,
+            gzip: GzipOnce::default(),
+        }
+    }
+
+    /// Sample lines written.
+    pub fn series(&self) -> usize {
+        self.series
+    }
+
+    fn text(&self, format: Format) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len_hint());
+        self.write(format, &mut out);
+        out
+    }
+}
+
+impl PreEncoded for PortFamilies {
+    fn write(&self, format: Format, out: &mut Vec<u8>) {
+        for family in &self.families {
+            family.header(format, out);
+            out.extend_from_slice(family.samples.as_bytes());
+        }
+    }
+
+    fn len_hint(&self) -> usize {
+        self.families
+            .iter()
+            .map(|f| f.samples.len() + 2 * f.exposed.len() + f.help.len() + 32)
+            .sum()
+    }
+
+    fn gzip(&self, format: Format) -> Bytes {
+        self.gzip.get(format, || self.text(format))
+    }
+}
+
+/// Appends the sample lines of each port to its families.
+#[derive(Default)]
+struct Writer {
+    families: Vec<Family>,
+    by_name: FxHashMap<String, usize>,
+    /// IBTA counter name -> (family index, factor to bytes).
+    counters: FxHashMap<String, (usize, u64)>,
+    /// `{switch="…",switch_guid="…",port="…"` without the closing brace: a port's labels.
+    labels: String,
+    series: usize,
+}
+
+impl Writer {
+    fn family(&mut self, exposed: &str, kind: Kind, help: &'static str) -> usize {
+        if let Some(&index) = self.by_name.get(exposed) {
+            return index;
+        }
+        self.families.push(Family {
+            exposed: exposed.to_owned(),
+            kind,
+            help,
+            samples: String::new(),
+        });
+        self.by_name
+            .insert(exposed.to_owned(), self.families.len() - 1);
+        self.families.len() - 1
+    }
+
+    fn counter_family(&mut self, ibta_name: &str) -> (usize, u64) {
+        if let Some(&known) = self.counters.get(ibta_name) {
+            return known;
+        }
+        let (stem, factor) = counter_metric_stem(ibta_name);
+        // The prefix as one literal: docs/metrics.md names this file as where it is built.
+        let exposed = format!("{}{stem}_total", "rdma_ib_switch_port_");
+        let index = self.family(&exposed, Kind::Counter, COUNTER_HELP);
+        self.counters.insert(ibta_name.to_owned(), (index, factor));
+        (index, factor)
+    }
+
+    /// One sample: the family's name, the port's labels, `extra` labels, the value.
+    fn sample(&mut self, family: usize, extra: &str, value: &dyn std::fmt::Display) {
+        let family = &mut self.families[family];
+        let out = &mut family.samples;
+        out.push_str(&family.exposed);
+        out.push_str(&self.labels);
+        out.push_str(extra);
+        let _ = writeln!(out, "}} {value}");
+        self.series += 1;
+    }
+
+    fn port(&mut self, switch: &IbNode, port: &IbPort, errors_only: bool) {
+        self.labels.clear();
+        self.labels.push_str("{switch=\"");
+        escape_into(&mut self.labels, &switch.description);
+        let _ = write!(
+            self.labels,
+            "\",switch_guid=\"{}\",port=\"{}\"",
+            switch.guid, port.number
+        );
+        for (name, value) in &port.counters {
+            if errors_only && !errors_only_keeps(name, *value) {
+                continue;
+            }
+            let (family, factor) = self.counter_family(name);
+            self.sample(family, "", &value.saturating_mul(factor));
+        }
+        if let Some(remote) = &port.remote {
+            let family = self.family(LINK_INFO, Kind::Info, LINK_INFO_HELP);
+            let mut extra = String::from(",remote=\"");
+            escape_into(&mut extra, &remote.description);
+            let _ = write!(
+                extra,
+                "\",remote_guid=\"{}\",remote_port=\"{}\",width=\"{}\",speed=\"{}\"",
+                remote.guid,
+                remote.port,
+                port.active_width.map(|w| w.to_string()).unwrap_or_default(),
+                port.active_speed.map(|s| s.as_label()).unwrap_or_default()
+            );
+            self.sample(family, &extra, &1);
+        }
+        if errors_only && !is_degraded(port) {
+            return;
+        }
+        for (name, help, value) in LINK_GAUGES {
+            let Some(value) = value(port) else { continue };
+            let family = self.family(name, Kind::Gauge, help);
+            match value {
+                GaugeValue::Lanes(v) => self.sample(family, "", &v),
+                // `{:?}` keeps the `.0` of a whole number, as prometheus-client writes floats.
+                GaugeValue::Gbps(v) => self.sample(family, "", &format_args!("{v:?}")),
+            }
+        }
+    }
+}
+
+/// A label value as the exposition formats escape it: `\`, `"` and newline.
+fn escape_into(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{Families, Value};
+    use crate::ib::model::{Guid, NodeKind, RemoteEnd};
+    use crate::ib::selection::Shard;
+    use std::borrow::Cow;
+    use std::sync::Mutex;
+
+    /// The same families built sample by sample with [`Families`] and encoded by
+    /// prometheus-client, as every scrape did before: the reference the cached text must equal.
+    fn reference(scan: &FabricScan, errors_only: bool, selection: &Selection) -> Families<'static> {
+        let mut families = Families::default();
+        for switch in scan
+            .switches()
+            .filter(|s| selection.keeps_switch(s.guid, &s.description))
+        {
+            for port in &switch.ports {
+                let labels = || {
+                    vec![
+                        ("switch", Cow::Owned(switch.description.clone())),
+                        ("switch_guid", Cow::Owned(switch.guid.to_string())),
+                        ("port", Cow::Owned(port.number.to_string())),
+                    ]
+                };
+                for (name, value) in &port.counters {
+                    if errors_only && !errors_only_keeps(name, *value) {
+                        continue;
+                    }
+                    let (stem, factor) = counter_metric_stem(name);
+                    let exposed = format!("rdma_ib_switch_port_{stem}_total");
+                    let value = Value::U64(value.saturating_mul(factor));
+                    families
+                        .add(&exposed, Kind::Counter, COUNTER_HELP, labels(), value)
+                        .unwrap();
+                }
+                if let Some(remote) = &port.remote {
+                    let mut info = labels();
+                    info.extend([
+                        ("remote", Cow::Owned(remote.description.clone())),
+                        ("remote_guid", Cow::Owned(remote.guid.to_string())),
+                        ("remote_port", Cow::Owned(remote.port.to_string())),
+                        (
+                            "width",
+                            Cow::Owned(
+                                port.active_width.map(|w| w.to_string()).unwrap_or_default(),
+                            ),
+                        ),
+                        (
+                            "speed",
+                            Cow::Borrowed(
+                                port.active_speed.map(|s| s.as_label()).unwrap_or_default(),
+                            ),
+                        ),
+                    ]);
+                    families.info(LINK_INFO, LINK_INFO_HELP, info);
+                }
+                if errors_only && !is_degraded(port) {
+                    continue;
+                }
+                for (name, help, value) in LINK_GAUGES {
+                    let value = match value(port) {
+                        Some(GaugeValue::Lanes(v)) => Value::U64(v),
+                        Some(GaugeValue::Gbps(v)) => Value::F64(v),
+                        None => continue,
+                    };
+                    families.gauge(name, help, labels(), value);
+                }
+            }
+        }
+        families
+    }
+
+    #[derive(Debug)]
+    struct Once(Mutex<Option<Families<'static>>>);
+
+    impl prometheus_client::collector::Collector for Once {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder,
+        ) -> std::fmt::Result {
+            match self.0.lock().unwrap().take() {
+                Some(families) => families.encode(&mut encoder),
+                None => Ok(()),
+            }
+        }
+    }
+
+    fn by_prometheus_client(families: Families<'static>, format: Format) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Once(Mutex::new(Some(families)))));
+        let text = format.encode(&registry).unwrap();
+        text.strip_suffix("# EOF\n").unwrap_or(&text).to_owned()
+    }
+
+    fn text(ports: &PortFamilies, format: Format) -> String {
+        String::from_utf8(ports.text(format)).unwrap()
+    }
+
+    /// Six switches of eight ports: linked and unlinked ports, speeds and widths that differ,
+    /// counters that differ from port to port.
+    fn demo_scan() -> FabricScan {
+        let speeds = [
+            LinkSpeed::Ndr,
+            LinkSpeed::Hdr,
+            LinkSpeed::Edr,
+            LinkSpeed::Fdr,
+        ];
+        let nodes = (0..6u64)
+            .map(|s| IbNode {
+                guid: Guid(0xb83f_d203_0010_0000 + s),
+                kind: NodeKind::Switch,
+                description: format!("MF0;ib-leaf-{s:02}:MQM9700/U1"),
+                ports: (1..=8u8)
+                    .map(|p| {
+                        let linked = p % 4 != 0;
+                        let mut counters: std::collections::BTreeMap<String, u64> = [
+                            "SymbolErrorCounter",
+                            "LinkDownedCounter",
+                            "PortXmitWait",
+                            "PortXmitData",
+                            "PortRcvPkts",
+                            "PortXmitDiscards",
+                        ]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| (n.to_string(), s * 1000 + u64::from(p) * 10 + i as u64))
+                        .collect();
+                        if p == 5 {
+                            counters.insert("ExcessiveBufferOverrunErrors".into(), 3);
+                        }
+                        IbPort {
+                            number: p,
+                            active_width: linked.then_some(LinkWidth(if p == 2 { 1 } else { 4 })),
+                            enabled_width: Some(LinkWidth(4)),
+                            active_speed: linked.then_some(speeds[usize::from(p) % 4]),
+                            enabled_speed: Some(LinkSpeed::Ndr),
+                            remote: linked.then(|| RemoteEnd {
+                                guid: Guid(0xb83f_d203_0064_0000 + u64::from(p)),
+                                port: 1,
+                                description: format!("gpu-{s:02} mlx5_{p}"),
+                                kind: NodeKind::Hca,
+                            }),
+                            counters,
+                            ..IbPort::default()
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        FabricScan {
+            nodes,
+            ..FabricScan::default()
+        }
+    }
+
+    #[test]
+    fn the_cached_text_is_what_prometheus_client_writes_in_both_formats() {
+        let mut scan = demo_scan();
+        // A hostile description, and counters only some ports have (a family that starts late).
+        scan.nodes
+            .iter_mut()
+            .find(|n| n.kind == NodeKind::Switch)
+            .unwrap()
+            .description = "evil\"} 1\nrdma_fake 2 \\".into();
+        let last = scan
+            .nodes
+            .iter_mut()
+            .rev()
+            .find(|n| n.kind == NodeKind::Switch)
+            .unwrap();
+        last.ports[0]
+            .counters
+            .insert("PortRcvSwitchRelayErrors".into(), 7);
+        let shard = Selection {
+            shard: Some(Shard { index: 1, count: 3 }),
+            ..Selection::default()
+        };
+        for (errors_only, selection) in [
+            (false, Selection::default()),
+            (true, Selection::default()),
+            (false, shard),
+        ] {
+            let ports = PortFamilies::encode(&scan, errors_only, &selection);
+            assert!(ports.series() > 100, "{}", ports.series());
+            for format in [Format::OpenMetrics, Format::PrometheusText] {
+                let expected =
+                    by_prometheus_client(reference(&scan, errors_only, &selection), format);
+                let got = text(&ports, format);
+                assert!(
+                    got == expected,
+                    "{format:?} errors_only={errors_only}: first difference at byte {}",
+                    got.bytes()
+                        .zip(expected.bytes())
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(got.len().min(expected.len()))
+                );
+                assert_eq!(
+                    got.lines().filter(|l| !l.starts_with('#')).count(),
+                    ports.series()
+                );
+            }
+        }
+    }
+
+    fn scan(description: &str) -> FabricScan {
+        let port = IbPort {
+            number: 3,
+            active_width: Some(LinkWidth(2)),
+            enabled_width: Some(LinkWidth(4)),
+            active_speed: Some(LinkSpeed::Hdr),
+            enabled_speed: Some(LinkSpeed::Ndr),
+            remote: Some(RemoteEnd {
+                guid: Guid(0xb83f_d203_0029_1a46),
+                port: 1,
+                description: "gpu-07 mlx5_0".into(),
+                kind: NodeKind::Hca,
+            }),
+            counters: [
+                ("PortXmitData".to_owned(), 10),
+                ("PortXmitWait".to_owned(), 7),
+                ("SymbolErrorCounter".to_owned(), 2),
+            ]
+            .into_iter()
+            .collect(),
+            ..IbPort::default()
+        };
+        FabricScan {
+            nodes: vec![IbNode {
+                guid: Guid(0x0002_c903_00a1_b2c3),
+                kind: NodeKind::Switch,
+                description: description.into(),
+                ports: vec![port],
+            }],
+            ..FabricScan::default()
+        }
+    }
+
+    #[test]
+    fn ports_become_counters_links_and_width_speed_gauges() {
+        let ports = PortFamilies::encode(
+            &scan("MF0;leaf-01:MQM9700/U1"),
+            false,
+            &Selection::default(),
+        );
+        let out = text(&ports, Format::OpenMetrics);
+        let labels =
+            r#"{switch="MF0;leaf-01:MQM9700/U1",switch_guid="0002:c903:00a1:b2c3",port="3"}"#;
+        for line in [
+            format!("rdma_ib_switch_port_xmit_data_bytes_total{labels} 40"),
+            format!("rdma_ib_switch_port_xmit_wait_total{labels} 7"),
+            format!("rdma_ib_link_width_active_lanes{labels} 2"),
+            format!("rdma_ib_link_width_enabled_lanes{labels} 4"),
+            format!("rdma_ib_link_speed_active_gbps{labels} 50.0"),
+            format!("rdma_ib_link_speed_enabled_gbps{labels} 100.0"),
+            r#"rdma_ib_link_info{switch="MF0;leaf-01:MQM9700/U1",switch_guid="0002:c903:00a1:b2c3",port="3",remote="gpu-07 mlx5_0",remote_guid="b83f:d203:0029:1a46",remote_port="1",width="2X",speed="HDR"} 1"#.to_owned(),
+        ] {
+            assert!(out.contains(&line), "{line} not in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn errors_only_keeps_the_link_the_counters_that_moved_and_a_degraded_links_gauges() {
+        let mut scan = scan("s");
+        scan.nodes[0].ports[0]
+            .counters
+            .insert("PortRcvErrors".into(), 0);
+        let out = text(
+            &PortFamilies::encode(&scan, true, &Selection::default()),
+            Format::OpenMetrics,
+        );
+        assert!(!out.contains("xmit_data"), "{out}");
+        assert!(
+            out.contains("rdma_ib_switch_port_symbol_error_total{"),
+            "{out}"
+        );
+        assert!(
+            out.contains("rdma_ib_switch_port_xmit_wait_total{"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("rdma_ib_switch_port_rcv_errors_total{"),
+            "zero: {out}"
+        );
+        assert!(out.contains("rdma_ib_link_info{"), "{out}");
+        // 2X HDR of an enabled 4X NDR: degraded, so its gauges are there.
+        assert!(out.contains("rdma_ib_link_width_active_lanes{"), "{out}");
+        let port = &mut scan.nodes[0].ports[0];
+        port.active_width = port.enabled_width;
+        port.active_speed = port.enabled_speed;
+        let healthy = text(
+            &PortFamilies::encode(&scan, true, &Selection::default()),
+            Format::OpenMetrics,
+        );
+        assert!(
+            !healthy.contains("_lanes{") && !healthy.contains("_gbps{"),
+            "{healthy}"
+        );
+        assert!(healthy.contains("rdma_ib_link_info{"), "{healthy}");
+    }
+
+    #[test]
+    fn hostile_descriptions_are_escaped() {
+        let ports = PortFamilies::encode(
+            &scan("evil\"} 1\nrdma_fake 2 \\"),
+            false,
+            &Selection::default(),
+        );
+        let out = text(&ports, Format::PrometheusText);
+        assert!(!out.lines().any(|l| l.starts_with("rdma_fake")), "{out}");
+        assert!(
+            out.contains(r#"switch="evil\"} 1\nrdma_fake 2 \\""#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn the_gzip_member_is_made_once_per_format_and_holds_the_text() {
+        use std::io::Read;
+        let ports = PortFamilies::encode(&demo_scan(), false, &Selection::default());
+        let gz = ports.gzip(Format::OpenMetrics);
+        assert_eq!(gz, ports.gzip(Format::OpenMetrics), "the same bytes");
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut text)
+            .unwrap();
+        assert_eq!(text, ports.text(Format::OpenMetrics));
+    }
+}

@@ -1,0 +1,181 @@
+//! Families encoded ahead of the scrape and written into its body as they are. The InfiniBand
+//! subnet's port series (millions on a large subnet) change once per scan: they are encoded
+//! once per scan, and a scrape copies them instead of encoding them again.
+//!
+//! A scrape's [`Body`] is the registry's text with the blocks spliced in before OpenMetrics'
+//! closing `# EOF`. Its gzip is the registry text's gzip member followed by each block's own
+//! member, compressed once per format and kept: a gzip stream may hold several members (RFC
+//! 1952, 2.2), and Go's reader, which Prometheus uses, reads them all.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::body::Bytes;
+
+use crate::exposition::Format;
+
+/// Families encoded before the scrape, in both formats.
+pub trait PreEncoded: Send + Sync + std::fmt::Debug {
+    /// Appends the families' text in `format` (HELP and TYPE lines included) to `out`.
+    fn write(&self, format: Format, out: &mut Vec<u8>);
+    /// About how many bytes [`PreEncoded::write`] appends.
+    fn len_hint(&self) -> usize;
+    /// The gzip member of that text: compressed on first use for each format, then kept.
+    fn gzip(&self, format: Format) -> Bytes;
+}
+
+/// The blocks one scrape's collectors handed over.
+pub type Blocks = Vec<Arc<dyn PreEncoded>>;
+
+/// Where a scrape's collectors put their blocks; read once the registry is encoded.
+pub type BlockSink = Arc<Mutex<Blocks>>;
+
+/// The gzip members of a block, one per format, each made at most once.
+#[derive(Debug, Default)]
+pub struct GzipOnce {
+    open_metrics: OnceLock<Bytes>,
+    text: OnceLock<Bytes>,
+}
+
+impl GzipOnce {
+    pub fn get(&self, format: Format, text: impl FnOnce() -> Vec<u8>) -> Bytes {
+        let slot = match format {
+            Format::OpenMetrics => &self.open_metrics,
+            Format::PrometheusText => &self.text,
+        };
+        slot.get_or_init(|| crate::web::gzip::compress(&text()))
+            .clone()
+    }
+}
+
+const EOF: &str = "# EOF\n";
+
+/// A scrape's answer: the registry's text and the blocks to splice in.
+#[derive(Debug)]
+pub struct Body {
+    format: Format,
+    text: Bytes,
+    blocks: Blocks,
+}
+
+impl Body {
+    pub fn new(format: Format, text: String, blocks: Blocks) -> Body {
+        Body {
+            format,
+            text: Bytes::from(text),
+            blocks,
+        }
+    }
+
+    /// The registry's text before OpenMetrics' `# EOF`, and the `# EOF` (empty in text 0.0.4).
+    fn split(&self) -> (Bytes, &'static str) {
+        match self.format {
+            Format::OpenMetrics if self.text.ends_with(EOF.as_bytes()) => {
+                (self.text.slice(..self.text.len() - EOF.len()), EOF)
+            }
+            _ => (self.text.clone(), ""),
+        }
+    }
+
+    /// The whole text; without blocks the registry's text itself, not a copy.
+    pub fn bytes(&self) -> Bytes {
+        if self.blocks.is_empty() {
+            return self.text.clone();
+        }
+        let (head, eof) = self.split();
+        let size = head.len() + self.blocks.iter().map(|b| b.len_hint()).sum::<usize>();
+        let mut out = Vec::with_capacity(size + eof.len());
+        out.extend_from_slice(&head);
+        for block in &self.blocks {
+            block.write(self.format, &mut out);
+        }
+        out.extend_from_slice(eof.as_bytes());
+        Bytes::from(out)
+    }
+
+    /// The gzip of [`Body::bytes`]: the registry's text compressed now, the blocks' kept
+    /// members as they are. Call it off the async workers.
+    pub fn gzip(&self) -> Bytes {
+        if self.blocks.is_empty() {
+            return crate::web::gzip::compress(&self.text);
+        }
+        let (head, eof) = self.split();
+        let mut out = crate::web::gzip::compress(&head).to_vec();
+        for block in &self.blocks {
+            out.extend_from_slice(&block.gzip(self.format));
+        }
+        if !eof.is_empty() {
+            out.extend_from_slice(&crate::web::gzip::compress(eof.as_bytes()));
+        }
+        Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[derive(Debug, Default)]
+    struct Fixed {
+        gz: GzipOnce,
+        compressed: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Fixed {
+        fn text(format: Format) -> &'static str {
+            match format {
+                Format::OpenMetrics => "# TYPE b gauge\nb 2\n",
+                Format::PrometheusText => "# TYPE b gauge\nb 2.0\n",
+            }
+        }
+    }
+
+    impl PreEncoded for Fixed {
+        fn write(&self, format: Format, out: &mut Vec<u8>) {
+            out.extend_from_slice(Fixed::text(format).as_bytes());
+        }
+        fn len_hint(&self) -> usize {
+            20
+        }
+        fn gzip(&self, format: Format) -> Bytes {
+            self.gz.get(format, || {
+                self.compressed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Fixed::text(format).as_bytes().to_vec()
+            })
+        }
+    }
+
+    fn gunzip(gz: &[u8]) -> String {
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(gz)
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    }
+
+    #[test]
+    fn blocks_go_before_the_eof_and_their_gzip_is_made_once() {
+        let block = Arc::new(Fixed::default());
+        let om = Body::new(
+            Format::OpenMetrics,
+            "# TYPE a gauge\na 1\n# EOF\n".into(),
+            vec![block.clone()],
+        );
+        let expected = "# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n# EOF\n";
+        assert_eq!(om.bytes(), expected);
+        assert_eq!(gunzip(&om.gzip()), expected);
+        assert_eq!(gunzip(&om.gzip()), expected);
+        let text = Body::new(Format::PrometheusText, "a 1\n".into(), vec![block.clone()]);
+        assert_eq!(text.bytes(), "a 1\n# TYPE b gauge\nb 2.0\n");
+        assert_eq!(gunzip(&text.gzip()), "a 1\n# TYPE b gauge\nb 2.0\n");
+        // One compression per format, however many scrapes.
+        assert_eq!(
+            block.compressed.load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        let plain = Body::new(Format::PrometheusText, "a 1\n".into(), Vec::new());
+        assert_eq!(gunzip(&plain.gzip()), "a 1\n");
+        assert_eq!(plain.bytes(), "a 1\n");
+    }
+}
