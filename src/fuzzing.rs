@@ -187,6 +187,7 @@ pub fn nccl_log(data: &[u8]) {
     )]);
     let report = Report {
         jobs,
+        stalls: crate::diag::nccl::stall::stalls("fuzz.log", &String::from_utf8_lossy(data)),
         proto_triage,
         exit_code: 0,
     };

@@ -162,13 +162,17 @@ const TABLE: &[Expected] = &[
     Expected {
         file: "nccl-1597-efa-gdrdma-hang-2.23.4.log",
         verdict: "rdma_with_gdr",
-        exit: 0,
+        exit: 1,
         triage: None,
-        // The run hung; the excerpt shows no error line: a hang leaves nothing to read.
+        // The run hung; the excerpt shows no error line: a hang leaves nothing to read. The
+        // benchmark's own output says it: started, devices listed, no result row.
         check: |r| {
             let p = &processes(r)[0];
             assert_eq!(p["network"], "AWS Libfabric");
             assert_eq!(p["nccl_version"], "2.23.4+cuda12.4");
+            let stalls = r["stalls"].as_array().unwrap();
+            assert_eq!(stalls.len(), 1, "{r}");
+            assert_eq!(stalls[0]["line"], 19);
         },
     },
     Expected {

@@ -14,6 +14,7 @@ pub mod line;
 pub mod process;
 pub mod proto;
 pub mod report;
+pub mod stall;
 pub mod triage;
 pub mod verdict;
 
@@ -24,7 +25,8 @@ pub use process::{Evidence, LogParser, ProcessLog};
 pub use verdict::{jobs, Job, VerdictKind};
 
 /// Exit codes: 0 no fallback, 1 a failed run (a socket fallback, a rank without network, a
-/// failed verbs call or work completion, an NCCL WARN error), 2 unreadable input, 3 no NCCL
+/// failed verbs call or work completion, an NCCL WARN error, a benchmark with no result after
+/// init), 2 unreadable input, 3 no NCCL
 /// line in the input (a CI gate on an empty or wrong file must not pass). The Simple triage
 /// adds no code of its own: it explains a 1.
 const EXIT_FALLBACK: u8 = 1;
@@ -88,6 +90,11 @@ pub fn main(args: &NcclArgs) -> ExitCode {
         parser.feed(&input.name, &input.bytes);
     }
     let jobs = jobs(&parser.finish());
+    let stalls: Vec<stall::Stall> = runs
+        .iter()
+        .flat_map(|run| &run.inputs)
+        .flat_map(|input| stall::stalls(&input.name, &String::from_utf8_lossy(&input.bytes)))
+        .collect();
     let proto_triage = triage::triage(
         runs.iter()
             .map(|run| {
@@ -104,13 +111,14 @@ pub fn main(args: &NcclArgs) -> ExitCode {
         .is_some_and(|t| t.runs.iter().any(|r| r.failed));
     let exit_code = if jobs.is_empty() {
         EXIT_NO_NCCL_LINES
-    } else if run_failed || jobs.iter().any(Job::failed) {
+    } else if run_failed || !stalls.is_empty() || jobs.iter().any(Job::failed) {
         EXIT_FALLBACK
     } else {
         0
     };
     let report = report::Report {
         jobs,
+        stalls,
         proto_triage,
         exit_code,
     };

@@ -8,6 +8,8 @@ use super::verdict::{Job, Transport};
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
     pub jobs: Vec<Job>,
+    /// Benchmarks in the input that printed no result after NCCL's init.
+    pub stalls: Vec<super::stall::Stall>,
     /// Present when a run failed or a run used only Simple.
     pub proto_triage: Option<ProtoTriage>,
     pub exit_code: u8,
@@ -74,6 +76,20 @@ pub fn text(report: &Report) -> String {
                 w.setting, w.value, w.message, w.evidence.file, w.evidence.line
             );
         }
+    }
+    for stall in &report.stalls {
+        let _ = writeln!(
+            out,
+            "no progress after init: {}:{}: {}{}",
+            stall.file,
+            stall.line,
+            stall
+                .collective
+                .as_deref()
+                .map(|c| format!("{c}: "))
+                .unwrap_or_default(),
+            stall.detail
+        );
     }
     if let Some(triage) = &report.proto_triage {
         triage_text(&mut out, triage);

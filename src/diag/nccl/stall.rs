@@ -1,0 +1,72 @@
+//! A benchmark in the log that made no progress after NCCL's init: nccl-tests (or rccl-tests)
+//! printed its parameters and devices (and its column header once its communicators were up),
+//! and no result row followed. A job that hung in its first collective looks like that, and its NCCL lines
+//! alone read as healthy (a hang writes nothing). The nccl-tests output is read with the
+//! `nccl-tests` command's parser (`diag::nccl_tests::parse`).
+
+use serde::Serialize;
+
+use crate::diag::nccl_tests::parse_runs;
+
+/// One run without a result row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stall {
+    pub file: String,
+    /// The line its output starts at.
+    pub line: usize,
+    /// The benchmark, where its output names it (`all_reduce_perf`).
+    pub collective: Option<String>,
+    pub detail: &'static str,
+}
+
+const DETAIL: &str = "nccl-tests started but printed no result row: the run made no progress after NCCL's init (it hung in its first collective), or the log ends there";
+
+/// The runs of nccl-tests output in `text` (its parameters, devices or column header) that have
+/// no result row and no footer. A log without nccl-tests output has none.
+pub fn stalls(file: &str, text: &str) -> Vec<Stall> {
+    let Ok(runs) = parse_runs(text) else {
+        return Vec::new();
+    };
+    runs.into_iter()
+        .filter(|(_, run)| run.rows.is_empty() && !run.is_complete())
+        .map(|(line, run)| Stall {
+            file: file.to_owned(),
+            line,
+            collective: run.collective,
+            detail: DETAIL,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "\
+# nThread 1 nGpus 2 minBytes 268435456 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  14630 on    node-a device  0 [0x59] NVIDIA H200
+#  Rank  1 Group  0 Pid  14630 on    node-a device  1 [0x5a] NVIDIA H200
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+";
+
+    #[test]
+    fn a_header_without_rows_is_a_stall_and_a_row_is_progress() {
+        let channels = "node-a:14630:14695 [1] NCCL INFO Channel 07/0 : 1[1] -> 0[0] [send] via NET/IB/1/GDRDMA\n";
+        let hung = format!("{HEADER}{channels}");
+        let found = stalls("run.log", &hung);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].line, 1);
+        let row = "   268435456      67108864     float     sum      -1   2995.1   89.62   89.62      0   2990.6   89.76   89.76      0\n";
+        assert!(stalls("run.log", &format!("{hung}{row}")).is_empty());
+        // NCCL lines alone: no benchmark, nothing to say.
+        assert!(stalls("run.log", channels).is_empty());
+        // Cut during NCCL's init, before the column header: no row either.
+        let init = HEADER.lines().take(5).collect::<Vec<_>>().join("\n");
+        assert_eq!(stalls("run.log", &format!("{init}\n{channels}")).len(), 1);
+    }
+}
