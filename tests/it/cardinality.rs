@@ -13,7 +13,7 @@ use common::*;
 
 /// The hw_counters the shipped alerts, rules and dashboards use (and `lifespan`): the fleet
 /// preset of docs/deploy.md, which must keep every one of them.
-const FLEET_HW_COUNTERS: &str = "lifespan|out_of_buffer|out_of_sequence|packet_seq_err|implied_nak_seq_err|duplicate_request|local_ack_timeout_err|rnr_nak_retry_err|req_transport_retries_exceeded|np_cnp_sent|np_ecn_marked_roce_packets|rp_cnp_handled|rp_cnp_ignored|rx_icrc_encapsulated";
+const FLEET_HW_COUNTERS: &str = "lifespan|out_of_buffer|out_of_sequence|packet_seq_err|implied_nak_seq_err|duplicate_request|local_ack_timeout_err|rnr_nak_retry_err|req_transport_retries_exceeded|np_cnp_sent|np_ecn_marked_roce_packets|rp_cnp_handled|rp_cnp_ignored|rx_icrc_encapsulated|completer_retry_err|rcvd_seq_err|out_of_seq_request|retry_exceeded_err";
 
 fn cx7() -> std::path::PathBuf {
     fixture("cx7-roce")
