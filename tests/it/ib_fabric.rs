@@ -20,6 +20,24 @@ fn script(dir: &Path, name: &str, body: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// Stand-ins of ibnetdiscover and perfquery in `dir` that print the corpus' topology and, for
+/// every switch, the corpus' counters.
+fn corpus_tools(dir: &Path) {
+    for (tool, sample) in [
+        (
+            "ibnetdiscover",
+            "ibnetdiscover-switchib-edr-one-ddr-link.txt",
+        ),
+        ("perfquery", "perfquery-x-treydock-edr-two-ports.out"),
+    ] {
+        script(
+            dir,
+            tool,
+            &format!("exec cat '{}'", corpus(sample).display()),
+        );
+    }
+}
+
 /// `serve` with only the ib_fabric collector, the stand-ins of `bin` first on PATH.
 fn serve(bin: &Path, extra: &[&str]) -> Exporter {
     let path = format!(
@@ -157,22 +175,7 @@ fn a_served_scan_has_the_corpus_values_and_the_hung_switch_as_a_failure() {
 #[test]
 fn errors_only_keeps_error_and_congestion_counters() {
     let dir = tempfile::tempdir().unwrap();
-    script(
-        dir.path(),
-        "ibnetdiscover",
-        &format!(
-            "exec cat '{}'",
-            corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt").display()
-        ),
-    );
-    script(
-        dir.path(),
-        "perfquery",
-        &format!(
-            "exec cat '{}'",
-            corpus("perfquery-x-treydock-edr-two-ports.out").display()
-        ),
-    );
+    corpus_tools(dir.path());
     let exporter = serve(
         dir.path(),
         &[
@@ -338,22 +341,7 @@ fn the_tool_paths_and_the_local_hca_port_come_from_flags() {
 #[test]
 fn the_ports_encoded_once_per_scan_are_served_in_both_formats_plain_and_gzipped() {
     let dir = tempfile::tempdir().unwrap();
-    script(
-        dir.path(),
-        "ibnetdiscover",
-        &format!(
-            "exec cat '{}'",
-            corpus("ibnetdiscover-switchib-edr-one-ddr-link.txt").display()
-        ),
-    );
-    script(
-        dir.path(),
-        "perfquery",
-        &format!(
-            "exec cat '{}'",
-            corpus("perfquery-x-treydock-edr-two-ports.out").display()
-        ),
-    );
+    corpus_tools(dir.path());
     let exporter = serve(dir.path(), &["--collector.ib_fabric.interval=1h"]);
     first_scan(&exporter);
     let ports = |body: &str| -> Vec<String> {
