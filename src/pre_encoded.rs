@@ -76,6 +76,11 @@ impl Body {
         }
     }
 
+    /// Whether blocks encoded ahead are spliced in (then [`Body::bytes`] copies them).
+    pub fn has_blocks(&self) -> bool {
+        !self.blocks.is_empty()
+    }
+
     /// The whole text; without blocks the registry's text itself, not a copy.
     pub fn bytes(&self) -> Bytes {
         if self.blocks.is_empty() {

@@ -386,6 +386,9 @@ async fn exposition(format: Format, body: Arc<Body>, request: &HeaderMap) -> Res
     let vary = (header::VARY, "Accept, Accept-Encoding");
     let content_type = (header::CONTENT_TYPE, format.content_type());
     if !negotiate::gzip(accept_encoding) {
+        if !body.has_blocks() {
+            return ([content_type, vary], body.bytes()).into_response();
+        }
         // A copy of a large pre-encoded block is still a copy: off the async workers too.
         return match tokio::task::spawn_blocking(move || body.bytes()).await {
             Ok(bytes) => ([content_type, vary], bytes).into_response(),
