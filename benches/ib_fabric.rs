@@ -43,9 +43,7 @@ fn scrape(collectors: &Arc<Collectors>) -> Body {
     let blocks = scrape.blocks();
     let mut registry = Registry::default();
     registry.register_collector(Box::new(scrape));
-    let text = Format::OpenMetrics.encode(&registry).expect("encoding");
-    let blocks = std::mem::take(&mut *blocks.lock().unwrap());
-    Body::new(Format::OpenMetrics, text, blocks)
+    Body::encode(Format::OpenMetrics, &registry, &blocks).expect("encoding")
 }
 
 /// `VmRSS` and `VmHWM` of this process, in MiB.

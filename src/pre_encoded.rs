@@ -66,6 +66,18 @@ impl Body {
         }
     }
 
+    /// Encodes `registry` in `format` and takes the blocks its scrape's collectors put in `sink`
+    /// meanwhile (`Scrape::blocks`).
+    pub fn encode(
+        format: Format,
+        registry: &prometheus_client::registry::Registry,
+        sink: &BlockSink,
+    ) -> Result<Body, std::fmt::Error> {
+        let text = format.encode(registry)?;
+        let blocks = std::mem::take(&mut *sink.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(Body::new(format, text, blocks))
+    }
+
     /// The registry's text before OpenMetrics' `# EOF`, and the `# EOF` (empty in text 0.0.4).
     fn split(&self) -> (Bytes, &'static str) {
         match self.format {

@@ -85,9 +85,7 @@ impl AppState {
     fn encode(&self, format: Format, selection: Selection) -> Result<Body, std::fmt::Error> {
         let scrape = Scrape::new(self.collectors.clone(), selection, true);
         let blocks = scrape.blocks();
-        let text = format.encode(&self.registry(scrape))?;
-        let blocks = std::mem::take(&mut *blocks.lock().unwrap_or_else(|p| p.into_inner()));
-        Ok(Body::new(format, text, blocks))
+        Body::encode(format, &self.registry(scrape), &blocks)
     }
 
     /// What one scrape encodes: the exporter's fixed families, then the selected collectors.
@@ -356,12 +354,8 @@ async fn probe(
     let blocks = scrape.blocks();
     registry.register_collector(Box::new(scrape));
     let format = negotiated_format(&headers);
-    match format.encode(&registry) {
-        Ok(text) => {
-            let blocks = std::mem::take(&mut *blocks.lock().unwrap_or_else(|p| p.into_inner()));
-            let body = Arc::new(Body::new(format, text, blocks));
-            exposition(format, body, &headers).await
-        }
+    match Body::encode(format, &registry, &blocks) {
+        Ok(body) => exposition(format, Arc::new(body), &headers).await,
         Err(e) => {
             tracing::error!("encoding probe metrics failed: {e}");
             (
