@@ -343,10 +343,10 @@ fn who(p: &ProcessSummary) -> String {
     }
 }
 
-/// The processes that said IB found no device (or the IB plugin failed) and those that said
-/// which socket interfaces they use, where no process of the job chose a network. Each line of
-/// a multi-node log names its own host and pid, so an excerpt (a `grep`, a cut) can hold the two
-/// halves of one fallback in different processes: together they are the job on sockets.
+/// The processes of a job that said IB found no device (or the IB plugin failed), and those
+/// that said which socket interfaces they use. Each line of a multi-node log names its own host
+/// and pid, so an excerpt (a `grep`, a cut) can hold the two halves of one fallback in different
+/// processes: where no process chose a network, together they are the job on sockets.
 struct SplitFallback {
     no_ib_device: Vec<String>,
     on_sockets: Vec<String>,
