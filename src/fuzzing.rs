@@ -188,6 +188,11 @@ pub fn nccl_log(data: &[u8]) {
     let report = Report {
         jobs,
         stalls: crate::diag::nccl::stall::stalls("fuzz.log", &String::from_utf8_lossy(data)),
+        hangs: crate::diag::nccl::hang::hangs(
+            "fuzz.log",
+            &String::from_utf8_lossy(data),
+            std::time::Duration::from_secs(1),
+        ),
         proto_triage,
         exit_code: 0,
     };

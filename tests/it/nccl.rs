@@ -687,3 +687,124 @@ fn quoted_excerpts_without_prefixes() {
     assert_eq!(code, 0, "{job}");
     assert_eq!(job["processes"][0]["network"], "IB");
 }
+
+/// A healthy two-rank IB init as `kubectl logs --timestamps` prints it (RFC 3339, UTC):
+/// NCCL's INFO lines carry no time of their own (NCCL_DEBUG_TIMESTAMP_LEVELS is WARN only by
+/// default), the wrapper's prefix gives every line one.
+const KUBECTL_INIT: &str = "\
+2026-05-01T10:00:00.100000000Z trainer-0:4242:4242 [0] NCCL INFO NCCL version 2.27.5+cuda12.9
+2026-05-01T10:00:00.200000000Z trainer-0:4242:4300 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>
+2026-05-01T10:00:00.300000000Z trainer-0:4242:4300 [0] NCCL INFO Using network IB
+2026-05-01T10:00:01.000000000Z trainer-0:4242:4300 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
+2026-05-01T10:00:01.100000000Z trainer-0:4242:4300 [0] NCCL INFO ncclCommInitRank comm 0x55d4e8a0b2c0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x4a5b6c7d8e9f0a1b - Init COMPLETE
+2026-05-01T10:00:02.000000000Z [trainer] epoch 0 step 0 started
+";
+
+/// A run that hung after NCCL's init: healthy NCCL lines, then nothing for twelve minutes
+/// until the scheduler killed it. Exit 1 with the silence; the same log with steady progress,
+/// or a threshold above the silence, passes.
+#[test]
+fn a_silence_after_init_in_the_timestamps_is_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let hung = dir.path().join("hung.log");
+    std::fs::write(
+        &hung,
+        format!("{KUBECTL_INIT}2026-05-01T10:12:02.500000000Z [launcher] received SIGTERM, stopping workers\n"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = nccl(&["--output", "json", path_str(&hung)]);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["exit_code"], 1);
+    // The NCCL side alone is healthy: the hang is the only failure.
+    assert_eq!(report["jobs"][0]["verdict"], "rdma_with_gdr", "{report}");
+    let hangs = report["hangs"].as_array().unwrap();
+    assert_eq!(hangs.len(), 1, "{report}");
+    assert_eq!(hangs[0]["kind"], "silence_after_init");
+    assert_eq!(hangs[0]["line"], 7);
+    assert_eq!(hangs[0]["init_line"], 5);
+    assert_eq!(hangs[0]["last_line"], 6);
+    assert_eq!(hangs[0]["silent_seconds"], 720);
+    assert_eq!(hangs[0]["threshold_seconds"], 300);
+    assert!(hangs[0]["file"].as_str().unwrap().ends_with("hung.log"));
+
+    let (code, text, _) = nccl(&[path_str(&hung)]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("hang: ") && text.contains("hung.log:7: no log line for 12m00s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Init COMPLETE"),
+        "the init line is quoted: {text}"
+    );
+
+    // Above the silence: no hang, the healthy verdict decides.
+    let (code, text, _) = nccl(&["--hang-threshold", "15m", path_str(&hung)]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("hang: "), "{text}");
+
+    // Progress every minute: no hang.
+    let busy = dir.path().join("busy.log");
+    let mut log = KUBECTL_INIT.to_string();
+    for minute in 1..=12 {
+        log.push_str(&format!(
+            "2026-05-01T10:{minute:02}:02.000000000Z [trainer] epoch 0 step {minute} loss 2.1\n"
+        ));
+    }
+    std::fs::write(&busy, log).unwrap();
+    let (code, text, _) = nccl(&[path_str(&busy)]);
+    assert_eq!(code, 0, "{text}");
+
+    // A bad threshold is a usage error, not a verdict.
+    let (code, _, stderr) = nccl(&["--hang-threshold", "soon", path_str(&busy)]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+/// A PyTorch job without timestamps whose collective never completed: the watchdog's lines
+/// are the evidence (one finding per rank and work item, the traceback's repeat folded in).
+/// Without them and without timestamps, the same log says nothing new.
+#[test]
+fn pytorch_watchdog_timeouts_are_hangs() {
+    let init = "\
+trainer-1:77:77 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+trainer-1:77:90 [0] NCCL INFO Using network IB
+trainer-1:77:90 [0] NCCL INFO ncclCommInitRank comm 0x7f00 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x11aa22bb33cc44dd - Init COMPLETE
+";
+    let watchdog = "\
+[rank1]:[E0501 10:10:02.123456789 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600321 milliseconds before timing out.
+[rank1]:[E0501 10:10:02.223456789 ProcessGroupNCCL.cpp:2000] [PG ID 0 PG GUID 0(default_pg) Rank 1] Timeout at NCCL work: 3, last enqueued NCCL work: 3, last completed NCCL work: 2.
+torch.distributed.DistBackendError: [PG ID 0 PG GUID 0(default_pg) Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600321 milliseconds before timing out.
+";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank1.log");
+    std::fs::write(&path, format!("{init}{watchdog}")).unwrap();
+    let (code, stdout, _) = nccl(&["--output", "json", path_str(&path)]);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(code, 1, "{report}");
+    let hangs = report["hangs"].as_array().unwrap();
+    assert_eq!(hangs.len(), 1, "{report}");
+    assert_eq!(hangs[0]["kind"], "collective_timeout");
+    assert_eq!(hangs[0]["line"], 4);
+    assert_eq!(hangs[0]["rank"], 1);
+    assert_eq!(hangs[0]["seq"], 3);
+    assert_eq!(hangs[0]["op_type"], "ALLREDUCE");
+    assert_eq!(hangs[0]["timeout_ms"], 600000);
+    assert_eq!(hangs[0]["ran_ms"], 600321);
+
+    // Without NCCL_DEBUG lines the watchdog is still a failed run, not "no NCCL line".
+    std::fs::write(&path, watchdog).unwrap();
+    let (code, text, _) = nccl(&[path_str(&path)]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("rank 1: PyTorch's NCCL watchdog timed out ALLREDUCE #3"),
+        "{text}"
+    );
+
+    // The init alone, no timestamps, no watchdog: healthy as before (no guess).
+    std::fs::write(&path, init).unwrap();
+    let (code, stdout, _) = nccl(&["--output", "json", path_str(&path)]);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["hangs"], serde_json::json!([]));
+}

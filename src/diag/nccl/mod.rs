@@ -5,29 +5,36 @@
 //! line.rs (record prefixes) -> event.rs (what a message says) -> process.rs (per host:pid)
 //! -> verdict.rs (per job) -> report.rs (text, JSON); input.rs reads the arguments and
 //! collector.rs serves processes as metrics. triage.rs compares runs with and without
-//! `NCCL_PROTO=Simple` (proto.rs reads the value).
+//! `NCCL_PROTO=Simple` (proto.rs reads the value). stall.rs (nccl-tests without a result) and
+//! hang.rs (a silence after init in the timestamps, PyTorch's watchdog) find runs that made
+//! no progress after init.
 
 pub mod collector;
 pub mod event;
+pub mod hang;
 pub mod input;
 pub mod line;
 pub mod process;
 pub mod proto;
 pub mod report;
 pub mod stall;
+pub mod timestamp;
 pub mod triage;
 pub mod verdict;
+pub mod watchdog;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 pub use process::{Evidence, LogParser, ProcessLog};
 pub use verdict::{jobs, Job, VerdictKind};
 
 /// Exit codes: 0 no fallback, 1 a failed run (a socket fallback, a rank without network, a
 /// failed verbs call or work completion, an NCCL WARN error, a benchmark with no result after
-/// init), 2 unreadable input, 3 no NCCL
-/// line in the input (a CI gate on an empty or wrong file must not pass). The Simple triage
+/// init, a hang: a silence after init or PyTorch's watchdog), 2 unreadable input, 3 no NCCL
+/// line in the input (a CI gate on an empty or wrong file must not pass) and no hang: a
+/// watchdog timeout in a log without NCCL_DEBUG lines is still a failed run. The Simple triage
 /// adds no code of its own: it explains a 1.
 const EXIT_FALLBACK: u8 = 1;
 const EXIT_INPUT: u8 = 2;
@@ -45,6 +52,10 @@ pub struct NcclArgs {
     /// setting): compared with the FILE runs. Repeatable.
     #[arg(long = "simple", value_name = "FILE")]
     pub simple: Vec<PathBuf>,
+    /// A silence longer than this after NCCL's init completed, between two adjacent lines
+    /// that both carry a timestamp (NCCL's own or a wrapper's), is a hang (exit 1).
+    #[arg(long = "hang-threshold", value_name = "DURATION", default_value = "5m", value_parser = crate::yaml::parse_duration)]
+    pub hang_threshold: Duration,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: OutputFormat,
@@ -90,11 +101,13 @@ pub fn main(args: &NcclArgs) -> ExitCode {
         parser.feed(&input.name, &input.bytes);
     }
     let jobs = jobs(&parser.finish());
-    let stalls: Vec<stall::Stall> = runs
-        .iter()
-        .flat_map(|run| &run.inputs)
-        .flat_map(|input| stall::stalls(&input.name, &String::from_utf8_lossy(&input.bytes)))
-        .collect();
+    let mut stalls: Vec<stall::Stall> = Vec::new();
+    let mut hangs: Vec<hang::Hang> = Vec::new();
+    for input in runs.iter().flat_map(|run| &run.inputs) {
+        let text = String::from_utf8_lossy(&input.bytes);
+        stalls.extend(stall::stalls(&input.name, &text));
+        hangs.extend(hang::hangs(&input.name, &text, args.hang_threshold));
+    }
     let proto_triage = triage::triage(
         runs.iter()
             .map(|run| {
@@ -109,7 +122,9 @@ pub fn main(args: &NcclArgs) -> ExitCode {
     let run_failed = proto_triage
         .as_ref()
         .is_some_and(|t| t.runs.iter().any(|r| r.failed));
-    let exit_code = if jobs.is_empty() {
+    let exit_code = if !hangs.is_empty() {
+        EXIT_FALLBACK
+    } else if jobs.is_empty() {
         EXIT_NO_NCCL_LINES
     } else if run_failed || !stalls.is_empty() || jobs.iter().any(Job::failed) {
         EXIT_FALLBACK
@@ -119,6 +134,7 @@ pub fn main(args: &NcclArgs) -> ExitCode {
     let report = report::Report {
         jobs,
         stalls,
+        hangs,
         proto_triage,
         exit_code,
     };

@@ -10,6 +10,8 @@ pub struct Report {
     pub jobs: Vec<Job>,
     /// Benchmarks in the input that printed no result after NCCL's init.
     pub stalls: Vec<super::stall::Stall>,
+    /// Hang evidence: a silence after NCCL's init in the timestamps, PyTorch's watchdog.
+    pub hangs: Vec<super::hang::Hang>,
     /// Present when a run failed or a run used only Simple.
     pub proto_triage: Option<ProtoTriage>,
     pub exit_code: u8,
@@ -90,6 +92,12 @@ pub fn text(report: &Report) -> String {
                 .unwrap_or_default(),
             stall.detail
         );
+    }
+    for hang in &report.hangs {
+        let _ = writeln!(out, "hang: {}:{}: {}", hang.file, hang.line, hang.detail);
+        for evidence in &hang.evidence {
+            let _ = writeln!(out, "    {evidence}");
+        }
     }
     if let Some(triage) = &report.proto_triage {
         triage_text(&mut out, triage);
