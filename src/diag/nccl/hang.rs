@@ -117,7 +117,7 @@ pub fn hangs(file: &str, text: &str, threshold: Duration) -> Vec<Hang> {
 /// `... - Init COMPLETE`: NCCL's communicator init finished (every release since v2.4; the
 /// ncclCommInitRank and ncclCommSplit wordings alike).
 fn is_init_complete(line: &str) -> bool {
-    line.contains(" NCCL INFO ") && line.contains("Init COMPLETE")
+    line.contains("NCCL INFO ") && line.contains("Init COMPLETE")
 }
 
 /// What makes two watchdog lines the same finding: the rank and its work item.

@@ -75,7 +75,11 @@ pub fn classify(line: &str) -> Option<WatchdogEvent> {
         }));
     }
     let heartbeat = line.find("Heartbeat monitor timed out");
-    let stuck = STUCK_FOR.captures(line);
+    // The regex only on the rare line that can match: this runs on every line of a log.
+    let stuck = line
+        .contains("watchdog got stuck for")
+        .then(|| STUCK_FOR.captures(line))
+        .flatten();
     if heartbeat.is_none() && stuck.is_none() {
         return None;
     }
