@@ -5,9 +5,11 @@
 //! scan, on the scan thread), a scrape (the body as the server assembles it: the registry
 //! encoded, the scan's block copied in), its gzip (the first compresses the block, later ones
 //! reuse it), the series and bytes a scrape carries (the cardinality budget of
-//! docs/infiniband.md), and the process' resident memory: the scanner's peak (a scan and its
-//! encoding while the previous scan's text is still served, as the collector's thread holds
-//! them; measured from a reset high-water mark) and the process' after each mode. The time of
+//! docs/infiniband.md), one switch's detail (`/ib/switch?target=`: its series, bytes and time,
+//! median over switches), and the process' resident memory: the scanner's peak (a scan and its
+//! encoding while the previous scan's text and switch details are still served, as the
+//! collector's thread holds them; measured from a reset high-water mark) and the process' after
+//! each mode. The time of
 //! a real scan is the fabric's MAD round trips and the tools (benches/ib_diags.rs); this is the
 //! exporter's own share. Prints figures, never fails on them. `cargo bench --bench ib_fabric`
 //! (BENCH_SWITCHES=N to change the fabric, BENCH_RUNS=N runs, default 5, BENCH_MODE=full,
@@ -21,6 +23,7 @@ use rdma_fabric_exporter::collector::{Collectors, Scrape, Selection as Collect};
 use rdma_fabric_exporter::exposition::Format;
 use rdma_fabric_exporter::ib::collector::IbFabricCollector;
 use rdma_fabric_exporter::ib::config::IbFabricConfig;
+use rdma_fabric_exporter::ib::detail::SwitchDetails;
 use rdma_fabric_exporter::ib::encoded::PortFamilies;
 use rdma_fabric_exporter::ib::selection::Shard;
 use rdma_fabric_exporter::ib::source::{FabricSource, ScanLimits};
@@ -94,8 +97,8 @@ fn main() {
             },
         ),
     ];
-    println!("| mode | scan | encode, once per scan | scrape | first gzip | later gzip | series | scrape bytes | gzip bytes | scanner peak RSS | RSS after | peak RSS |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| mode | scan | encode, once per scan | scrape | first gzip | later gzip | series | scrape bytes | gzip bytes | one switch's detail: series, bytes, time | scanner peak RSS | RSS after | peak RSS |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     // One mode per process gives each its own resident memory (freed heap is not returned).
     let only = std::env::var("BENCH_MODE").ok();
     for (mode, config) in modes {
@@ -118,12 +121,31 @@ fn main() {
             let scan = source.scan(limits(), &selection).expect("a simulated scan");
             scans.push(started.elapsed());
             let started = Instant::now();
-            let ports = PortFamilies::encode(&scan, config.errors_only, &selection);
+            let ports = Arc::new(PortFamilies::encode(&scan, config.errors_only, &selection));
             encodes.push(started.elapsed());
-            drop(scan);
-            served = Some(ports);
+            let details = SwitchDetails::keep(scan, &ports, &selection);
+            served = Some((ports, details));
         }
         let (_, scanner_peak) = memory_mib();
+        // One switch's detail, as `/ib/switch?target=` builds it, for a spread of switches.
+        let (_, details) = served.as_ref().expect("at least one run");
+        let targets: Vec<String> = (0..details.len())
+            .step_by((details.len() / 16).max(1))
+            .filter_map(|i| details.guid(i).map(|g| g.to_string()))
+            .collect();
+        let mut detail_times = Vec::new();
+        let mut detail = (0, 0);
+        for target in &targets {
+            let started = Instant::now();
+            let families = details.switch(target).expect("a switch of the scan");
+            let body = Body::of_blocks(Format::OpenMetrics, vec![Arc::new(families)]).bytes();
+            detail_times.push(started.elapsed());
+            let series = body
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.starts_with(b"#") && !l.is_empty())
+                .count();
+            detail = (series, body.len());
+        }
         drop(served);
         let collector = IbFabricCollector::spawn(
             source.clone() as Arc<dyn FabricSource>,
@@ -165,7 +187,7 @@ fn main() {
             .count();
         let (rss, peak) = memory_mib();
         println!(
-            "| {mode} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {series} | {:.1} MB | {:.1} MB | {scanner_peak:.0} MiB | {rss:.0} MiB | {peak:.0} MiB |",
+            "| {mode} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {:.2?} | {series} | {:.1} MB | {:.1} MB | {}, {:.0} kB, {:.2?} | {scanner_peak:.0} MiB | {rss:.0} MiB | {peak:.0} MiB |",
             median(scans),
             median(encodes),
             median(scrapes),
@@ -173,6 +195,9 @@ fn main() {
             median(later_gzips),
             text.len() as f64 / 1e6,
             gz.len() as f64 / 1e6,
+            detail.0,
+            detail.1 as f64 / 1e3,
+            median(detail_times),
         );
         collectors.retire();
     }

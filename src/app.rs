@@ -236,8 +236,9 @@ pub fn app_state_with(
             only: None,
         }));
     }
-    if let Some(ib_fabric) = ib_fabric_collector(config, simulated.ib_fabric) {
-        collectors.push(Arc::new(ib_fabric));
+    let ib_fabric = ib_fabric_collector(config, simulated.ib_fabric).map(Arc::new);
+    if let Some(ib_fabric) = &ib_fabric {
+        collectors.push(ib_fabric.clone());
     }
     if let Some(process) = process.filter(|_| config.process.enabled) {
         collectors.push(Arc::new(process));
@@ -253,5 +254,6 @@ pub fn app_state_with(
             .unwrap_or_else(|| crate::config::DEFAULT_TELEMETRY_PATH.to_string()),
     );
     state.storm = storm;
+    state.ib_fabric = ib_fabric;
     state
 }

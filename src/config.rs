@@ -218,7 +218,14 @@ fn nccl_problems(nccl: &NcclConfig) -> Vec<Problem> {
 
 /// Paths `serve` routes itself (`server::router`; the landing page's JSON and its `/assets`);
 /// `demo` adds [`DEMO_PATHS`].
-pub const SERVE_PATHS: &[&str] = &["/", "/healthz", "/probe", "/api/v1/fabric", "/assets"];
+pub const SERVE_PATHS: &[&str] = &[
+    "/",
+    "/healthz",
+    "/probe",
+    "/ib/switch",
+    "/api/v1/fabric",
+    "/assets",
+];
 pub const DEMO_PATHS: &[&str] = &[
     "/",
     "/healthz",

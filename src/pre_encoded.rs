@@ -66,6 +66,15 @@ impl Body {
         }
     }
 
+    /// A body of `blocks` alone (`/ib/switch`): no registry, OpenMetrics' `# EOF` after them.
+    pub fn of_blocks(format: Format, blocks: Blocks) -> Body {
+        let text = match format {
+            Format::OpenMetrics => EOF,
+            Format::PrometheusText => "",
+        };
+        Body::new(format, text.to_owned(), blocks)
+    }
+
     /// Encodes `registry` in `format` and takes the blocks its scrape's collectors put in `sink`
     /// meanwhile (`Scrape::blocks`).
     pub fn encode(
@@ -191,6 +200,9 @@ mod tests {
             block.compressed.load(std::sync::atomic::Ordering::Relaxed),
             2
         );
+        let alone = Body::of_blocks(Format::OpenMetrics, vec![block.clone()]);
+        assert_eq!(alone.bytes(), "# TYPE b gauge\nb 2\n# EOF\n");
+        assert_eq!(gunzip(&alone.gzip()), "# TYPE b gauge\nb 2\n# EOF\n");
         let plain = Body::new(Format::PrometheusText, "a 1\n".into(), Vec::new());
         assert_eq!(gunzip(&plain.gzip()), "a 1\n");
         assert_eq!(plain.bytes(), "a 1\n");

@@ -1,4 +1,5 @@
-//! HTTP front: `/metrics` with content negotiation, `/healthz`, and a landing page.
+//! HTTP front: `/metrics` with content negotiation, `/healthz`, `/probe` (one configured
+//! switch), `/ib/switch` (one InfiniBand switch of the last subnet scan), and a landing page.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use prometheus_client::registry::Registry;
 
 use crate::collector::{Collector, Collectors, Scrape, Selection};
 use crate::exposition::Format;
+use crate::ib::collector::IbFabricCollector;
+use crate::ib::detail::DetailError;
 use crate::node::storm::StormDetector;
 use crate::node::NodeCollector;
 use crate::pre_encoded::Body;
@@ -56,6 +59,8 @@ pub struct AppState {
     pub switches: Option<Arc<Poller>>,
     /// `/probe` polls: one per target at a time, a bounded number at once.
     pub probe_gate: Arc<ProbeGate>,
+    /// The `ib_fabric` collector (also among `collectors`), for `/ib/switch`.
+    pub ib_fabric: Option<Arc<IbFabricCollector>>,
 }
 
 impl AppState {
@@ -77,6 +82,7 @@ impl AppState {
             coalesced_scrapes: Counter::default(),
             switches,
             probe_gate: ProbeGate::new(MAX_PROBE_POLLS),
+            ib_fabric: None,
         }
     }
 
@@ -142,6 +148,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route(&state.telemetry_path, get(metrics))
         .route("/healthz", get(healthz))
         .route("/probe", get(probe))
+        .route(IB_SWITCH_PATH, get(ib_switch))
         .route(
             fabric_page::SCRIPT_PATH,
             get(|| async {
@@ -361,6 +368,67 @@ async fn probe(
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "encoding metrics failed\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Where one InfiniBand switch's detail is served.
+pub const IB_SWITCH_PATH: &str = "/ib/switch";
+
+/// `/ib/switch?target=GUID|NodeDescription`, in the style of `/probe`: every counter of one
+/// switch's ports (traffic included, zeros included, every link's width and speed) from the
+/// `ib_fabric` collector's last scan, whatever `errors-only` leaves out of `/metrics`. Nothing
+/// is queried: a target the scan did not read is a 404, never a MAD.
+async fn ib_switch(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(collector) = state.ib_fabric.clone() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "the ib_fabric collector is not enabled here (--collector.ib_fabric)\n",
+        )
+            .into_response();
+    };
+    let Some(target) = params
+        .get("target")
+        .filter(|t| !t.trim().is_empty())
+        .cloned()
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "missing parameter: target (a switch's GUID or NodeDescription)\n",
+        )
+            .into_response();
+    };
+    let format = negotiated_format(&headers);
+    // A copy of up to a few hundred kB, or one switch encoded: off the async workers.
+    let built = tokio::task::spawn_blocking(move || {
+        let families = collector.switch_detail(&target)?;
+        Ok::<_, DetailError>(Body::of_blocks(format, vec![Arc::new(families)]))
+    })
+    .await;
+    match built {
+        Ok(Ok(body)) => exposition(format, Arc::new(body), &headers).await,
+        Ok(Err(e)) => {
+            let status = match e {
+                DetailError::NoScan | DetailError::ScanFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+                DetailError::Unknown(..) => StatusCode::NOT_FOUND,
+                DetailError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+            };
+            (status, format!("{e}\n")).into_response()
+        }
+        Err(e) => {
+            if e.is_panic() {
+                panic_guard::record();
+            }
+            tracing::error!("the switch detail task failed: {e}");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the switch detail task failed\n",
             )
                 .into_response()
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::IbFabricConfig;
+use super::detail::{DetailError, SwitchDetails};
 use super::encoded::PortFamilies;
 use super::metrics::{add_self, ScanReading, ScanSummary};
 use super::source::{FabricSource, ScanLimits};
@@ -63,14 +64,21 @@ impl IbFabricCollector {
                     }
                 }
                 // Encoded here, once per scan: every scrape until the next one copies it. The
-                // scan itself is dropped; its counts are kept.
-                let ports = result
-                    .as_ref()
-                    .ok()
-                    .map(|scan| Arc::new(PortFamilies::encode(scan, errors_only, &selection)));
+                // scan itself is dropped but for what the switch details need; its counts are
+                // kept.
+                let (ports, details, result) = match result {
+                    Ok(scan) => {
+                        let ports = Arc::new(PortFamilies::encode(&scan, errors_only, &selection));
+                        let summary = ScanSummary::of(&scan);
+                        let details = Arc::new(SwitchDetails::keep(scan, &ports, &selection));
+                        (Some(ports), Some(details), Ok(summary))
+                    }
+                    Err(e) => (None, None, Err(e)),
+                };
                 ScanReading {
                     ports,
-                    result: Some(result.map(|scan| ScanSummary::of(&scan))),
+                    details,
+                    result: Some(result),
                     scans,
                     finished_unix_s: SystemTime::now()
                         .duration_since(UNIX_EPOCH)
@@ -83,6 +91,18 @@ impl IbFabricCollector {
             config,
             scans: periodic,
         })
+    }
+
+    /// Every counter of the switch `target` names (GUID or NodeDescription), from the last scan:
+    /// `/ib/switch?target=`. Queries nothing.
+    pub fn switch_detail(&self, target: &str) -> Result<PortFamilies, DetailError> {
+        let reading = self.scans.last();
+        match (&reading.result, &reading.details) {
+            (None, _) => Err(DetailError::NoScan),
+            (Some(Err(e)), _) => Err(DetailError::ScanFailed(e.to_string())),
+            (Some(Ok(_)), None) => Err(DetailError::NoScan),
+            (Some(Ok(_)), Some(details)) => details.switch(target),
+        }
     }
 
     /// Two intervals and a scan's deadline: past this the served scan is stale.

@@ -7,13 +7,17 @@
 //! formats, so they are kept once and each format adds its own HELP and TYPE lines. The layout is
 //! prometheus-client's, byte for byte (a test compares the two): families sorted by name, samples
 //! in scan order, label values escaped as it escapes them.
+//!
+//! Each family remembers where each switch's lines start, so that one switch's families
+//! (`/ib/switch?target=`) are a copy of its lines ([`PortFamilies::switch`]).
 
 use std::fmt::Write as _;
 
 use axum::body::Bytes;
 use rustc_hash::FxHashMap;
 
-use super::model::{counter_metric_stem, FabricScan, IbNode, IbPort, LinkSpeed, LinkWidth};
+use super::counters::CounterName;
+use super::model::{counter_metric_stem, FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
 use super::selection::Selection;
 use crate::exposition::{Format, Kind};
 use crate::pre_encoded::{GzipOnce, PreEncoded};
@@ -103,6 +107,25 @@ struct Family {
     help: &'static str,
     /// Every sample line, newline included.
     samples: String,
+    /// `(switch, offset)`: where in `samples` the lines of each switch that has any start,
+    /// switches numbered in the order they were written ([`PortFamilies::switches`]).
+    switch_starts: Vec<(u32, usize)>,
+}
+
+impl Family {
+    /// The lines of switch number `switch`, if it has any.
+    fn lines_of(&self, switch: u32) -> Option<&str> {
+        let i = self
+            .switch_starts
+            .binary_search_by_key(&switch, |&(s, _)| s)
+            .ok()?;
+        let start = self.switch_starts[i].1;
+        let end = self
+            .switch_starts
+            .get(i + 1)
+            .map_or(self.samples.len(), |&(_, offset)| offset);
+        Some(&self.samples[start..end])
+    }
 }
 
 impl Family {
@@ -148,11 +171,22 @@ impl Family {
     }
 }
 
+/// A switch whose ports were written: its GUID and NodeDescription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchId {
+    pub guid: Guid,
+    pub description: String,
+}
+
 /// One scan's switch-port families, in both formats.
 #[derive(Debug)]
 pub struct PortFamilies {
     /// Sorted by exposed name, as prometheus-client writes families.
     families: Vec<Family>,
+    /// The switches written, in scan order (by GUID).
+    switches: Vec<SwitchId>,
+    /// Whether the errors-only selection of series was applied.
+    errors_only: bool,
     series: usize,
     gzip: GzipOnce,
 }
@@ -161,19 +195,40 @@ impl PortFamilies {
     /// Encodes the ports of the switches `selection` keeps (so that instances that split a
     /// fabric export each port once); without the data and packet counters when `errors_only`.
     pub fn encode(scan: &FabricScan, errors_only: bool, selection: &Selection) -> PortFamilies {
+        PortFamilies::encode_switches(
+            scan.switches()
+                .filter(|s| selection.keeps_switch(s.guid, &s.description)),
+            errors_only,
+        )
+    }
+
+    /// Encodes the ports of `switches`, in that order.
+    pub fn encode_switches<'a>(
+        switches: impl Iterator<Item = &'a IbNode>,
+        errors_only: bool,
+    ) -> PortFamilies {
         let mut writer = Writer::default();
-        for switch in scan
-            .switches()
-            .filter(|s| selection.keeps_switch(s.guid, &s.description))
-        {
+        let mut written = Vec::new();
+        for switch in switches {
+            writer.switch = written.len() as u32;
             for port in &switch.ports {
                 writer.port(switch, port, errors_only);
             }
+            written.push(SwitchId {
+                guid: switch.guid,
+                description: switch.description.clone(),
+            });
         }
         let mut families = writer.families;
         families.sort_by(|a, b| a.exposed.cmp(&b.exposed));
+        // The text is kept until the next scan: not the room its strings grew into.
+        for family in &mut families {
+            family.samples.shrink_to_fit();
+        }
         PortFamilies {
             families,
+            switches: written,
+            errors_only,
             series: writer.series,
             gzip: GzipOnce::default(),
         }
@@ -182,6 +237,44 @@ impl PortFamilies {
     /// Sample lines written.
     pub fn series(&self) -> usize {
         self.series
+    }
+
+    /// The switches written, in the order of their lines.
+    pub fn switches(&self) -> &[SwitchId] {
+        &self.switches
+    }
+
+    pub fn errors_only(&self) -> bool {
+        self.errors_only
+    }
+
+    /// The families of switch number `switch` ([`PortFamilies::switches`]) alone, copied from
+    /// these: the same lines a scrape serves of it.
+    pub fn switch(&self, switch: usize) -> Option<PortFamilies> {
+        let id = self.switches.get(switch)?.clone();
+        let mut series = 0;
+        let families = self
+            .families
+            .iter()
+            .filter_map(|family| {
+                let lines = family.lines_of(switch as u32)?;
+                series += lines.bytes().filter(|&b| b == b'\n').count();
+                Some(Family {
+                    exposed: family.exposed.clone(),
+                    kind: family.kind,
+                    help: family.help,
+                    samples: lines.to_owned(),
+                    switch_starts: vec![(0, 0)],
+                })
+            })
+            .collect();
+        Some(PortFamilies {
+            families,
+            switches: vec![id],
+            errors_only: self.errors_only,
+            series,
+            gzip: GzipOnce::default(),
+        })
     }
 
     fn text(&self, format: Format) -> Vec<u8> {
@@ -216,8 +309,10 @@ impl PreEncoded for PortFamilies {
 struct Writer {
     families: Vec<Family>,
     by_name: FxHashMap<String, usize>,
-    /// IBTA counter name -> (family index, factor to bytes).
-    counters: FxHashMap<String, (usize, u64)>,
+    /// By [`CounterName::index`]: (family index, factor to bytes).
+    counters: Vec<Option<(usize, u64)>>,
+    /// The number of the switch being written.
+    switch: u32,
     /// `{switch="…",switch_guid="…",port="…"` without the closing brace: a port's labels.
     labels: String,
     series: usize,
@@ -233,27 +328,36 @@ impl Writer {
             kind,
             help,
             samples: String::new(),
+            switch_starts: Vec::new(),
         });
         self.by_name
             .insert(exposed.to_owned(), self.families.len() - 1);
         self.families.len() - 1
     }
 
-    fn counter_family(&mut self, ibta_name: &str) -> (usize, u64) {
-        if let Some(&known) = self.counters.get(ibta_name) {
-            return known;
+    fn counter_family(&mut self, name: CounterName) -> (usize, u64) {
+        if let Some(Some(known)) = self.counters.get(name.index()) {
+            return *known;
         }
-        let (stem, factor) = counter_metric_stem(ibta_name);
+        let (stem, factor) = counter_metric_stem(name.as_str());
         // The prefix as one literal: docs/metrics.md names this file as where it is built.
         let exposed = format!("{}{stem}_total", "rdma_ib_switch_port_");
         let index = self.family(&exposed, Kind::Counter, COUNTER_HELP);
-        self.counters.insert(ibta_name.to_owned(), (index, factor));
+        if self.counters.len() <= name.index() {
+            self.counters.resize(name.index() + 1, None);
+        }
+        self.counters[name.index()] = Some((index, factor));
         (index, factor)
     }
 
     /// One sample: the family's name, the port's labels, `extra` labels, the value.
     fn sample(&mut self, family: usize, extra: &str, value: &dyn std::fmt::Display) {
         let family = &mut self.families[family];
+        if family.switch_starts.last().map(|&(s, _)| s) != Some(self.switch) {
+            family
+                .switch_starts
+                .push((self.switch, family.samples.len()));
+        }
         let out = &mut family.samples;
         out.push_str(&family.exposed);
         out.push_str(&self.labels);
@@ -271,8 +375,8 @@ impl Writer {
             "\",switch_guid=\"{}\",port=\"{}\"",
             switch.guid, port.number
         );
-        for (name, value) in &port.counters {
-            if errors_only && !errors_only_keeps(name, *value) {
+        for (name, value) in port.counters.ids() {
+            if errors_only && !errors_only_keeps(name.as_str(), value) {
                 continue;
             }
             let (family, factor) = self.counter_family(name);
@@ -344,8 +448,8 @@ mod tests {
                         ("port", Cow::Owned(port.number.to_string())),
                     ]
                 };
-                for (name, value) in &port.counters {
-                    if errors_only && !errors_only_keeps(name, *value) {
+                for (name, value) in port.counters.iter() {
+                    if errors_only && !errors_only_keeps(name, value) {
                         continue;
                     }
                     let (stem, factor) = counter_metric_stem(name);
@@ -435,7 +539,7 @@ mod tests {
                 ports: (1..=8u8)
                     .map(|p| {
                         let linked = p % 4 != 0;
-                        let mut counters: std::collections::BTreeMap<String, u64> = [
+                        let mut counters: crate::ib::model::CounterValues = [
                             "SymbolErrorCounter",
                             "LinkDownedCounter",
                             "PortXmitWait",
@@ -445,10 +549,10 @@ mod tests {
                         ]
                         .iter()
                         .enumerate()
-                        .map(|(i, n)| (n.to_string(), s * 1000 + u64::from(p) * 10 + i as u64))
+                        .map(|(i, n)| (n, s * 1000 + u64::from(p) * 10 + i as u64))
                         .collect();
                         if p == 5 {
-                            counters.insert("ExcessiveBufferOverrunErrors".into(), 3);
+                            counters.insert("ExcessiveBufferOverrunErrors", 3);
                         }
                         IbPort {
                             number: p,
@@ -475,6 +579,75 @@ mod tests {
         }
     }
 
+    /// The text of a scan with counter names the table knows and two it does not, byte for
+    /// byte what the encoder wrote when a port's counters were a `BTreeMap<String, u64>`
+    /// (`testdata/`, written by that encoder): interning the names changed no output.
+    #[test]
+    fn interned_counter_names_give_the_text_the_map_of_strings_gave() {
+        let mut scan = demo_scan();
+        let port = &mut scan.nodes[0].ports[2].counters;
+        port.insert("VendorXmitStalls", 5);
+        port.insert("AVendorCounter", 2);
+        scan.nodes[1].ports[0].counters.insert("PortRcvErrors", 0);
+        let golden = [
+            (
+                false,
+                Format::OpenMetrics,
+                include_str!("testdata/port-families-full.om"),
+            ),
+            (
+                false,
+                Format::PrometheusText,
+                include_str!("testdata/port-families-full.txt"),
+            ),
+            (
+                true,
+                Format::OpenMetrics,
+                include_str!("testdata/port-families-errors-only.om"),
+            ),
+            (
+                true,
+                Format::PrometheusText,
+                include_str!("testdata/port-families-errors-only.txt"),
+            ),
+        ];
+        for (errors_only, format, expected) in golden {
+            let ports = PortFamilies::encode(&scan, errors_only, &Selection::default());
+            assert!(
+                text(&ports, format) == expected,
+                "{format:?} errors_only={errors_only}"
+            );
+        }
+    }
+
+    /// One switch's families copied out of the text hold exactly its lines of every family.
+    #[test]
+    fn a_switch_copied_out_has_its_lines_of_every_family_and_no_others() {
+        let scan = demo_scan();
+        let all = PortFamilies::encode(&scan, false, &Selection::default());
+        let full = text(&all, Format::PrometheusText);
+        let mut series = 0;
+        for (i, id) in all.switches().iter().enumerate() {
+            let one = all.switch(i).unwrap();
+            let label = format!("switch_guid=\"{}\"", id.guid);
+            let got = text(&one, Format::PrometheusText);
+            let samples = |t: &str| -> Vec<String> {
+                t.lines()
+                    .filter(|l| !l.starts_with('#') && l.contains(&label))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            assert_eq!(samples(&got), samples(&full), "{id:?}");
+            assert_eq!(one.series(), samples(&got).len());
+            assert!(got
+                .lines()
+                .all(|l| l.starts_with('#') || l.contains(&label)));
+            series += one.series();
+        }
+        assert_eq!(series, all.series());
+        assert!(all.switch(all.switches().len()).is_none());
+    }
+
     #[test]
     fn the_cached_text_is_what_prometheus_client_writes_in_both_formats() {
         let mut scan = demo_scan();
@@ -490,9 +663,7 @@ mod tests {
             .rev()
             .find(|n| n.kind == NodeKind::Switch)
             .unwrap();
-        last.ports[0]
-            .counters
-            .insert("PortRcvSwitchRelayErrors".into(), 7);
+        last.ports[0].counters.insert("PortRcvSwitchRelayErrors", 7);
         let shard = Selection {
             shard: Some(Shard { index: 1, count: 3 }),
             ..Selection::default()
@@ -538,9 +709,9 @@ mod tests {
                 kind: NodeKind::Hca,
             }),
             counters: [
-                ("PortXmitData".to_owned(), 10),
-                ("PortXmitWait".to_owned(), 7),
-                ("SymbolErrorCounter".to_owned(), 2),
+                ("PortXmitData", 10),
+                ("PortXmitWait", 7),
+                ("SymbolErrorCounter", 2),
             ]
             .into_iter()
             .collect(),
@@ -583,9 +754,7 @@ mod tests {
     #[test]
     fn errors_only_keeps_the_link_the_counters_that_moved_and_a_degraded_links_gauges() {
         let mut scan = scan("s");
-        scan.nodes[0].ports[0]
-            .counters
-            .insert("PortRcvErrors".into(), 0);
+        scan.nodes[0].ports[0].counters.insert("PortRcvErrors", 0);
         let out = text(
             &PortFamilies::encode(&scan, true, &Selection::default()),
             Format::OpenMetrics,

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::detail::SwitchDetails;
 use super::encoded::PortFamilies;
 use super::model::{FabricScan, NodeKind, QueryFailureReason};
 use super::source::ScanError;
@@ -50,6 +51,8 @@ pub struct ScanReading {
     pub duration: Duration,
     /// The switch ports' families of this scan, encoded when it ended.
     pub ports: Option<Arc<PortFamilies>>,
+    /// What `/ib/switch?target=` serves of this scan.
+    pub details: Option<Arc<SwitchDetails>>,
 }
 
 /// The scan's own figures; `fresh` is false when the served scan is older than it should be.

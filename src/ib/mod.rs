@@ -7,6 +7,8 @@
 
 pub mod collector;
 pub mod config;
+pub mod counters;
+pub mod detail;
 pub mod diags;
 pub mod encoded;
 pub mod metrics;

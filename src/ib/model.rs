@@ -6,10 +6,11 @@
 //! `SymbolErrorCounter`), raw: `PortXmitData`/`PortRcvData` in 4-octet words as on the wire.
 //! The metric layer converts names and units ([`counter_metric_stem`]).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+pub use super::counters::CounterValues;
 
 /// A node or port GUID. Displayed as the kernel prints `node_guid` in sysfs
 /// (`b83f:d203:0029:1a46`), so that `rdma_ib_link_info{remote_guid}` joins a host's
@@ -200,7 +201,7 @@ pub struct IbPort {
     pub remote_lid_only: Option<LidOnlyRemote>,
     /// PortCounters and PortCountersExtended fields by IBTA name as `perfquery` prints them,
     /// raw values. Empty when the counters were not read (see [`FabricScan::failures`]).
-    pub counters: BTreeMap<String, u64>,
+    pub counters: CounterValues,
 }
 
 /// One node of the subnet.

@@ -5,13 +5,12 @@
 //! fault on it during the fault window of the cycle (`scenario.rs`): a leaf-spine link trained
 //! at 2X with symbol errors, or a congested spine port with PortXmitWait rising.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::ib::model::{
-    FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth, NodeKind, PhysState, PortState,
-    RemoteEnd,
+    CounterValues, FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth, NodeKind, PhysState,
+    PortState, RemoteEnd,
 };
 use crate::ib::selection::Selection;
 use crate::ib::source::{FabricSource, ScanError, ScanLimits};
@@ -433,7 +432,7 @@ fn trained(load: &Load, t: f64) -> (LinkWidth, LinkSpeed) {
 }
 
 /// The IBTA counters of a connected port at `t`, raw as perfquery prints them.
-fn counters(load: &Load, t: f64) -> BTreeMap<String, u64> {
+fn counters(load: &Load, t: f64) -> CounterValues {
     let t = t.max(0.0);
     let fault = fault_seconds(t);
     let healthy_s = t - fault;
@@ -445,9 +444,9 @@ fn counters(load: &Load, t: f64) -> BTreeMap<String, u64> {
     let wait = XMIT_WAIT_TICKS_PER_SECOND * (load.wait * healthy_s + load.fault_wait * fault);
     let symbol = load.symbol_errors_per_s * healthy_s + load.fault_symbol_errors_per_s * fault;
     let downed = if load.retrains { fault_edges(t) } else { 0 };
-    let mut c = BTreeMap::new();
+    let mut c = CounterValues::default();
     let mut put = |name: &str, value: u64| {
-        c.insert(name.to_owned(), value);
+        c.insert(name, value);
     };
     put("PortXmitData", words);
     put("PortRcvData", (words as f64 * 0.98) as u64);
@@ -470,6 +469,7 @@ fn counters(load: &Load, t: f64) -> BTreeMap<String, u64> {
     put("LocalLinkIntegrityErrors", 0);
     put("ExcessiveBufferOverrunErrors", 0);
     put("VL15Dropped", 0);
+    c.shrink_to_fit();
     c
 }
 
@@ -517,7 +517,7 @@ impl FabricSource for SimIbFabric {
                             counters: if read && linked {
                                 counters(&port.load, t)
                             } else {
-                                BTreeMap::new()
+                                CounterValues::default()
                             },
                         }
                     })
@@ -616,8 +616,8 @@ mod tests {
                 if let Some(before) = &previous {
                     for (a, b) in before.nodes.iter().zip(&scan.nodes) {
                         for (p, q) in a.ports.iter().zip(&b.ports) {
-                            for (name, value) in &p.counters {
-                                assert!(q.counters[name] >= *value, "{scenario:?} {name}");
+                            for (name, value) in p.counters.iter() {
+                                assert!(q.counters[name] >= value, "{scenario:?} {name}");
                             }
                         }
                     }

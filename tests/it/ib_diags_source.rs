@@ -125,7 +125,7 @@ fn a_switch_that_hangs_and_one_that_answers_garbage_fail_alone() {
         let port1 = node.ports.iter().find(|p| p.number == 1).unwrap();
         assert_eq!(
             port1.counters.get("PortXmitWait"),
-            Some(&22_730_501),
+            Some(22_730_501),
             "{guid}"
         );
         assert!(port1.remote.is_some());

@@ -386,3 +386,136 @@ fn the_ports_encoded_once_per_scan_are_served_in_both_formats_plain_and_gzipped(
         "the same port lines in every answer"
     );
 }
+
+/// `/ib/switch?target=` serves every counter of one switch's ports from the last scan, including
+/// what errors-only leaves out of `/metrics` (data counters, zero error counters, the width and
+/// speed of links that trained as enabled); by GUID in either form; in both formats, plain or
+/// gzipped; promtool-clean. A target the scan did not read as a switch is a 404 that says so,
+/// a description several switches share a 400 listing their GUIDs, no target a 400.
+#[test]
+fn one_switchs_every_counter_is_served_on_demand_from_the_last_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus_tools(dir.path());
+    let exporter = serve(
+        dir.path(),
+        &[
+            "--collector.ib_fabric.errors-only",
+            "--collector.ib_fabric.interval=1h",
+        ],
+    );
+    let metrics = first_scan(&exporter);
+    assert!(
+        !metrics
+            .iter()
+            .any(|s| s.name == "rdma_ib_switch_port_xmit_data_bytes_total"),
+        "errors-only /metrics has no data counters"
+    );
+    let (status, content_type, body) = exporter.get("/ib/switch?target=0xec0d9a0300ec8240");
+    assert_eq!(status, 200, "{body}");
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    promtool_check_metrics(&body);
+    let samples = parse_exposition(&body);
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.labels.get("switch_guid").map(String::as_str) == Some("ec0d:9a03:00ec:8240")),
+        "only the switch asked for"
+    );
+    let port1 = [("port", "1")];
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_ib_switch_port_xmit_data_bytes_total",
+            &port1
+        ),
+        Some(36_298_026_860_928.0 * 4.0)
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_ib_switch_port_rcv_errors_total", &port1),
+        Some(0.0),
+        "zero counters are there"
+    );
+    assert_eq!(
+        value_of(&samples, "rdma_ib_switch_port_xmit_wait_total", &port1),
+        Some(22_730_501.0)
+    );
+    assert!(samples
+        .iter()
+        .any(|s| s.name == "rdma_ib_link_width_enabled_lanes"));
+    assert!(samples.iter().any(|s| s.name == "rdma_ib_link_info"));
+    // The sysfs form of the GUID names the same switch.
+    assert_eq!(
+        exporter.get("/ib/switch?target=ec0d:9a03:00ec:8240").2,
+        body
+    );
+    // OpenMetrics, gzipped: one `# EOF`, at the end.
+    let (status, headers, raw) = crate::http::get_raw(
+        &exporter,
+        "/ib/switch?target=0xec0d9a0300ec8240",
+        &[
+            ("Accept", "application/openmetrics-text;version=1.0.0"),
+            ("Accept-Encoding", "gzip"),
+        ],
+    );
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-encoding"], "gzip");
+    let openmetrics = crate::http::gunzip(&raw);
+    assert!(openmetrics.ends_with("\n# EOF\n"), "{openmetrics}");
+    assert_eq!(openmetrics.matches("# EOF").count(), 1);
+    assert_eq!(
+        parse_exposition(&openmetrics).len(),
+        samples.len(),
+        "the same series in both formats"
+    );
+
+    for (target, status, says) in [
+        ("", 400, "missing parameter: target"),
+        // An HCA of the subnet: not a switch.
+        (
+            "0x506b4b03003fa9b6",
+            404,
+            "no switch \"0x506b4b03003fa9b6\"",
+        ),
+        ("0x0123", 404, "no switch \"0x0123\""),
+        ("spine-99", 404, "no switch \"spine-99\""),
+        (
+            "SwitchIB%20Mellanox%20Technologies",
+            400,
+            "switches have the NodeDescription \"SwitchIB Mellanox Technologies\"",
+        ),
+    ] {
+        let path = if target.is_empty() {
+            "/ib/switch".to_owned()
+        } else {
+            format!("/ib/switch?target={target}")
+        };
+        let (got, _, body) = exporter.get(&path);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+    let (_, _, ambiguous) = exporter.get("/ib/switch?target=SwitchIB%20Mellanox%20Technologies");
+    assert!(
+        ambiguous.contains("ec0d:9a03:00ec:8240") && ambiguous.contains("ec0d:9a03:00ec:8480"),
+        "{ambiguous}"
+    );
+}
+
+/// Without the collector there is no subnet to serve from: 404, saying why.
+#[test]
+fn the_switch_detail_needs_the_ib_fabric_collector() {
+    let exporter = Exporter::start_with_env(
+        "serve",
+        &[
+            "--no-collector.sysfs",
+            "--no-collector.netlink",
+            "--no-collector.process",
+        ],
+        &[],
+    );
+    let (status, _, body) = exporter.get("/ib/switch?target=0x1");
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("ib_fabric collector is not enabled"),
+        "{body}"
+    );
+}

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::ib::diags::is_saturated;
 use crate::ib::diags::merge::Merged;
-use crate::ib::model::{Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
+use crate::ib::model::{CounterValues, Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
 
 /// The counters that count errors: IBTA PortCounters' error fields, and any other field named
 /// as an error, discard or drop (PortRcvErrorDetails' `PortMalformedPktErrors`...).
@@ -270,20 +270,20 @@ fn check_counters(
     out: &mut Findings,
     end: End,
     far: Option<End>,
-    counters: &BTreeMap<String, u64>,
+    counters: &CounterValues,
     congestion_ratio: f64,
 ) {
     let errors: Vec<CounterValue> = counters
         .iter()
-        .filter(|(name, &value)| value > 0 && is_error_counter(name))
-        .map(|(name, &value)| CounterValue {
-            name: name.clone(),
+        .filter(|&(name, value)| value > 0 && is_error_counter(name))
+        .map(|(name, value)| CounterValue {
+            name: name.to_owned(),
             value,
             saturated: is_saturated(name, value),
         })
         .collect();
-    if let Some(&wait) = counters.get("PortXmitWait") {
-        let data = counters.get("PortXmitData").copied();
+    if let Some(wait) = counters.get("PortXmitWait") {
+        let data = counters.get("PortXmitData");
         let ratio = data.filter(|&d| d > 0).map(|d| wait as f64 / d as f64);
         let saturated = is_saturated("PortXmitWait", wait);
         let congested = match ratio {

@@ -4,9 +4,8 @@
 //! counters), `[Name == value (human)]` with `--data`, an optional `Link info:` line in
 //! iblinkinfo's format (`--details`), and a `## Summary:` at the end.
 
-use std::collections::BTreeMap;
-
 use super::{canonical_counter, iblinkinfo, words, NotThisTool};
+use crate::ib::counters::CounterValues;
 use crate::ib::model::Guid;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,7 +31,7 @@ pub struct ErrorPort {
     pub guid: Guid,
     /// `None` for `port ALL`.
     pub port: Option<u8>,
-    pub counters: BTreeMap<String, u64>,
+    pub counters: CounterValues,
     /// The `Link info:` line of `--details`.
     pub link: Option<iblinkinfo::LinkRow>,
 }
@@ -96,7 +95,7 @@ fn port_line(rest: &str) -> Option<ErrorPort> {
         "ALL" => None,
         n => Some(n.parse::<u8>().ok()?),
     };
-    let mut counters = BTreeMap::new();
+    let mut counters = CounterValues::default();
     for item in fields.split('[').skip(1) {
         let item = item.split(']').next().unwrap_or(item);
         let Some((name, value)) = item.split_once("==") else {
@@ -107,7 +106,7 @@ fn port_line(rest: &str) -> Option<ErrorPort> {
             .next()
             .and_then(|v| v.parse::<u64>().ok());
         if let Some(value) = value {
-            counters.insert(canonical_counter(name.trim()).to_owned(), value);
+            counters.insert(canonical_counter(name.trim()), value);
         }
     }
     Some(ErrorPort {

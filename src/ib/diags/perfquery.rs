@@ -3,9 +3,8 @@
 //! (`-x`) or `# Port counters: Lid 214 all ports` (`-a`); ibsim and some wrappers print the
 //! fields without the header, from `PortSelect`. Values are decimal, or `0x` hex.
 
-use std::collections::BTreeMap;
-
 use super::{canonical_counter, words, NotThisTool};
+use crate::ib::counters::CounterValues;
 
 /// One block: the counters of one port (or of all ports summed, `-a`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,7 +15,7 @@ pub struct PortCounters {
     /// A `# Port extended counters` block (`-x`): PortXmitData and friends are 64-bit.
     pub extended: bool,
     /// IBTA names (see [`canonical_counter`]); PortSelect and CounterSelect are not counters.
-    pub counters: BTreeMap<String, u64>,
+    pub counters: CounterValues,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,7 +68,7 @@ pub fn parse(text: &str) -> Result<PerfQuery, NotThisTool> {
         current
             .get_or_insert_with(PortCounters::default)
             .counters
-            .insert(canonical_counter(name).to_owned(), value);
+            .insert(canonical_counter(name), value);
     }
     if let Some(block) = current.take() {
         out.blocks.push(block);
@@ -95,7 +94,7 @@ fn header(line: &str) -> Option<PortCounters> {
         lid,
         port,
         extended: kind.trim() == "Port extended",
-        counters: BTreeMap::new(),
+        counters: CounterValues::default(),
     })
 }
 
@@ -135,7 +134,7 @@ mod tests {
         assert_eq!(a.counters["SymbolErrorCounter"], 3);
         assert_eq!(a.counters["PortXmitData"], 905_972_985);
         assert_eq!(a.counters["PortXmitWait"], 16);
-        assert!(!a.counters.contains_key("CounterSelect"));
+        assert!(!a.counters.contains("CounterSelect"));
         let b = &pq.blocks[1];
         assert_eq!((b.port, b.extended), (None, true));
         assert_eq!(

@@ -87,7 +87,7 @@ impl DiagsSource {
         let mut blocks = query(true)?;
         if !blocks
             .iter()
-            .any(|b| b.counters.contains_key("SymbolErrorCounter"))
+            .any(|b| b.counters.contains("SymbolErrorCounter"))
         {
             blocks.extend(query(false)?);
         }
@@ -199,6 +199,7 @@ impl FabricSource for DiagsSource {
                             }
                         };
                         node.ports[j].counters.extend(block.counters);
+                        node.ports[j].counters.shrink_to_fit();
                     }
                     node.ports.sort_by_key(|p| p.number);
                 }
