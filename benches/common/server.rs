@@ -33,11 +33,13 @@ pub struct Server {
 }
 
 impl Drop for Server {
-    /// SIGTERM first, so that a demo removes its fabric tree; SIGKILL after 5 s.
+    /// SIGTERM first, so that a demo removes its fabric tree (SIGCONT before it, in case it
+    /// was paused); SIGKILL after 5 s.
     fn drop(&mut self) {
         if let Ok(pid) = i32::try_from(self.child.id()) {
             // SAFETY: kill(2) on our own child, which has not been reaped yet.
             unsafe {
+                libc::kill(pid, libc::SIGCONT);
                 libc::kill(pid, libc::SIGTERM);
             }
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -54,6 +56,18 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Stops (SIGSTOP) or resumes (SIGCONT) the process: a bench takes its CPU share away to
+    /// time what shares the machine with it.
+    pub fn set_paused(&self, paused: bool) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.child.id())?;
+        let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) on our own child, which has not been reaped yet.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            anyhow::bail!("{}: kill: {}", self.name, std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Our binary (or $RFE_BINARY) with `args` after `serve --web.listen-address 127.0.0.1:0`.
     pub fn start_rfe(name: &'static str, args: &[OsString]) -> anyhow::Result<Server> {
         Server::start_rfe_subcommand(name, "serve", args)

@@ -1,10 +1,15 @@
 //! From the simulated fleet to 1 000 and 10 000 GPU nodes of 8 NICs with their leaf/spine
 //! switches: series, samples per second and Prometheus head memory, linear in nodes and switch
 //! ports (every series the exporter and the rules make belongs to one NIC, one switch port or
-//! one switch); rule and dashboard times scaled the same way, as an estimate.
+//! one switch); rule and dashboard times scaled the same way, as an estimate. 10 000 nodes are
+//! the deployment docs/deploy.md describes: one Prometheus per cluster of 1 000 nodes (with its
+//! share of the switches), each evaluating every rule and serving every board for its cluster.
+
+use std::time::Duration;
 
 use crate::fleet::{Plan, NICS, SWITCH_INTERVAL_S};
 use crate::panels::{per_dashboard, Timing};
+use crate::rules::GroupCost;
 use crate::scrape::{Counts, RuleWindow, SelfMetrics};
 
 const NODE_INTERVAL_S: f64 = 15.0;
@@ -17,6 +22,10 @@ const SCRAPE_SERIES: f64 = 5.0;
 const SWITCH_RADIX: f64 = 128.0;
 /// The fleets of the table.
 const FLEETS: [f64; 2] = [1000.0, 10000.0];
+/// Nodes per Prometheus: one per cluster of at most this many (docs/deploy.md, "Large clusters").
+const NODES_PER_PROMETHEUS: f64 = 1000.0;
+/// Prometheus' default `--query.timeout`: a panel query that takes longer fails.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Measured {
     pub nodes: f64,
@@ -142,9 +151,25 @@ struct Fleet {
     switch_ports: f64,
     pollers: f64,
     tiers: &'static str,
+    /// Prometheus servers sharing it, one per cluster.
+    prometheus: f64,
 }
 
 impl Fleet {
+    /// What one of its Prometheus holds: its cluster's nodes and share of the switches.
+    fn per_prometheus(&self) -> Fleet {
+        let n = self.prometheus;
+        Fleet {
+            nodes: self.nodes / n,
+            nic_ports: self.nic_ports / n,
+            switches: self.switches / n,
+            switch_ports: self.switch_ports / n,
+            pollers: (self.pollers / n).ceil(),
+            tiers: self.tiers,
+            prometheus: 1.0,
+        }
+    }
+
     fn measured(m: &Measured) -> Fleet {
         Fleet {
             nodes: m.nodes,
@@ -153,6 +178,7 @@ impl Fleet {
             switch_ports: m.switch_ports,
             pollers: m.clusters,
             tiers: "rail leaves only",
+            prometheus: 1.0,
         }
     }
 
@@ -180,6 +206,7 @@ impl Fleet {
             // One poller endpoint per 500 switches (docs/deploy.md shards them with hashmod).
             pollers: (switches / 500.0).ceil(),
             tiers,
+            prometheus: (nodes / NODES_PER_PROMETHEUS).ceil(),
         }
     }
 }
@@ -197,74 +224,171 @@ fn gib(bytes: f64) -> String {
     format!("{:.1} GiB", bytes / (1u64 << 30) as f64)
 }
 
-pub fn print_table(m: &Measured, window: &RuleWindow, timings: &[Timing]) {
-    let measured = Fleet::measured(m);
-    let fleets: Vec<Fleet> = FLEETS.iter().map(|n| Fleet::of(*n)).collect();
-    let all: Vec<&Fleet> = std::iter::once(&measured).chain(fleets.iter()).collect();
+/// A column of the table: a fleet and what one of its Prometheus holds.
+struct Column {
+    title: String,
+    fleet: Fleet,
+    /// Whether the column is one Prometheus (rule and panel times apply to it).
+    one_prometheus: bool,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push('\u{202f}');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn print_table(m: &Measured, rule_costs: &[GroupCost], timings: &[Timing]) {
+    let mut columns = vec![Column {
+        title: "measured".to_string(),
+        fleet: Fleet::measured(m),
+        one_prometheus: true,
+    }];
+    for nodes in FLEETS {
+        let fleet = Fleet::of(nodes);
+        if fleet.prometheus > 1.0 {
+            columns.push(Column {
+                title: format!(
+                    "{} nodes, each of {} Prometheus",
+                    si(nodes),
+                    fleet.prometheus
+                ),
+                fleet: fleet.per_prometheus(),
+                one_prometheus: true,
+            });
+            columns.push(Column {
+                title: format!("{} nodes, all of them", si(nodes)),
+                fleet,
+                one_prometheus: false,
+            });
+        } else {
+            columns.push(Column {
+                title: format!("{} nodes, one Prometheus", si(nodes)),
+                fleet,
+                one_prometheus: true,
+            });
+        }
+    }
     println!(
-        "\nextrapolated ({SWITCH_RADIX}-port switches, non-blocking, rail-optimized leaves; linear in nodes and switch ports):"
+        "\nextrapolated ({SWITCH_RADIX}-port switches, non-blocking, rail-optimized leaves; linear in nodes and switch ports; one Prometheus per cluster of up to {NODES_PER_PROMETHEUS} nodes):"
     );
-    println!(
-        "| | measured | {} nodes | {} nodes |",
-        si(FLEETS[0]),
-        si(FLEETS[1])
-    );
-    println!("| --- | ---: | ---: | ---: |");
-    let row = |name: &str, f: &dyn Fn(&Fleet) -> String| {
-        let cells: Vec<String> = all.iter().map(|fleet| f(fleet)).collect();
+    let titles: Vec<&str> = columns.iter().map(|c| c.title.as_str()).collect();
+    println!("| | {} |", titles.join(" | "));
+    println!("|---{}|", " | ---:".repeat(columns.len()));
+    let row = |name: &str, f: &dyn Fn(&Column) -> String| {
+        let cells: Vec<String> = columns.iter().map(f).collect();
         println!("| {name} | {} |", cells.join(" | "));
     };
-    row("nodes (8 NICs each)", &|f| si(f.nodes));
-    row("NIC ports", &|f| si(f.nic_ports));
-    row("switches", &|f| format!("{} ({})", si(f.switches), f.tiers));
-    row("switch ports", &|f| si(f.switch_ports));
-    row("series from nodes", &|f| si(m.series_at(f).0));
-    row("series from switches", &|f| si(m.series_at(f).1));
-    row("recorded series", &|f| si(m.series_at(f).2));
+    row("nodes (8 NICs each)", &|c| si(c.fleet.nodes));
+    row("NIC ports", &|c| si(c.fleet.nic_ports));
+    row("switches", &|c| {
+        format!("{} ({})", si(c.fleet.switches), c.fleet.tiers)
+    });
+    row("switch ports", &|c| si(c.fleet.switch_ports));
+    row("series from nodes", &|c| si(m.series_at(&c.fleet).0));
+    row("series from switches", &|c| si(m.series_at(&c.fleet).1));
+    row("recorded series", &|c| si(m.series_at(&c.fleet).2));
     let total = |f: &Fleet| {
         let (a, b, c) = m.series_at(f);
         a + b + c
     };
-    row("head series", &|f| si(total(f)));
-    row("samples/s", &|f| si(m.samples_per_s_at(f)));
-    row("head memory (RSS)", &|f| gib(total(f) * m.bytes_per_series));
+    row("head series", &|c| si(total(&c.fleet)));
+    row("samples/s", &|c| si(m.samples_per_s_at(&c.fleet)));
+    row("head memory (RSS)", &|c| {
+        gib(total(&c.fleet) * m.bytes_per_series)
+    });
     // Node groups scale with nodes, switch groups with switch ports.
-    let scale = |group: &str, f: &Fleet| {
-        if group.contains("switch") {
+    let scale = |switch: bool, f: &Fleet| {
+        if switch {
             f.switch_ports / m.switch_ports
         } else {
             f.nodes / m.nodes
         }
     };
-    for (group, mean, _) in window.groups() {
-        row(&format!("rule group {group}, ms"), &|f| {
-            format!("{:.0}", mean * 1000.0 * scale(&group, f))
-        });
+    let mut over_budget = Vec::new();
+    for cost in rule_costs {
+        row(
+            &format!(
+                "{}, one evaluation ms (budget {} s)",
+                cost.group,
+                cost.interval.as_secs()
+            ),
+            &|c| {
+                if !c.one_prometheus {
+                    return "-".to_string();
+                }
+                let estimate = ms(cost.total()) * scale(cost.is_switch_group(), &c.fleet);
+                thousands(estimate)
+            },
+        );
+        for column in columns.iter().filter(|c| c.one_prometheus) {
+            let estimate = ms(cost.total()) * scale(cost.is_switch_group(), &column.fleet);
+            if estimate > ms(cost.interval) {
+                over_budget.push(format!("{} at {}", cost.group, column.title));
+            }
+        }
     }
     // A panel about one host or switch costs the same in any fleet; the others scale.
+    let panel_ms = |t: &Timing, dashboard: &str, f: &Fleet| {
+        let factor = if t.panel.grows_with_fleet {
+            scale(dashboard.contains("switch"), f)
+        } else {
+            1.0
+        };
+        ms(t.median) * factor
+    };
     for (dashboard, _, _, _, _) in per_dashboard(timings) {
         let panels: Vec<&Timing> = timings
             .iter()
             .filter(|t| t.panel.dashboard == dashboard)
             .collect();
-        let name = if panels.iter().any(|t| !t.panel.grows_with_fleet) {
-            format!("dashboard {dashboard} refresh, ms (opened on one host or switch)")
+        let opened_on_one = panels.iter().any(|t| !t.panel.grows_with_fleet);
+        let name = if opened_on_one {
+            format!("dashboard {dashboard}: one refresh, slowest panel ms (opened on one host or switch)")
         } else {
-            format!("dashboard {dashboard} refresh, ms")
+            format!("dashboard {dashboard}: one refresh, slowest panel ms")
         };
-        row(&name, &|f| {
-            let ms: f64 = panels
+        row(&name, &|c| {
+            if !c.one_prometheus {
+                return "-".to_string();
+            }
+            let each: Vec<f64> = panels
                 .iter()
-                .map(|t| {
-                    let factor = if t.panel.grows_with_fleet {
-                        scale(&dashboard, f)
-                    } else {
-                        1.0
-                    };
-                    t.median.as_secs_f64() * 1000.0 * factor
-                })
-                .sum();
-            format!("{ms:.0}")
+                .map(|t| panel_ms(t, &dashboard, &c.fleet))
+                .collect();
+            let slowest = each.iter().copied().fold(0.0, f64::max);
+            format!("{}, {}", thousands(each.iter().sum()), thousands(slowest))
         });
+        for column in columns.iter().filter(|c| c.one_prometheus) {
+            for t in &panels {
+                if panel_ms(t, &dashboard, &column.fleet) > ms(QUERY_TIMEOUT) {
+                    over_budget.push(format!(
+                        "{dashboard}: {} at {}",
+                        t.panel.title, column.title
+                    ));
+                }
+            }
+        }
+    }
+    if over_budget.is_empty() {
+        println!(
+            "\nwithin budget: every rule group evaluates within its interval and every panel within the {} s query timeout, in every column",
+            QUERY_TIMEOUT.as_secs()
+        );
+    } else {
+        println!("\nover budget (a group longer than its interval, a panel longer than the query timeout):");
+        for what in over_budget {
+            println!("  - {what}");
+        }
     }
 }

@@ -150,6 +150,11 @@ impl Fleet {
         serde_yaml::to_string(&config).expect("YAML")
     }
 
+    /// Stops or resumes every demo ([`Server::set_paused`]).
+    pub fn set_paused(&self, paused: bool) -> anyhow::Result<()> {
+        self.demos.iter().try_for_each(|d| d.set_paused(paused))
+    }
+
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         self.demos.iter_mut().try_for_each(Server::check_alive)
     }

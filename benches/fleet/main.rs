@@ -31,6 +31,7 @@ mod common;
 mod extrapolate;
 mod fleet;
 mod panels;
+mod rules;
 mod scrape;
 
 // The integration tests' real Prometheus helpers, shared rather than copied (they name
@@ -54,6 +55,19 @@ impl Drop for ChildGuard {
 }
 
 use common::proc::{env_number, load_average};
+
+/// The quiet phase asks about the fleet this long before its simulators stopped: past the
+/// last scrapes (a scrape that fails once they stop marks its series stale at its start).
+const QUIET_LOOKBACK: Duration = Duration::from_secs(20);
+/// The bench Prometheus' global `evaluation_interval`, the budget of every group without its own
+/// (stricter than Prometheus' default of 1 m).
+const RULE_INTERVAL: Duration = Duration::from_secs(15);
+
+fn unix_now() -> anyhow::Result<f64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64())
+}
 
 fn main() -> ExitCode {
     common::exit_code("fleet", run())
@@ -122,17 +136,36 @@ fn run() -> anyhow::Result<()> {
     let clients: Vec<&scrape::Client> = sides.iter().map(|s| &s.client).collect();
     let windows = scrape::RuleWindow::sample(&clients, measure)?;
     fleet.check_alive()?;
-    let range = started.elapsed().min(Duration::from_secs(3600));
+    // The quiet phase: the simulators stop, and every rule and panel is timed with the machine
+    // to Prometheus, at a moment just before they stopped (when every series was fresh). The
+    // running fleet leaves Prometheus a fraction of a core on this machine, which says more
+    // about the machine than about the rules.
+    let quiet_at = unix_now()? - QUIET_LOOKBACK.as_secs_f64();
+    let range = started
+        .elapsed()
+        .saturating_sub(QUIET_LOOKBACK)
+        .min(Duration::from_secs(3600));
+    fleet.set_paused(true)?;
+    println!(
+        "simulators stopped; timing rules and panels at {} s ago, load {}",
+        QUIET_LOOKBACK.as_secs(),
+        load_average()
+    );
     let mut results = Vec::new();
-    for side in &sides {
+    for side in &mut sides {
+        side.client.pin(quiet_at);
         let counts = scrape::Counts::query(&side.client)?;
+        let files: Vec<&std::path::Path> = side.rule_files.iter().map(PathBuf::as_path).collect();
+        let rule_costs = rules::time_all(&side.client, &files, RULE_INTERVAL)?;
         let panels = panels::load(&side.source.join("dashboards"), &side.client)?;
         let timings = panels::time_all(&side.client, &panels, range)?;
-        results.push((counts, timings));
+        results.push((counts, rule_costs, timings));
     }
+    println!("quiet phase done, load {}", load_average());
+    fleet.set_paused(false)?;
     fleet.check_alive()?;
 
-    for (((side, (counts, timings)), window), baseline) in
+    for (((side, (counts, rule_costs, timings)), window), baseline) in
         sides.iter().zip(&results).zip(&windows).zip(&baselines)
     {
         println!(
@@ -143,11 +176,12 @@ fn run() -> anyhow::Result<()> {
         );
         let measured = extrapolate::Measured::new(&plan, counts, baseline, window)?;
         scrape::print_rule_groups(window);
+        rules::print(rule_costs);
         panels::print(timings);
         measured.print();
-        extrapolate::print_table(&measured, window, timings);
+        extrapolate::print_table(&measured, rule_costs, timings);
     }
-    if let ([after, before], [(_, after_timings), (_, before_timings)]) =
+    if let ([after, before], [(_, _, after_timings), (_, _, before_timings)]) =
         (&windows[..], &results[..])
     {
         println!(
@@ -164,6 +198,7 @@ fn run() -> anyhow::Result<()> {
 struct Side {
     name: &'static str,
     source: PathBuf,
+    rule_files: Vec<PathBuf>,
     client: scrape::Client,
     _prometheus: ChildGuard,
 }
@@ -190,6 +225,7 @@ impl Side {
         Ok(Side {
             name,
             source,
+            rule_files,
             client,
             _prometheus: prometheus,
         })

@@ -9,6 +9,9 @@ use anyhow::{bail, Context};
 pub struct Client {
     http: reqwest::blocking::Client,
     address: String,
+    /// The evaluation time of every query once pinned (Unix seconds): the quiet phase asks about
+    /// the fleet as it was when its simulators were stopped. `None`: now.
+    at: Option<f64>,
 }
 
 impl Client {
@@ -18,7 +21,21 @@ impl Client {
                 .timeout(Duration::from_secs(120))
                 .build()?,
             address: address.to_string(),
+            at: None,
         })
+    }
+
+    /// Every later query is evaluated at `at` (Unix seconds), range queries end there.
+    pub fn pin(&mut self, at: f64) {
+        self.at = Some(at);
+    }
+
+    /// The time queries are evaluated at: the pinned one, else now.
+    fn evaluation_time(&self) -> anyhow::Result<f64> {
+        match self.at {
+            Some(at) => Ok(at),
+            None => Ok(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64()),
+        }
     }
 
     pub fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
@@ -52,15 +69,16 @@ impl Client {
 
     /// An instant query's result (a vector's or a matrix's series).
     pub fn query(&self, expr: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        let time = format!("{:.3}", self.evaluation_time()?);
         let data = self
-            .api("query", &[("query", expr.to_string())])
+            .api("query", &[("query", expr.to_string()), ("time", time)])
             .with_context(|| format!("query {expr}"))?;
         Ok(data["result"].as_array().cloned().unwrap_or_default())
     }
 
     /// A range query over the last `range` at Grafana's step for it; returns the series.
     pub fn query_range(&self, expr: &str, range: Duration, step_s: u64) -> anyhow::Result<usize> {
-        let end = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+        let end = self.evaluation_time()?;
         let start = end - range.as_secs_f64();
         let data = self
             .api(
