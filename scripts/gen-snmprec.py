@@ -43,6 +43,12 @@ def rows(name):
                     value = f"4|{col_name}-{port}"
                 elif metric == "oper_status":
                     value = f"2|{port}"
+                elif metric == "pfc_enabled":
+                    # TruthValue: PFC on priority 3 of port 1 only (2 = false).
+                    value = f"2|{1 if (port, prio) == (1, 3) else 2}"
+                elif metric == "priority_queue":
+                    # Unsigned32 traffic class; priority 3 of port 2 on queue 5.
+                    value = f"66|{5 if (port, prio) == (2, 3) else prio}"
                 elif oid in COUNTER32:
                     value = f"65|{4294967000 + n + port}"
                 else:

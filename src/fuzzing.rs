@@ -341,6 +341,13 @@ fn check_varbind(profile: &Profile, oid: &[u32], value: &SnmpValue) {
         (SampleValue::Text(text), SnmpValue::OctetString(_)) => {
             assert!(sample.metric.is_text() && text.trim() == text, "{sample:?}");
         }
+        // TruthValue: 1 true, 2 false.
+        (SampleValue::Gauge(g), SnmpValue::Integer(v)) if sample.metric == Metric::PfcEnabled => {
+            assert_eq!((*v, *g), if *v == 1 { (1, 1) } else { (2, 0) });
+        }
+        (SampleValue::Gauge(g), _) if sample.metric == Metric::PriorityQueue => {
+            assert_eq!(u64::try_from(*g).ok(), raw);
+        }
         (SampleValue::Gauge(g), SnmpValue::Integer(v)) => {
             assert_eq!((sample.metric, g), (Metric::OperStatus, v));
         }

@@ -9,6 +9,7 @@ use crate::direction::Direction;
 use crate::node::ethtool_map::StormSeverity;
 use crate::node::rdma_netlink::{NetlinkError, QpState, QpType};
 use crate::node::reason::ReadErrorReason;
+use crate::switch::pfc::PfcSource;
 
 const DOCS: &str = include_str!("../docs/metrics.md");
 
@@ -84,6 +85,10 @@ fn docs_list_every_label_value() {
             POLL_ERROR_REASONS.to_vec(),
         ),
         ("`rdma_nccl_process_info`", labels(Gdr::ALL, Gdr::as_label)),
+        (
+            "`rdma_switch_port_pfc_enabled`",
+            labels(PfcSource::ALL, PfcSource::as_label),
+        ),
         (
             "`qp_type` values:",
             QpType::ALL

@@ -538,6 +538,7 @@ fn leaf_target(
             max_repetitions: 25,
         }),
         interval,
+        pfc: Default::default(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::gnmi::GnmiTls;
+use super::pfc::{PfcConfig, PfcPriorities, PriorityQueues};
 use super::secret::{read_value_file, SecretSource};
 use super::snmp::{AuthAlgorithm, PrivAlgorithm, SnmpVersion};
 
@@ -25,6 +26,8 @@ pub struct SwitchConfig {
     pub timeout: Duration,
     pub retries: u32,
     pub max_repetitions: u32,
+    /// Lossless priorities and their queues, for ports the switch does not describe.
+    pub pfc: PfcConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +69,9 @@ struct RawSwitchConfig {
     retries: u32,
     #[serde(default = "default_max_repetitions")]
     max_repetitions: u32,
+    pfc_priorities: Option<PfcPriorities>,
+    #[serde(default)]
+    priority_queues: PriorityQueues,
 }
 
 impl TryFrom<RawSwitchConfig> for SwitchConfig {
@@ -114,6 +120,10 @@ impl TryFrom<RawSwitchConfig> for SwitchConfig {
             timeout: raw.timeout,
             retries: raw.retries,
             max_repetitions: raw.max_repetitions,
+            pfc: PfcConfig {
+                priorities: raw.pfc_priorities,
+                queues: raw.priority_queues,
+            },
         })
     }
 }

@@ -247,6 +247,11 @@ impl Leaf {
                 oper_status(value)
                     .ok_or_else(|| format!("expected an interface status, got {value:?}"))?,
             )
+        } else if self.metric.is_setting() {
+            SampleValue::Gauge(
+                setting(value)
+                    .ok_or_else(|| format!("expected a bool or a number, got {value:?}"))?,
+            )
         } else {
             let raw = value
                 .as_counter()
@@ -261,6 +266,14 @@ impl Leaf {
             key,
             value,
         })
+    }
+}
+
+/// A PFC setting: a bool (PFC enabled) or a small number (a queue), as a gauge.
+fn setting(value: &GnmiValue) -> Option<i64> {
+    match value {
+        GnmiValue::Bool(enabled) => Some(i64::from(*enabled)),
+        other => other.as_counter().and_then(|v| i64::try_from(v).ok()),
     }
 }
 
@@ -405,6 +418,38 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn pfc_settings_from_bools_and_numbers() {
+        let mut profile = GnmiProfile::default();
+        profile.extend(
+            &serde_yaml::from_str::<GnmiSectionFile>(
+                "{leaves: [{name: pfc, match: '^/pfc/(?P<port>[^/]+)/(?P<priority>[0-7])/enabled$', metric: pfc_enabled}, {name: tc, match: '^/pfc/(?P<port>[^/]+)/(?P<priority>[0-7])/queue$', metric: priority_queue}]}",
+            )
+            .unwrap(),
+        );
+        let decoded = profile.decode(&[
+            update("/pfc/Ethernet0/3/enabled", GnmiValue::Bool(true)),
+            update("/pfc/Ethernet0/4/enabled", GnmiValue::Bool(false)),
+            update("/pfc/Ethernet0/3/queue", text("6")),
+            update("/pfc/Ethernet0/5/queue", text("x")),
+        ]);
+        let values: Vec<_> = decoded
+            .samples
+            .iter()
+            .filter(|s| s.metric != Metric::IfName)
+            .map(|s| (s.metric, s.key.priority, s.value.clone()))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                (Metric::PfcEnabled, Some(3), SampleValue::Gauge(1)),
+                (Metric::PfcEnabled, Some(4), SampleValue::Gauge(0)),
+                (Metric::PriorityQueue, Some(3), SampleValue::Gauge(6)),
+            ]
+        );
+        assert_eq!(decoded.errors.len(), 1, "{:?}", decoded.errors);
     }
 
     #[test]

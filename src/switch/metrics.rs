@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::pfc::{self, PfcConfig};
 use super::poller::Poller;
 use super::profile::{Metric, Sample, SampleKey, SampleValue};
 use crate::collector::{Collector, Outcome, Output};
@@ -17,6 +18,8 @@ enum Export {
     Port(PortField),
     /// A label of `rdma_switch_port_neighbor_info`.
     Neighbor(NeighborField),
+    /// Read into `rdma_switch_port_pfc_enabled` (`switch::pfc`).
+    Pfc,
     /// Exposed name and help (labels beyond switch/port follow from the sample's key).
     Gauge(&'static str, &'static str),
     Counter(&'static str, &'static str),
@@ -61,6 +64,7 @@ fn export(metric: Metric) -> Export {
         Metric::QueueEcnMarkedPackets => Export::Counter("rdma_switch_queue_ecn_marked_packets_total", "Packets ECN-marked (CE) by the egress queue."),
         Metric::PfcWatchdogStorms => Export::Counter("rdma_switch_pfc_watchdog_storms_total", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
         Metric::PfcWatchdogRestores => Export::Counter("rdma_switch_pfc_watchdog_restores_total", "Times the PFC watchdog restored the queue after a storm."),
+        Metric::PfcEnabled | Metric::PriorityQueue => Export::Pfc,
         Metric::PfcWatchdogDroppedPackets => Export::Counter("rdma_switch_pfc_watchdog_dropped_packets_total", "Packets the PFC watchdog dropped while the queue was stormed."),
     }
 }
@@ -79,11 +83,11 @@ impl SwitchCollector {
     fn add_all<'a>(
         &self,
         families: &mut Families<'a>,
-        snapshots: &'a [(String, Option<Arc<super::poller::Snapshot>>)],
+        snapshots: &'a [(String, PfcConfig, Option<Arc<super::poller::Snapshot>>)],
     ) {
-        for (name, snapshot) in snapshots {
+        for (name, pfc, snapshot) in snapshots {
             if let Some(snapshot) = snapshot {
-                add_snapshot(families, name, snapshot);
+                add_snapshot(families, name, snapshot, *pfc);
             }
         }
     }
@@ -93,6 +97,7 @@ fn add_snapshot<'a>(
     families: &mut Families<'a>,
     switch: &'a str,
     snapshot: &'a super::poller::Snapshot,
+    pfc: PfcConfig,
 ) {
     let samples = &snapshot.samples;
     // Port label: ifName where the switch gives one, else the ifIndex.
@@ -112,7 +117,7 @@ fn add_snapshot<'a>(
                 aliases.insert(ifindex, text);
             }
             Export::Neighbor(field) => neighbours.entry(ifindex).or_default().set(field, text),
-            Export::Gauge(..) | Export::Counter(..) => {}
+            Export::Pfc | Export::Gauge(..) | Export::Counter(..) => {}
         }
     }
     let port = |ifindex: u32| -> Cow<'a, str> {
@@ -161,8 +166,8 @@ fn add_snapshot<'a>(
     }
     for sample in samples {
         let export = export(sample.metric);
-        if matches!(export, Export::Port(_) | Export::Neighbor(_)) {
-            // In the info series above.
+        if matches!(export, Export::Port(_) | Export::Neighbor(_) | Export::Pfc) {
+            // In the info series above, or in the PFC family below.
             continue;
         }
         let labels = sample_labels(switch, port(sample.key.ifindex), &sample.key);
@@ -179,6 +184,20 @@ fn add_snapshot<'a>(
             // Profiles decode gauges to `Gauge` and counters to `Counter` or `Seconds`.
             _ => {}
         }
+    }
+    for state in pfc::resolve(samples, pfc) {
+        families.gauge(
+            "rdma_switch_port_pfc_enabled",
+            "1 if PFC (lossless) is enabled for the priority on the switch port, else 0; queue is the egress queue the priority maps to, source who said so (switch: its LLDP-EXT-DOT1-DCBX-MIB tables; config: pfc_priorities and priority_queues of the switch's config entry).",
+            vec![
+                ("switch", Cow::Borrowed(switch)),
+                ("port", port(state.ifindex)),
+                ("priority", Cow::Borrowed(PRIORITIES[usize::from(state.priority)])),
+                ("queue", Cow::Owned(state.queue.to_string())),
+                ("source", Cow::Borrowed(state.source.as_label())),
+            ],
+            Value::U64(u64::from(state.enabled)),
+        );
     }
 }
 
@@ -289,7 +308,7 @@ impl Collector for SwitchCollector {
                 );
                 debug_assert!(added.is_ok(), "{added:?}");
             }
-            snapshots.push((target.name.clone(), fresh));
+            snapshots.push((target.name.clone(), target.pfc, fresh));
         }
         self.add_all(&mut families, &snapshots);
         out.encode(&families)?;

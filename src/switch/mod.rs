@@ -5,6 +5,7 @@ pub mod config;
 pub mod gnmi;
 pub mod gnmi_map;
 pub mod metrics;
+pub mod pfc;
 pub mod poll_error;
 pub mod poller;
 pub mod profile;

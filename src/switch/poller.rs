@@ -27,6 +27,8 @@ pub struct Target {
     pub profile: Profile,
     pub source: Source,
     pub interval: Duration,
+    /// The operator's statement of lossless priorities and queues (`switch::pfc`).
+    pub pfc: super::pfc::PfcConfig,
 }
 
 /// Where a target's data comes from.

@@ -60,6 +60,11 @@ pub enum Metric {
     PfcWatchdogStorms,
     PfcWatchdogRestores,
     PfcWatchdogDroppedPackets,
+    /// Whether PFC is enabled for a priority on the port (LLDP-EXT-DOT1-DCBX-MIB TruthValue:
+    /// 1 true, 2 false; gNMI: a bool).
+    PfcEnabled,
+    /// The egress queue (802.1Q traffic class) a priority maps to on the port.
+    PriorityQueue,
 }
 
 impl Metric {
@@ -75,8 +80,19 @@ impl Metric {
         )
     }
 
+    /// The port's PFC configuration, as opposed to counters: read as small numbers.
+    pub fn is_setting(self) -> bool {
+        matches!(self, Metric::PfcEnabled | Metric::PriorityQueue)
+    }
+
     fn needs_priority(self) -> bool {
-        matches!(self, Metric::PfcFrames | Metric::PfcPauseSeconds)
+        matches!(
+            self,
+            Metric::PfcFrames
+                | Metric::PfcPauseSeconds
+                | Metric::PfcEnabled
+                | Metric::PriorityQueue
+        )
     }
 
     fn needs_direction(self) -> bool {
@@ -359,6 +375,14 @@ impl Column {
                 SampleValue::Text(String::from_utf8_lossy(bytes).trim().to_string())
             }
             (Metric::OperStatus, SnmpValue::Integer(v)) => SampleValue::Gauge(*v),
+            (Metric::PfcEnabled, SnmpValue::Integer(v)) => SampleValue::Gauge(
+                truth_value(*v).ok_or_else(|| error(format!("{v} is not a TruthValue (1, 2)")))?,
+            ),
+            (Metric::PriorityQueue, SnmpValue::Gauge32(v)) => SampleValue::Gauge(i64::from(*v)),
+            (Metric::PriorityQueue, SnmpValue::Integer(v)) if *v >= 0 => SampleValue::Gauge(*v),
+            (metric, v) if metric.is_setting() => {
+                return Err(error(format!("expected a small number, got {v:?}")))
+            }
             (metric, v) if !metric.is_text() && metric != Metric::OperStatus => {
                 let raw = match v {
                     SnmpValue::Counter32(v) | SnmpValue::Gauge32(v) => u64::from(*v),
@@ -406,6 +430,15 @@ impl Column {
             &self.labels,
             self.unit,
         )
+    }
+}
+
+/// SNMPv2-TC TruthValue as 1 (true) or 0 (false).
+fn truth_value(value: i64) -> Option<i64> {
+    match value {
+        1 => Some(1),
+        2 => Some(0),
+        _ => None,
     }
 }
 
@@ -790,6 +823,56 @@ mod tests {
             (all.metric, all.key.direction),
             (Metric::PfcFramesAllPriorities, Some(Direction::Tx))
         );
+    }
+
+    #[test]
+    fn dcbx_pfc_enable_and_traffic_class_in_every_snmp_profile() {
+        for name in ["generic", "sonic", "arista_eos"] {
+            let profile = builtin(name);
+            let on = decode(
+                &profile,
+                "1.3.111.2.802.1.1.13.1.5.32962.5.1.2.3.2.1.2.7.3",
+                SnmpValue::Integer(1),
+            )
+            .unwrap();
+            assert_eq!(
+                (on.metric, on.key.ifindex, on.key.priority, on.value),
+                (Metric::PfcEnabled, 7, Some(3), SampleValue::Gauge(1)),
+                "{name}"
+            );
+            let off = decode(
+                &profile,
+                "1.3.111.2.802.1.1.13.1.5.32962.5.1.2.3.2.1.2.7.4",
+                SnmpValue::Integer(2),
+            )
+            .unwrap();
+            assert_eq!(off.value, SampleValue::Gauge(0));
+            let class = decode(
+                &profile,
+                "1.3.111.2.802.1.1.13.1.5.32962.5.1.2.1.2.1.2.7.3",
+                SnmpValue::Gauge32(5),
+            )
+            .unwrap();
+            assert_eq!(
+                (class.metric, class.key.priority, class.value),
+                (Metric::PriorityQueue, Some(3), SampleValue::Gauge(5))
+            );
+        }
+        // TruthValue has only 1 and 2; a counter is not a setting.
+        let generic = builtin("generic");
+        for value in [SnmpValue::Integer(0), SnmpValue::Counter64(1)] {
+            let bad = generic.decode(
+                &oid("1.3.111.2.802.1.1.13.1.5.32962.5.1.2.3.2.1.2.7.3"),
+                &value,
+            );
+            assert!(
+                bad.unwrap()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("lldpXdot1dcbxLocPFCEnableEnabled"),
+                "{value:?}"
+            );
+        }
     }
 
     #[test]

@@ -175,6 +175,7 @@ fn target(switch: &SwitchConfig, profiles: &Profiles, out: &mut SwitchProblems) 
         profile: profile.clone(),
         source,
         interval: switch.interval,
+        pfc: switch.pfc,
     })
 }
 

@@ -51,6 +51,7 @@ mod real_kernel;
 mod reload;
 mod secrets;
 mod switch_gnmi;
+mod switch_pfc;
 mod switch_poll;
 mod switch_shard;
 mod switch_snmp;

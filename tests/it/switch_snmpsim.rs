@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use rdma_fabric_exporter::switch::pfc::{resolve, PfcConfig, PfcSource};
 use rdma_fabric_exporter::switch::profile::{parse_oid, Metric, Profile, Profiles, SnmpValue};
 use rdma_fabric_exporter::switch::secret::Secret;
 use rdma_fabric_exporter::switch::snmp::{walk, Credentials, SnmpTarget};
@@ -52,6 +53,7 @@ fn recorded(path: &Path) -> Vec<(Vec<u32>, SnmpValue)> {
                 "2" => SnmpValue::Integer(value.parse().unwrap()),
                 "4" => SnmpValue::OctetString(value.as_bytes().to_vec()),
                 "65" => SnmpValue::Counter32(value.parse().unwrap()),
+                "66" => SnmpValue::Gauge32(value.parse().unwrap()),
                 "70" => SnmpValue::Counter64(value.parse().unwrap()),
                 other => panic!("type {other} not used in the recordings"),
             };
@@ -180,6 +182,18 @@ fn every_profile_decodes_its_recorded_walk() {
                 .all(|s| s.metric != Metric::PfcFramesAllPriorities || *name == "generic"),
             "{name}: the fallback columns were walked although the vendor table answered"
         );
+        // The standard DCBX tables (recorded: PFC on priority 3 of port 1 only, priority 3 of
+        // port 2 on traffic class 5) give each port's lossless priorities and their queues.
+        let states = resolve(&result.samples, PfcConfig::default());
+        let state = |ifindex, priority| {
+            states
+                .iter()
+                .find(|s| (s.ifindex, s.priority) == (ifindex, priority))
+                .map(|s| (s.enabled, s.queue, s.source))
+        };
+        assert_eq!(state(1, 3), Some((true, 3, PfcSource::Switch)), "{name}");
+        assert_eq!(state(1, 0), Some((false, 0, PfcSource::Switch)), "{name}");
+        assert_eq!(state(2, 3), Some((false, 5, PfcSource::Switch)), "{name}");
         // The recording covers every column of the profile but its fallbacks.
         for column in profile.columns.iter().filter(|c| c.fallback_for.is_none()) {
             assert!(

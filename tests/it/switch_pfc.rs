@@ -1,0 +1,140 @@
+//! The PFC-enabled set of switch ports (`rdma_switch_port_pfc_enabled`): from the switch where
+//! it serves the standard DCBX tables over SNMP, from the switch's config entry where it does
+//! not, and config mistakes reported with their line and column.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::snmp_agent::{serve_table, Rows, Table};
+use common::*;
+use rdma_fabric_exporter::switch::profile::{parse_oid, SnmpValue};
+
+const PFC_ENABLE: &str = "1.3.111.2.802.1.1.13.1.5.32962.5.1.2.3.2.1.2";
+const TRAFFIC_CLASS: &str = "1.3.111.2.802.1.1.13.1.5.32962.5.1.2.1.2.1.2";
+
+/// Two ports with queue counters (so PFC applies) and a VLAN; DCBX answers for port 1 only:
+/// PFC on priority 3 (traffic class 6), off on 4.
+fn leaf() -> Rows {
+    let row = |oid: &str, value| (parse_oid(oid).unwrap(), value);
+    let name = |n: &str| SnmpValue::OctetString(n.into());
+    let mut rows = vec![
+        row("1.3.6.1.2.1.31.1.1.1.1.1", name("Ethernet1/1")),
+        row("1.3.6.1.2.1.31.1.1.1.1.2", name("Ethernet2/1")),
+        row("1.3.6.1.2.1.31.1.1.1.1.30", name("Vlan30")),
+        // aristaEcnQueuePktsMarked, ifIndex.queue
+        row(
+            "1.3.6.1.4.1.30065.3.13.1.9.1.4.1.3",
+            SnmpValue::Counter64(1),
+        ),
+        row(
+            "1.3.6.1.4.1.30065.3.13.1.9.1.4.2.3",
+            SnmpValue::Counter64(1),
+        ),
+    ];
+    for priority in 0..8 {
+        let on = if priority == 3 { 1 } else { 2 };
+        rows.push(row(
+            &format!("{PFC_ENABLE}.1.{priority}"),
+            SnmpValue::Integer(on),
+        ));
+    }
+    rows.push(row(&format!("{TRAFFIC_CLASS}.1.3"), SnmpValue::Gauge32(6)));
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows
+}
+
+#[test]
+fn the_switch_answer_wins_and_the_config_covers_the_rest() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (agent, _task) = runtime.block_on(serve_table(
+        Arc::new(Table::new(leaf())),
+        b"leaf1-community",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let community = dir.path().join("community");
+    std::fs::write(&community, "leaf1-community\n").unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node:\n  enabled: false\nswitches:\n\
+             \x20 - name: leaf1\n    address: {}\n    profile: arista_eos\n    snmp: {{version: 2c, community_file: {}}}\n    interval: 1s\n    timeout: 500ms\n\
+             \x20   pfc_priorities: [3, 4]\n    priority_queues: {{4: 2}}\n",
+            agent.local_addr(),
+            community.display(),
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    let (samples, _) = wait_for_samples(&exporter, "leaf1 PFC", Duration::from_secs(15), |s| {
+        s.iter().any(|x| x.name == "rdma_switch_port_pfc_enabled")
+    });
+    let pfc = |port: &str, priority: &str| -> Option<(f64, String, String)> {
+        let found: Vec<_> = samples
+            .iter()
+            .filter(|s| {
+                s.name == "rdma_switch_port_pfc_enabled"
+                    && s.labels["switch"] == "leaf1"
+                    && s.labels["port"] == port
+                    && s.labels["priority"] == priority
+            })
+            .collect();
+        assert!(found.len() <= 1, "{found:?}");
+        found.first().map(|s| {
+            (
+                s.value,
+                s.labels["queue"].clone(),
+                s.labels["source"].clone(),
+            )
+        })
+    };
+    let expect = |value: f64, queue: &str, source: &str| {
+        Some((value, queue.to_string(), source.to_string()))
+    };
+    // Port 1: what the switch says, with its traffic class as the queue.
+    assert_eq!(pfc("Ethernet1/1", "3"), expect(1.0, "6", "switch"));
+    // The operator expects PFC on 4; the switch has it off, and that is what is served.
+    assert_eq!(pfc("Ethernet1/1", "4"), expect(0.0, "2", "switch"));
+    // Port 2: the switch is silent, the config speaks (queue = priority unless mapped).
+    assert_eq!(pfc("Ethernet2/1", "3"), expect(1.0, "3", "config"));
+    assert_eq!(pfc("Ethernet2/1", "4"), expect(1.0, "2", "config"));
+    assert_eq!(pfc("Ethernet2/1", "0"), expect(0.0, "0", "config"));
+    // A VLAN has no queues: no PFC series for it.
+    assert_eq!(pfc("Vlan30", "3"), None);
+    let body = exporter.metrics();
+    assert_no_duplicate_series(&body);
+    promtool_check_metrics(&body);
+}
+
+#[test]
+fn pfc_config_mistakes_are_reported_at_their_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    let entry = "switches:\n  - name: leaf1\n    address: 10.0.0.1\n    profile: generic\n    snmp: {version: 2c, community_env: C}\n";
+    for (extra, expected) in [
+        (
+            "    pfc_priorities: [3, 9]\n",
+            "config.yml:6:21: switches[0].pfc_priorities: priority 9 is outside 0-7",
+        ),
+        // Found once the list is read: located at the switch entry.
+        (
+            "    pfc_priorities: [3, 3]\n",
+            "config.yml:2:5: switches[0]: pfc_priorities: priority 3 is listed twice",
+        ),
+        (
+            "    pfc_priorities: 3\n",
+            "config.yml:6:21: switches[0].pfc_priorities: invalid type",
+        ),
+        (
+            "    priority_queues: {8: 1}\n",
+            "config.yml:6:22: switches[0].priority_queues: priority 8 is outside 0-7",
+        ),
+    ] {
+        std::fs::write(&config, format!("{entry}{extra}")).unwrap();
+        let (code, _, stderr) = run(&["check-config", "--config.file", path_str(&config)]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(expected), "{extra}: {stderr}");
+    }
+}
