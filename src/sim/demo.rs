@@ -23,12 +23,13 @@ use crate::config::{Config, SwitchPolling};
 use crate::node::config::EthtoolSourceKind;
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
+use crate::switch::pfc::{PfcConfig, PfcPriorities};
 use crate::switch::poller::{Poller, Source, Target, DEFAULT_CONCURRENCY};
 use crate::switch::profile::{Profile, Profiles};
 use crate::switch::secret::Secret;
 use crate::switch::snmp::{Credentials, SnmpTarget};
 
-use super::fabric::{Fabric, Shape};
+use super::fabric::{Fabric, Shape, PFC_PRIORITY};
 use super::pod_resources_server::PodResourcesServer;
 use super::scenario::{Scenario, ScenarioName};
 use super::snmp_agent::{self, LiveTable};
@@ -538,7 +539,18 @@ fn leaf_target(
             max_repetitions: 25,
         }),
         interval,
-        pfc: Default::default(),
+        pfc: leaf_pfc(),
+    }
+}
+
+/// The fabric's lossless priority, stated as an operator states it for switches that do not
+/// serve the DCBX tables: the leaves' `rdma_switch_port_pfc_enabled` come from the config
+/// (`source="config"`), at no cost to the walk.
+fn leaf_pfc() -> PfcConfig {
+    let lossless = u8::try_from(PFC_PRIORITY).expect("a priority fits in u8");
+    PfcConfig {
+        priorities: Some(PfcPriorities::from_priorities([lossless]).expect("priority 0-7")),
+        queues: Default::default(),
     }
 }
 
@@ -569,6 +581,8 @@ mod tests {
                 "interval {interval:?}"
             );
             assert_eq!(target.interval, interval);
+            let lossless = target.pfc.priorities.unwrap();
+            assert!((0..8).all(|p| lossless.enabled(p) == (p == 3)));
         }
     }
 }

@@ -42,6 +42,13 @@ impl TryFrom<u8> for Priority {
 pub struct PfcPriorities([bool; 8]);
 
 impl PfcPriorities {
+    /// The set of `priorities`, checked as the config's list is.
+    pub fn from_priorities(priorities: impl IntoIterator<Item = u8>) -> Result<Self, String> {
+        let list: Result<Vec<Priority>, String> =
+            priorities.into_iter().map(Priority::try_from).collect();
+        PfcPriorities::try_from(list?)
+    }
+
     pub fn enabled(self, priority: u8) -> bool {
         self.0[usize::from(priority)]
     }
