@@ -235,6 +235,8 @@ pub const DEMO_PATHS: &[&str] = &[
     "/sd",
     "/hosts",
     "/ib",
+    // The demo serves its subnet at `/ib<telemetry path>`: `/switch` would be `/ib/switch`.
+    "/switch",
 ];
 
 /// A telemetry path must be a plain absolute path that no other route uses: the router would

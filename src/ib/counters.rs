@@ -8,6 +8,7 @@
 //! process, so their number is bounded ([`MAX_INTERNED`]): a tool printing ever new names cannot
 //! grow the exporter; a name past the bound is not kept ([`CounterValues::insert`]).
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
 
@@ -53,7 +54,7 @@ pub const KNOWN: [&str; 33] = [
 pub const MAX_INTERNED: usize = 1024;
 
 /// A counter's IBTA name, as an id: equal names have equal ids in the whole process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CounterName(u16);
 
 #[derive(Default)]
@@ -71,13 +72,10 @@ impl CounterName {
     /// The id of `name`: from the table, or interned; `None` once [`MAX_INTERNED`] other names
     /// are taken.
     pub fn of(name: &str) -> Option<CounterName> {
-        if let Ok(i) = KNOWN.binary_search(&name) {
-            return Some(CounterName(i as u16));
+        if let Some(id) = CounterName::find(name) {
+            return Some(id);
         }
         let offset = KNOWN.len() as u16;
-        if let Some(&i) = read(interned()).ids.get(name) {
-            return Some(CounterName(offset + i));
-        }
         let mut table = interned().write().unwrap_or_else(|p| p.into_inner());
         if let Some(&i) = table.ids.get(name) {
             return Some(CounterName(offset + i));
@@ -91,6 +89,29 @@ impl CounterName {
         table.names.push(name);
         table.ids.insert(name, i);
         Some(CounterName(offset + i))
+    }
+
+    /// The id of `name` if it has one (never interns).
+    pub fn find(name: &str) -> Option<CounterName> {
+        if let Ok(i) = KNOWN.binary_search(&name) {
+            return Some(CounterName(i as u16));
+        }
+        let offset = KNOWN.len() as u16;
+        read(interned())
+            .ids
+            .get(name)
+            .map(|&i| CounterName(offset + i))
+    }
+
+    /// The order of the names' text. Two names of the table compare by id, which is the same
+    /// order (the table is sorted): no string is compared for the names the tools print.
+    fn cmp_name(self, other: CounterName) -> Ordering {
+        let known = KNOWN.len() as u16;
+        if self.0 < known && other.0 < known {
+            self.0.cmp(&other.0)
+        } else {
+            self.as_str().cmp(other.as_str())
+        }
     }
 
     pub fn as_str(self) -> &'static str {
@@ -126,19 +147,24 @@ impl CounterValues {
         let Some(id) = CounterName::of(name) else {
             return false;
         };
-        match self.position(name) {
-            Ok(i) => self.entries[i].1 = value,
-            Err(i) => self.entries.insert(i, (id, value)),
-        }
+        self.set(id, value);
         true
     }
 
+    fn set(&mut self, id: CounterName, value: u64) {
+        match self.position(id) {
+            Ok(i) => self.entries[i].1 = value,
+            Err(i) => self.entries.insert(i, (id, value)),
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<u64> {
-        self.position(name).ok().map(|i| self.entries[i].1)
+        let i = self.position(CounterName::find(name)?).ok()?;
+        Some(self.entries[i].1)
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.position(name).is_ok()
+        self.get(name).is_some()
     }
 
     /// `(name, value)` in name order.
@@ -166,10 +192,7 @@ impl CounterValues {
             return;
         }
         for (id, value) in other.entries {
-            match self.position(id.as_str()) {
-                Ok(i) => self.entries[i].1 = value,
-                Err(i) => self.entries.insert(i, (id, value)),
-            }
+            self.set(id, value);
         }
     }
 
@@ -178,9 +201,8 @@ impl CounterValues {
         self.entries.shrink_to_fit();
     }
 
-    fn position(&self, name: &str) -> Result<usize, usize> {
-        self.entries
-            .binary_search_by(|(id, _)| id.as_str().cmp(name))
+    fn position(&self, id: CounterName) -> Result<usize, usize> {
+        self.entries.binary_search_by(|&(e, _)| e.cmp_name(id))
     }
 }
 
@@ -213,9 +235,9 @@ impl std::ops::Index<&str> for CounterValues {
     type Output = u64;
 
     fn index(&self, name: &str) -> &u64 {
-        match self.position(name) {
-            Ok(i) => &self.entries[i].1,
-            Err(_) => panic!("no counter {name:?}"),
+        match CounterName::find(name).map(|id| self.position(id)) {
+            Some(Ok(i)) => &self.entries[i].1,
+            _ => panic!("no counter {name:?}"),
         }
     }
 }

@@ -103,14 +103,14 @@ impl SwitchDetails {
             return self
                 .switches
                 .binary_search_by_key(&guid, |s| s.guid)
-                .map_err(|_| DetailError::Unknown(target.to_owned(), self.switches.len()));
+                .map_err(|_| self.unknown(target));
         }
         let named: Vec<usize> = (0..self.switches.len())
             .filter(|&i| self.switches[i].description == target)
             .collect();
         match named[..] {
             [one] => Ok(one),
-            [] => Err(DetailError::Unknown(target.to_owned(), self.switches.len())),
+            [] => Err(self.unknown(target)),
             _ => Err(DetailError::Ambiguous {
                 description: target.to_owned(),
                 count: named.len(),
@@ -124,6 +124,11 @@ impl SwitchDetails {
         }
     }
 
+    /// An answer echoes at most 80 characters of what it was asked.
+    fn unknown(&self, target: &str) -> DetailError {
+        DetailError::Unknown(target.chars().take(80).collect(), self.switches.len())
+    }
+
     /// Every family of the switch `target` names, with every counter its ports had.
     pub fn switch(&self, target: &str) -> Result<PortFamilies, DetailError> {
         let index = self.find(target)?;
@@ -134,7 +139,7 @@ impl SwitchDetails {
                 false,
             )),
         };
-        families.ok_or_else(|| DetailError::Unknown(target.to_owned(), self.switches.len()))
+        families.ok_or_else(|| self.unknown(target))
     }
 }
 
@@ -223,6 +228,10 @@ mod tests {
             Err(DetailError::Ambiguous { count: 2, .. })
         ));
         assert!(text(&details.switch("0x30").unwrap()).contains("0000:0000:0000:0030"));
+        match details.switch(&"x".repeat(5000)) {
+            Err(DetailError::Unknown(echoed, 3)) => assert_eq!(echoed.len(), 80),
+            other => panic!("{other:?}"),
+        }
         for unknown in ["0x40", "0x99", "spine-09", ""] {
             assert!(
                 matches!(details.switch(unknown), Err(DetailError::Unknown(..))),
