@@ -7,6 +7,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::gnmi_target::{serve, FakeSwitch, Transport};
 use common::snmp_agent::{serve_table, Rows, Table};
 use common::*;
 use rdma_fabric_exporter::switch::profile::{parse_oid, SnmpValue};
@@ -106,6 +107,47 @@ fn the_switch_answer_wins_and_the_config_covers_the_rest() {
     let body = exporter.metrics();
     assert_no_duplicate_series(&body);
     promtool_check_metrics(&body);
+}
+
+/// gNMI has no standard PFC leaf (OpenConfig models none): the config entry speaks for a gNMI
+/// switch too, on the ports its counters name.
+#[test]
+fn a_gnmi_switch_gets_its_pfc_state_from_the_config() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let address = runtime.block_on(serve(FakeSwitch::new(None), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
+             \x20 - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3, 4]}}\n"
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    let (status, _, body) = exporter.get("/probe?target=sonic1");
+    assert_eq!(status, 200, "{body}");
+    assert_no_duplicate_series(&body);
+    let samples = parse_exposition(&body);
+    let pfc = |port: &str, priority: &str| {
+        value_of(
+            &samples,
+            "rdma_switch_port_pfc_enabled",
+            &[
+                ("switch", "sonic1"),
+                ("port", port),
+                ("priority", priority),
+                ("queue", priority),
+                ("source", "config"),
+            ],
+        )
+    };
+    for port in ["Ethernet0", "Ethernet8"] {
+        assert_eq!(pfc(port, "3"), Some(1.0), "{body}");
+        assert_eq!(pfc(port, "4"), Some(1.0), "{body}");
+        assert_eq!(pfc(port, "0"), Some(0.0), "{body}");
+    }
 }
 
 #[test]
