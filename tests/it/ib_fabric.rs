@@ -385,6 +385,19 @@ fn the_ports_encoded_once_per_scan_are_served_in_both_formats_plain_and_gzipped(
         seen.windows(2).all(|w| w[0] == w[1]),
         "the same port lines in every answer"
     );
+    // In full mode one switch's detail is its lines of the served text, copied.
+    let of_switch = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains("switch_guid=\"ec0d:9a03:00ec:8480\""))
+            .cloned()
+            .collect()
+    };
+    let (status, _, detail) = exporter.get("/ib/switch?target=0xec0d9a0300ec8480");
+    assert_eq!(status, 200, "{detail}");
+    let detail = ports(&detail);
+    assert!(detail.len() > 20, "{}", detail.len());
+    assert_eq!(detail, of_switch(&seen[0]));
 }
 
 /// `/ib/switch?target=` serves every counter of one switch's ports from the last scan, including
