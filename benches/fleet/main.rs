@@ -152,7 +152,13 @@ fn run() -> anyhow::Result<()> {
         load_average()
     );
     let mut results = Vec::new();
-    for side in &mut sides {
+    for index in 0..sides.len() {
+        // The other Prometheus stop too: their 5m rates keep evaluating the stopped fleet's
+        // last five minutes at full cost.
+        for (other, side) in sides.iter().enumerate() {
+            side.set_paused(other != index)?;
+        }
+        let side = &mut sides[index];
         side.client.pin(quiet_at);
         let counts = scrape::Counts::query(&side.client)?;
         let files: Vec<&std::path::Path> = side.rule_files.iter().map(PathBuf::as_path).collect();
@@ -162,6 +168,9 @@ fn run() -> anyhow::Result<()> {
         results.push((counts, rule_costs, timings));
     }
     println!("quiet phase done, load {}", load_average());
+    for side in &sides {
+        side.set_paused(false)?;
+    }
     fleet.set_paused(false)?;
     fleet.check_alive()?;
 
@@ -181,7 +190,7 @@ fn run() -> anyhow::Result<()> {
         measured.print();
         extrapolate::print_table(&measured, rule_costs, timings);
     }
-    if let ([after, before], [(_, _, after_timings), (_, _, before_timings)]) =
+    if let ([after, before], [(_, after_rules, after_timings), (_, before_rules, before_timings)]) =
         (&windows[..], &results[..])
     {
         println!(
@@ -189,6 +198,7 @@ fn run() -> anyhow::Result<()> {
 ## before and after, same fleet, same time"
         );
         scrape::print_comparison(before, after);
+        rules::print_comparison(before_rules, after_rules);
         panels::print_comparison(before_timings, after_timings);
     }
     Ok(())
@@ -200,10 +210,21 @@ struct Side {
     source: PathBuf,
     rule_files: Vec<PathBuf>,
     client: scrape::Client,
-    _prometheus: ChildGuard,
+    prometheus: ChildGuard,
 }
 
 impl Side {
+    /// Stops (SIGSTOP) or resumes (SIGCONT) this side's Prometheus.
+    fn set_paused(&self, paused: bool) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.prometheus.0.id())?;
+        let signal = if paused { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) on our own child, which has not been reaped yet.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            anyhow::bail!("{}: kill: {}", self.name, std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn start(
         name: &'static str,
         source: PathBuf,
@@ -227,7 +248,7 @@ impl Side {
             source,
             rule_files,
             client,
-            _prometheus: prometheus,
+            prometheus,
         })
     }
 }

@@ -151,3 +151,27 @@ pub fn print(costs: &[GroupCost]) {
         );
     }
 }
+
+/// Each group's quiet evaluation under both rule sets (a group only one side has shows `-`).
+pub fn print_comparison(before: &[GroupCost], after: &[GroupCost]) {
+    let ms = |cost: Option<&GroupCost>| {
+        cost.map_or("-".to_string(), |c| {
+            format!("{:.1}", c.total().as_secs_f64() * 1000.0)
+        })
+    };
+    let mut groups: Vec<&str> = before.iter().map(|c| c.group.as_str()).collect();
+    for cost in after {
+        if !groups.contains(&cost.group.as_str()) {
+            groups.push(&cost.group);
+        }
+    }
+    println!(
+        "\n| rule group, CPU to itself | before, one evaluation ms | after, one evaluation ms |"
+    );
+    println!("| --- | ---: | ---: |");
+    for group in groups {
+        let before_cost = before.iter().find(|c| c.group == group);
+        let after_cost = after.iter().find(|c| c.group == group);
+        println!("| {group} | {} | {} |", ms(before_cost), ms(after_cost));
+    }
+}
