@@ -64,8 +64,8 @@ fn export(metric: Metric) -> Export {
         Metric::QueueEcnMarkedPackets => Export::Counter("rdma_switch_queue_ecn_marked_packets_total", "Packets ECN-marked (CE) by the egress queue."),
         Metric::PfcWatchdogStorms => Export::Counter("rdma_switch_pfc_watchdog_storms_total", "PFC storms the switch watchdog detected on the queue (queue stuck or shut down)."),
         Metric::PfcWatchdogRestores => Export::Counter("rdma_switch_pfc_watchdog_restores_total", "Times the PFC watchdog restored the queue after a storm."),
-        Metric::PfcEnabled | Metric::PriorityQueue => Export::Pfc,
         Metric::PfcWatchdogDroppedPackets => Export::Counter("rdma_switch_pfc_watchdog_dropped_packets_total", "Packets the PFC watchdog dropped while the queue was stormed."),
+        Metric::PfcEnabled | Metric::PriorityQueue => Export::Pfc,
     }
 }
 
