@@ -104,3 +104,22 @@ fn directories_and_targets_match() {
         );
     }
 }
+
+/// The fuzz workspace has its own lock file, and CI builds it `--locked`: a new dependency of
+/// the main crate that is not in `fuzz/Cargo.lock` fails CI before any test runs (it did, three
+/// times). Resolving it here makes a plain `cargo test` catch that.
+#[test]
+fn the_fuzz_lock_file_resolves_the_main_crates_dependencies() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/Cargo.toml");
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .output()
+        .expect("cargo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "fuzz/Cargo.lock is stale; run `cargo update --offline -w --manifest-path fuzz/Cargo.toml`:\n{stderr}"
+    );
+}
