@@ -5,8 +5,8 @@
 //! One listener serves it all: `/hosts/<host>/metrics` is one host's node agent (what a
 //! DaemonSet pod would serve), `/metrics` the switches (what the switch poller would serve),
 //! `/ib/metrics` the InfiniBand subnet (what the `ib_fabric` collector of a scanner host would
-//! serve, over the simulated subnet of `ib_fabric.rs`), `/sd` lists them all for Prometheus'
-//! HTTP service discovery.
+//! serve, over the simulated subnet of `ib_fabric.rs`) and `/ib/switch?target=` one of its
+//! switches, `/sd` lists them all for Prometheus' HTTP service discovery.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -222,8 +222,11 @@ impl Demo {
         let process = ProcessCollector {
             runtime: tokio::runtime::Handle::try_current().ok(),
         };
-        let state = crate::app::app_state(&config, Some(poller), Some(process));
+        let mut state = crate::app::app_state(&config, Some(poller), Some(process));
         let ib = ib_state(&fabric, &options, telemetry_path);
+        // `/ib/switch` is routed with the switches' state (`server::routes`): it serves the
+        // simulated subnet's scanner, whose `/metrics` is `/ib<telemetry path>`.
+        state.ib_fabric = ib.ib_fabric.clone();
         Ok(Demo {
             dir,
             written: Mutex::new(written),

@@ -403,3 +403,54 @@ fn a_sigterm_right_after_listening_still_removes_the_fabric() {
         assert!(!fabric.exists(), "{} left behind", fabric.display());
     }
 }
+
+/// The demo's InfiniBand subnet has the scanner's per-switch detail too: `/ib/switch?target=`
+/// serves one simulated switch, found by GUID or NodeDescription, with the series that
+/// `/ib/metrics` has for it. It answered 404 "not enabled here": the route was served from the
+/// switch poller's state, which has no `ib_fabric` collector.
+#[test]
+fn the_simulated_subnet_serves_one_switchs_detail() {
+    let demo = start("ib-degraded-link");
+    let leaf = "MF0;ib-leaf-01:MQM9700/U1";
+    let target = format!(
+        "/ib/switch?target={}",
+        leaf.replace(';', "%3B").replace('/', "%2F")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let detail = loop {
+        let (status, _, body) = demo.get(&target);
+        if status == 200 {
+            break body;
+        }
+        // 503 until the first scan; anything else is the bug.
+        assert_eq!(status, 503, "{body}");
+        assert!(Instant::now() < deadline, "no scan in 30 s: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    promtool_check_metrics(&detail);
+    let detail = parse_exposition(&detail);
+    let guids: std::collections::BTreeSet<&str> = detail
+        .iter()
+        .filter_map(|s| s.labels.get("switch_guid").map(String::as_str))
+        .collect();
+    assert_eq!(guids.len(), 1, "one switch: {guids:?}");
+    let guid = *guids.iter().next().unwrap();
+    let series = |samples: &[Sample]| -> std::collections::BTreeSet<String> {
+        samples
+            .iter()
+            .filter(|s| s.labels.get("switch_guid").map(String::as_str) == Some(guid))
+            .map(|s| format!("{}{:?}", s.name, s.labels))
+            .collect()
+    };
+    let (status, _, subnet) = demo.get("/ib/metrics");
+    assert_eq!(status, 200, "{subnet}");
+    let in_subnet = series(&parse_exposition(&subnet));
+    assert!(in_subnet.len() > 20, "{}", in_subnet.len());
+    assert_eq!(
+        series(&detail),
+        in_subnet,
+        "the detail is the switch's part of /ib/metrics"
+    );
+    let (status, _, body) = demo.get("/ib/switch?target=0x0123456789abcdef");
+    assert_eq!(status, 404, "{body}");
+}
