@@ -57,7 +57,14 @@ impl Store {
 
     fn podman(&self, args: &[&str]) -> Output {
         let path = |name: &str| self.dir.path().join(name).display().to_string();
+        // podman's default locks live in /dev/shm/libpod_lock, which outlives the store: file
+        // locks stay in it (`lock_type`, containers.conf).
+        let conf = path("containers.conf");
+        if !Path::new(&conf).exists() {
+            std::fs::write(&conf, "[engine]\nlock_type = \"file\"\n").unwrap();
+        }
         Command::new("podman")
+            .env("CONTAINERS_CONF", &conf)
             .args(self.storage_options())
             .args(["--tmpdir", &path("tmp")])
             .args(["--cgroup-manager", "cgroupfs", "--events-backend", "file"])
