@@ -461,6 +461,15 @@ fn add_ethtool<'a>(
             ("netdev", Cow::Borrowed(netdev.as_str())),
         ]
     };
+    if port.netdev_in_other_netns {
+        families.gauge(
+            "rdma_port_netdev_in_other_netns",
+            "1: the port's netdev is in another network namespace (an SR-IOV VF in a pod), so its driver statistics (PFC, ECN, discards) are not read here; no series where the netdev is here.",
+            base_labels(),
+            Value::U64(1),
+        );
+        return;
+    }
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
     let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = FxHashSet::default();

@@ -154,6 +154,7 @@ impl NodeCollector {
         // Shared with the readers: one that returns after the deadline writes into a tally
         // nobody reads any more.
         let tally = Arc::new(EthtoolTally {
+            class_net: self.config.sysfs_root.join("class/net"),
             previous: self
                 .stat_names
                 .lock()
@@ -260,6 +261,8 @@ impl Drop for RunningWalk<'_> {
 #[derive(Default)]
 struct EthtoolTally {
     errors: Mutex<Vec<(String, ethtool::EthtoolError)>>,
+    /// `<sysfs>/class/net`: the netdevs of the namespace the host's sysfs shows.
+    class_net: PathBuf,
     nanos: AtomicU64,
     /// The names each netdev's previous read found, shared by this walk's reads.
     previous: Arc<StatNamesByNetdev>,
@@ -283,6 +286,11 @@ impl EthtoolTally {
                     .insert(netdev.clone(), stats.names().clone());
                 port.ethtool = stats;
             }
+            Err(ethtool::EthtoolError::NoDevice { .. })
+                if netdev_in_other_namespace(&self.class_net, netdev) =>
+            {
+                port.netdev_in_other_netns = true;
+            }
             Err(e) => self
                 .errors
                 .lock()
@@ -292,6 +300,16 @@ impl EthtoolTally {
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.nanos.fetch_add(nanos, Ordering::Relaxed);
     }
+}
+
+/// A RoCE port's netdev that this network namespace does not have and the host's sysfs does
+/// not list either lives in another namespace: an SR-IOV VF moved into a pod, its RDMA device
+/// still visible here (the kernel's shared RDMA netns mode). Its driver statistics are the
+/// pod's to read; that is no error. Asked only after `ENODEV`, so a scrape costs nothing more.
+/// A sysfs without `class/net` (a fixture) says nothing, nor does one that lists the netdev:
+/// then the exporter is the one in the wrong namespace (no `hostNetwork`), an error.
+fn netdev_in_other_namespace(class_net: &std::path::Path, netdev: &str) -> bool {
+    class_net.is_dir() && std::fs::symlink_metadata(class_net.join(netdev)).is_err()
 }
 
 impl State {

@@ -230,6 +230,7 @@ impl StormDetector {
 
     fn run(&self, sysfs_root: &std::path::Path, filter: &DeviceFilter, source: &dyn EthtoolSource) {
         let mut ports: Vec<(String, String, String)> = Vec::new();
+        let class_net = sysfs_root.join("class/net");
         let mut refreshed: Option<Instant> = None;
         let mut next = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
@@ -239,6 +240,7 @@ impl StormDetector {
             }
             let started = Instant::now();
             let mut ok = true;
+            let mut elsewhere = Vec::new();
             for (device, port, netdev) in &ports {
                 match source.stats(netdev) {
                     Ok(stats) => {
@@ -256,10 +258,18 @@ impl StormDetector {
                             }
                         }
                     }
+                    // An SR-IOV VF's netdev in a pod: the pod's to sample, no failure here.
+                    Err(super::ethtool::EthtoolError::NoDevice { .. })
+                        if super::netdev_in_other_namespace(&class_net, netdev) =>
+                    {
+                        elsewhere.push(netdev.clone());
+                    }
                     // A netdev that went away is dropped at the next port refresh.
                     Err(_) => ok = false,
                 }
             }
+            // Not asked again until the next port refresh.
+            ports.retain(|(_, _, netdev)| !elsewhere.contains(netdev));
             *self.last_round.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some((started.elapsed(), ok));
             next += self.config.period;

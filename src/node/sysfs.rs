@@ -79,6 +79,9 @@ pub struct Port {
     pub hw_counters: Counters,
     /// Driver statistics of `netdev` (`ethtool -S`), filled by the node collector for RoCE ports.
     pub ethtool: super::ethtool::EthtoolStats,
+    /// `netdev` lives in another network namespace (an SR-IOV VF in a pod): no driver
+    /// statistics from here, and no read error. Set by the node collector.
+    pub netdev_in_other_netns: bool,
 }
 
 impl Port {
@@ -427,6 +430,7 @@ impl Walk {
             counters_ext: self.counter_dir(device, dir, "counters_ext"),
             hw_counters: self.hw_counter_dir(device, dir),
             ethtool: Default::default(),
+            netdev_in_other_netns: false,
         }
         .with_netdev_driver(device_dir)
     }

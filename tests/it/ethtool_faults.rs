@@ -104,3 +104,72 @@ fn a_stats_file_that_is_a_device_or_a_fifo_costs_only_its_netdev() {
     // And the next scrape is answered too.
     assert_eq!(exporter.get("/metrics").0, 200);
 }
+
+/// An SR-IOV VF whose netdev was moved into a pod: its RDMA device is still in the host's
+/// `/sys/class/infiniband` (shared RDMA netns mode), its netdev in neither the host's
+/// `class/net` nor this namespace. Its statistics are the pod's; that costs no read error and
+/// fails neither the ethtool collector nor the storm sampler, and the port says where its
+/// netdev is. It was an `ethtool_no_device` error at every scrape (`RdmaCollectorFailing`).
+#[test]
+fn a_netdev_in_another_namespace_is_no_read_error() {
+    let sys = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce/sys"), sys.path());
+    std::fs::remove_file(sys.path().join("class/net/ens2f0np0")).unwrap();
+    let stats = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("cx7-roce/ethtool"), stats.path());
+    std::fs::remove_file(stats.path().join("ens2f0np0.txt")).unwrap();
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        path_str(sys.path()),
+        "--collector.ethtool.stats-dir",
+        path_str(stats.path()),
+        "--collector.pfc_storm.period",
+        "50ms",
+    ]);
+    // The storm sampler's first rounds, then a scrape that reports them.
+    exporter.metrics();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let body = exporter.metrics();
+    let samples = parse_exposition(&body);
+    assert!(
+        !samples
+            .iter()
+            .any(|s| s.name == "rdma_exporter_read_errors_total"
+                && s.labels.get("device").map(String::as_str) == Some("mlx5_1")),
+        "no read error for mlx5_1"
+    );
+    for collector in ["ethtool", "pfc_storm"] {
+        assert_eq!(
+            value_of(
+                &samples,
+                "rdma_exporter_collector_success",
+                &[("collector", collector)]
+            ),
+            Some(1.0),
+            "{collector}"
+        );
+    }
+    assert_eq!(
+        value_of(
+            &samples,
+            "rdma_port_netdev_in_other_netns",
+            &[("device", "mlx5_1"), ("port", "1"), ("netdev", "ens2f0np0")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        samples
+            .iter()
+            .filter(|s| s.name == "rdma_port_netdev_in_other_netns")
+            .count(),
+        1,
+        "only the moved netdev"
+    );
+    assert!(value_of(
+        &samples,
+        "rdma_hw_np_cnp_sent_total",
+        &[("device", "mlx5_1")]
+    )
+    .is_some());
+    promtool_check_metrics(&body);
+}
