@@ -212,6 +212,11 @@ fn a_real_netdev_deleted_and_recreated_while_scraped() {
     let tree = tempfile::tempdir().unwrap();
     copy_tree(&fixture("cx7-roce/sys"), tree.path());
     point_port_at(tree.path(), NETDEV_DEVICE, &netdev);
+    // The tree's class/net lists the veth, as the host's sysfs lists a netdev of the host's
+    // namespace; it is not updated when the flipper deletes it. So a deleted veth is one the
+    // host lists and this namespace lacks: `ethtool_no_device`. (A netdev that class/net does
+    // not list either is in another namespace, no error: ethtool_faults.rs.)
+    std::fs::create_dir(tree.path().join("class/net").join(&netdev)).unwrap();
     let exporter = Exporter::start(&[
         "--path.sysfs",
         path_str(tree.path()),
