@@ -43,6 +43,14 @@ fn run() -> anyhow::Result<()> {
     let profile = profiles.get(PROFILE).context("profile")?.clone();
     let table = Arc::new(snmp_agent::Table::new(switch_table(&profile)));
     let varbinds = table.len();
+    // LLDP neighbours and PFC settings: walked every few minutes by us (`switch::settings`), at
+    // every request by snmp_exporter.
+    let setting_varbinds: usize = profile
+        .columns
+        .iter()
+        .filter(|c| c.metric.changes_rarely())
+        .map(|c| index_rows(c).len())
+        .sum();
 
     // The agents live in this process, on their own runtime; both exporters poll the same ones.
     let runtime = tokio::runtime::Runtime::new()?;
@@ -123,8 +131,12 @@ fn run() -> anyhow::Result<()> {
     writeln!(
         report,
         "\n{SWITCHES} switches x {PORTS} ports, profile {PROFILE}: {varbinds} varbinds per switch, \
-         {rounds} rounds of {SWITCHES} concurrent polls; load average {}\n",
-        load_average()
+         {rounds} rounds of {SWITCHES} concurrent polls; load average {}\n\
+         our polls between settings walks (every {} s) read {} of them (LLDP and PFC settings kept); \
+         snmp_exporter's read all\n",
+        load_average(),
+        rdma_fabric_exporter::switch::settings::SETTINGS_REFRESH.as_secs(),
+        varbinds - setting_varbinds
     )?;
     writeln!(
         report,

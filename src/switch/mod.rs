@@ -10,6 +10,7 @@ pub mod poll_error;
 pub mod poller;
 pub mod profile;
 pub mod secret;
+pub mod settings;
 pub mod shard;
 pub mod snmp;
 pub mod targets;

@@ -14,8 +14,9 @@ use super::gnmi::session::{self, SessionMode};
 use super::gnmi::{fetch_once_capped, GnmiTarget};
 use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{DecodeError, Profile, Sample};
+use super::settings::KeptSettings;
 use super::shard::SwitchShard;
-use super::snmp::{walk, SnmpTarget};
+use super::snmp::{walk_columns, Columns, SnmpTarget, WalkResult};
 
 /// Switches polled at the same time, whatever their number.
 pub const DEFAULT_CONCURRENCY: usize = 16;
@@ -59,6 +60,8 @@ pub struct TargetState {
     /// Polls started (SNMP walks, gNMI ONCE reads, gNMI sessions opened): replicas of a sharded
     /// poller show here that no switch is read by two of them.
     pub polls: u64,
+    /// An SNMP switch's LLDP and PFC settings from its last walk of them (`switch::settings`).
+    pub settings: Option<Arc<KeptSettings>>,
 }
 
 impl TargetState {
@@ -267,7 +270,8 @@ impl Poller {
         let started = Instant::now();
         let poll = async {
             match &target.source {
-                Source::Snmp(snmp) => walk(snmp, &target.profile)
+                Source::Snmp(snmp) => self
+                    .walk_snmp(index, snmp, &target.profile)
                     .await
                     .map(|result| (result.samples, result.decode_errors, false)),
                 Source::Gnmi { target: gnmi, .. } => fetch_once_capped(
@@ -298,6 +302,44 @@ impl Poller {
         }
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         state.last_duration = Some(started.elapsed());
+    }
+
+    /// Walks the counters, and the settings when they are due or no longer fit the ports; the
+    /// polls in between serve the settings kept.
+    async fn walk_snmp(
+        &self,
+        index: usize,
+        snmp: &SnmpTarget,
+        profile: &Profile,
+    ) -> Result<WalkResult, PollError> {
+        let (_, state) = &self.targets[index];
+        let kept = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .settings
+            .clone();
+        let keep = |result: &WalkResult| {
+            state.lock().unwrap_or_else(|p| p.into_inner()).settings =
+                Some(Arc::new(KeptSettings::of(&result.samples, Instant::now())));
+        };
+        let kept = match kept {
+            Some(kept) if !KeptSettings::due(Some(&kept), Instant::now()) => kept,
+            _ => {
+                let result = walk_columns(snmp, profile, Columns::All).await?;
+                keep(&result);
+                return Ok(result);
+            }
+        };
+        let mut result = walk_columns(snmp, profile, Columns::Counters).await?;
+        if kept.fits(&result.samples) {
+            result.samples.extend_from_slice(kept.samples());
+        } else {
+            let settings = walk_columns(snmp, profile, Columns::Settings).await?;
+            result.samples.extend(settings.samples);
+            result.decode_errors.extend(settings.decode_errors);
+            keep(&result);
+        }
+        Ok(result)
     }
 
     fn count_poll(&self, index: usize) {

@@ -80,6 +80,20 @@ impl Metric {
         )
     }
 
+    /// What describes the wiring and the configuration (the LLDP neighbour, the PFC settings),
+    /// as opposed to counters and port state: an SNMP poller walks it every few minutes, not
+    /// at every poll (`switch::settings`).
+    pub fn changes_rarely(self) -> bool {
+        matches!(
+            self,
+            Metric::LldpRemotePortId
+                | Metric::LldpRemotePortDescription
+                | Metric::LldpRemoteSystemName
+                | Metric::PfcEnabled
+                | Metric::PriorityQueue
+        )
+    }
+
     /// The port's PFC configuration, as opposed to counters: read as small numbers.
     pub fn is_setting(self) -> bool {
         matches!(self, Metric::PfcEnabled | Metric::PriorityQueue)
@@ -264,7 +278,16 @@ impl Profile {
     /// Distinct column OIDs to walk (several columns may share one table column, told apart
     /// by `Equals` index parts).
     pub fn walk_roots(&self) -> Vec<Vec<u32>> {
-        roots(self.columns.iter().filter(|c| c.fallback_for.is_none()))
+        self.walk_roots_of(|_| true)
+    }
+
+    /// [`Profile::walk_roots`] of the columns whose metric `wanted` accepts.
+    pub fn walk_roots_of(&self, wanted: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
+        roots(
+            self.columns
+                .iter()
+                .filter(|c| c.fallback_for.is_none() && wanted(c.metric)),
+        )
     }
 
     /// Fallback column OIDs to walk once [`Profile::walk_roots`] gave no sample of the metric

@@ -166,9 +166,38 @@ fn snmp_value(value: &Value) -> SnmpValue {
     }
 }
 
+/// Which of a profile's columns a walk reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Columns {
+    All,
+    /// Counters and port state: every column but those that change rarely.
+    Counters,
+    /// The columns that change rarely (LLDP neighbours, PFC settings: `Metric::changes_rarely`).
+    Settings,
+}
+
+impl Columns {
+    fn wants(self, metric: crate::switch::profile::Metric) -> bool {
+        match self {
+            Columns::All => true,
+            Columns::Counters => !metric.changes_rarely(),
+            Columns::Settings => metric.changes_rarely(),
+        }
+    }
+}
+
 /// Walks every column of `profile` on `target` (GETBULK for v2c, GETNEXT for v1). One failed
 /// column fails the poll: a partial snapshot would look like counters that vanished.
 pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, PollError> {
+    walk_columns(target, profile, Columns::All).await
+}
+
+/// [`walk`] of the `columns` given.
+pub async fn walk_columns(
+    target: &SnmpTarget,
+    profile: &Profile,
+    columns: Columns,
+) -> Result<WalkResult, PollError> {
     let auth = target.credentials.auth()?;
     let retry = Retry::fixed(target.retries, Duration::ZERO).map_err(|e| PollError {
         reason: PollErrorReason::Config,
@@ -181,12 +210,13 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
         .await
         .map_err(|e| poll_error(&e))?;
     let mut result = WalkResult::default();
-    for root in profile.walk_roots() {
+    for root in profile.walk_roots_of(|metric| columns.wants(metric)) {
         walk_root(&client, target, profile, &root, &mut result).await?;
     }
     // The standard tables stand in for vendor ones the device does not serve (an older OS).
+    // A metric this walk does not read counts as found: its fallback is not this walk's either.
     let found: std::collections::HashSet<_> = result.samples.iter().map(|s| s.metric).collect();
-    for root in profile.fallback_roots(|metric| found.contains(&metric)) {
+    for root in profile.fallback_roots(|metric| !columns.wants(metric) || found.contains(&metric)) {
         walk_root(&client, target, profile, &root, &mut result).await?;
     }
     Ok(result)

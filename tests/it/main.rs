@@ -53,6 +53,7 @@ mod secrets;
 mod switch_gnmi;
 mod switch_pfc;
 mod switch_poll;
+mod switch_settings;
 mod switch_shard;
 mod switch_snmp;
 mod switch_snmpsim;
