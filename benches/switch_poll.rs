@@ -135,7 +135,7 @@ fn run() -> anyhow::Result<()> {
          our polls between settings walks (every {} s) read {} of them (LLDP and PFC settings kept); \
          snmp_exporter's read all\n",
         load_average(),
-        rdma_fabric_exporter::switch::settings::SETTINGS_REFRESH.as_secs(),
+        rdma_fabric_exporter::switch::settings::DEFAULT_SETTINGS_INTERVAL.as_secs(),
         varbinds - setting_varbinds
     )?;
     writeln!(

@@ -543,6 +543,7 @@ fn leaf_target(
         }),
         interval,
         pfc: leaf_pfc(),
+        settings_interval: crate::switch::settings::DEFAULT_SETTINGS_INTERVAL,
     }
 }
 

@@ -28,6 +28,8 @@ pub struct SwitchConfig {
     pub max_repetitions: u32,
     /// Lossless priorities and their queues, for ports the switch does not describe.
     pub pfc: PfcConfig,
+    /// How often the LLDP neighbours and PFC settings are walked (SNMP; `switch::settings`).
+    pub settings_interval: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +71,11 @@ struct RawSwitchConfig {
     retries: u32,
     #[serde(default = "default_max_repetitions")]
     max_repetitions: u32,
+    #[serde(
+        default = "default_settings_interval",
+        deserialize_with = "crate::yaml::duration"
+    )]
+    settings_interval: Duration,
     pfc_priorities: Option<PfcPriorities>,
     #[serde(default)]
     priority_queues: PriorityQueues,
@@ -124,10 +131,14 @@ impl TryFrom<RawSwitchConfig> for SwitchConfig {
                 priorities: raw.pfc_priorities,
                 queues: raw.priority_queues,
             },
+            settings_interval: raw.settings_interval,
         })
     }
 }
 
+fn default_settings_interval() -> Duration {
+    super::settings::DEFAULT_SETTINGS_INTERVAL
+}
 fn default_interval() -> Duration {
     Duration::from_secs(30)
 }

@@ -30,6 +30,8 @@ pub struct Target {
     pub interval: Duration,
     /// The operator's statement of lossless priorities and queues (`switch::pfc`).
     pub pfc: super::pfc::PfcConfig,
+    /// How often an SNMP switch's LLDP and PFC settings are walked (`switch::settings`).
+    pub settings_interval: Duration,
 }
 
 /// Where a target's data comes from.
@@ -312,7 +314,7 @@ impl Poller {
         snmp: &SnmpTarget,
         profile: &Profile,
     ) -> Result<WalkResult, PollError> {
-        let (_, state) = &self.targets[index];
+        let (target, state) = &self.targets[index];
         let kept = state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -323,7 +325,11 @@ impl Poller {
                 Some(Arc::new(KeptSettings::of(&result.samples, Instant::now())));
         };
         let kept = match kept {
-            Some(kept) if !KeptSettings::due(Some(&kept), Instant::now()) => kept,
+            Some(kept)
+                if !KeptSettings::due(Some(&kept), Instant::now(), target.settings_interval) =>
+            {
+                kept
+            }
             _ => {
                 let result = walk_columns(snmp, profile, Columns::All).await?;
                 keep(&result);

@@ -1,5 +1,6 @@
 //! The columns that change rarely (LLDP neighbours, PFC settings: `Metric::changes_rarely`)
-//! are walked every [`SETTINGS_REFRESH`], not at every poll: a switch's CPU answers every
+//! are walked every `settings_interval` of the switch (default
+//! [`DEFAULT_SETTINGS_INTERVAL`]), not at every poll: a switch's CPU answers every
 //! varbind, and on a 64-port switch with DCBX those columns are about 1 200 of them. The polls
 //! in between serve the settings kept from the last walk of every column. A switch whose
 //! ifName by ifIndex changed (a reboot, a line card) has its settings walked again in the same
@@ -9,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::profile::{Metric, Sample, SampleValue};
 
-/// How long kept settings are served before every column is walked again.
-pub const SETTINGS_REFRESH: Duration = Duration::from_secs(300);
+/// How long kept settings are served before every column is walked again, unless the switch's
+/// config says (`settings_interval`).
+pub const DEFAULT_SETTINGS_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The settings of one switch's last walk of them.
 #[derive(Debug)]
@@ -35,9 +37,10 @@ impl KeptSettings {
         }
     }
 
-    /// Whether the next poll walks every column: nothing kept, or kept too long.
-    pub fn due(kept: Option<&KeptSettings>, now: Instant) -> bool {
-        kept.is_none_or(|k| now.saturating_duration_since(k.walked_at) >= SETTINGS_REFRESH)
+    /// Whether the next poll walks every column: nothing kept, or kept for `every` (zero:
+    /// every poll walks them).
+    pub fn due(kept: Option<&KeptSettings>, now: Instant, every: Duration) -> bool {
+        kept.is_none_or(|k| now.saturating_duration_since(k.walked_at) >= every)
     }
 
     /// Whether these settings still describe the ports of `counters`, a walk without them.
@@ -93,9 +96,18 @@ mod tests {
         ];
         let kept = KeptSettings::of(&walk, at);
         assert_eq!(kept.samples().len(), 1, "only the settings are kept");
-        assert!(KeptSettings::due(None, at));
-        assert!(!KeptSettings::due(Some(&kept), at + SETTINGS_REFRESH / 2));
-        assert!(KeptSettings::due(Some(&kept), at + SETTINGS_REFRESH));
+        assert!(KeptSettings::due(None, at, DEFAULT_SETTINGS_INTERVAL));
+        assert!(!KeptSettings::due(
+            Some(&kept),
+            at + DEFAULT_SETTINGS_INTERVAL / 2,
+            DEFAULT_SETTINGS_INTERVAL
+        ));
+        assert!(KeptSettings::due(
+            Some(&kept),
+            at + DEFAULT_SETTINGS_INTERVAL,
+            DEFAULT_SETTINGS_INTERVAL
+        ));
+        assert!(KeptSettings::due(Some(&kept), at, Duration::ZERO));
         assert!(kept.fits(&walk[..2]));
         let renamed = [sample(
             Metric::IfName,

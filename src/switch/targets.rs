@@ -176,6 +176,7 @@ fn target(switch: &SwitchConfig, profiles: &Profiles, out: &mut SwitchProblems) 
         source,
         interval: switch.interval,
         pfc: switch.pfc,
+        settings_interval: switch.settings_interval,
     })
 }
 

@@ -56,21 +56,19 @@ fn port_1(poller: &Poller, metric: Metric) -> Option<SampleValue> {
         .map(|s| s.value.clone())
 }
 
-#[tokio::test]
-async fn settings_are_kept_between_walks_and_walked_again_when_ports_are_renumbered() {
-    let table = Arc::new(Table::new(leaf()));
-    let (agent, task) = serve_table(table.clone(), b"leaf1").await;
+/// A poller of one arista_eos switch at `address`.
+fn poller(address: String, settings_interval: Duration) -> Poller {
     let profile = Profiles::builtin()
         .unwrap()
         .get("arista_eos")
         .unwrap()
         .clone();
-    let poller = Poller::new(
+    Poller::new(
         vec![Target {
             name: "leaf1".into(),
             profile,
             source: Source::Snmp(SnmpTarget {
-                address: agent.local_addr().to_string(),
+                address,
                 credentials: Credentials::V2c(Secret::new("leaf1")),
                 timeout: Duration::from_secs(2),
                 retries: 1,
@@ -78,10 +76,21 @@ async fn settings_are_kept_between_walks_and_walked_again_when_ports_are_renumbe
             }),
             interval: Duration::from_secs(30),
             pfc: PfcConfig::default(),
+            settings_interval,
         }],
         1,
-    );
-    let text = |s: &str| Some(SampleValue::Text(s.into()));
+    )
+}
+
+fn text(s: &str) -> Option<SampleValue> {
+    Some(SampleValue::Text(s.into()))
+}
+
+#[tokio::test]
+async fn settings_are_kept_between_walks_and_walked_again_when_ports_are_renumbered() {
+    let table = Arc::new(Table::new(leaf()));
+    let (agent, task) = serve_table(table.clone(), b"leaf1").await;
+    let poller = poller(agent.local_addr().to_string(), Duration::from_secs(300));
 
     poller.poll_once(0).await;
     assert_eq!(
@@ -128,6 +137,26 @@ async fn settings_are_kept_between_walks_and_walked_again_when_ports_are_renumbe
     assert_eq!(
         port_1(&poller, Metric::PfcEnabled),
         Some(SampleValue::Gauge(0))
+    );
+    task.abort();
+}
+
+/// `settings_interval: 0s` walks them at every poll, as before they were kept.
+#[tokio::test]
+async fn a_zero_settings_interval_walks_them_at_every_poll() {
+    let table = Arc::new(Table::new(leaf()));
+    let (agent, task) = serve_table(table.clone(), b"leaf1").await;
+    let poller = poller(agent.local_addr().to_string(), Duration::ZERO);
+    poller.poll_once(0).await;
+    assert_eq!(
+        port_1(&poller, Metric::LldpRemoteSystemName),
+        text("gpu-node-01")
+    );
+    table.set(NEIGHBOUR_1, SnmpValue::OctetString(b"gpu-node-02".to_vec()));
+    poller.poll_once(0).await;
+    assert_eq!(
+        port_1(&poller, Metric::LldpRemoteSystemName),
+        text("gpu-node-02")
     );
     task.abort();
 }
