@@ -86,6 +86,19 @@ impl Drop for Store {
     fn drop(&mut self) {
         let _ = self.podman(&["rm", "--all", "--force", "--time", "0"]);
         let _ = self.podman(&["rmi", "--all", "--force"]);
+        // A container's exit makes conmon run `podman container cleanup` with this store's
+        // options, which may still be writing into it (a CI run found the store recreated
+        // after it was removed): the directory goes once no process names it.
+        let dir = self.dir.path().display().to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && Command::new("pgrep")
+                .args(["-f", &dir])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
