@@ -407,7 +407,7 @@ mod tests {
             ),
             (
                 "node:\n  pfc_storm:\n    period: 0s\n",
-                "c.yml:3:5: node.pfc_storm: duration \"0s\" must be positive",
+                "c.yml:3:13: node.pfc_storm.period: duration \"0s\" must be positive",
             ),
             (
                 "node:\n  pfc_storm:\n    detection: 1s\n",
@@ -415,7 +415,7 @@ mod tests {
             ),
             (
                 "nccl:\n  max_age: soon\n",
-                "c.yml:2:3: nccl: invalid duration \"soon\": expected e.g. 500ms, 30s, 2m",
+                "c.yml:2:12: nccl.max_age: invalid duration \"soon\": expected e.g. 500ms, 30s, 2m",
             ),
             (
                 "nccl:\n  foo: 1\n",
@@ -423,7 +423,7 @@ mod tests {
             ),
             (
                 "node:\n  devices:\n    exclude: 'mlx5_('\n",
-                "c.yml:3:5: node.devices: invalid regular expression",
+                "c.yml:3:14: node.devices.exclude: invalid regular expression",
             ),
         ] {
             let err = parse_err(text);

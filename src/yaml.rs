@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use regex::Regex;
-use serde::{Deserialize, Deserializer};
+use serde::Deserializer;
 
 /// The largest profile file read; the built-in ones are a few KiB.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
@@ -109,22 +109,99 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A string converted by `parse` while the scalar is being read: an error made there is given
+/// the scalar's line and column. (Made after `String::deserialize` returned, it would be given
+/// those of the enclosing mapping.)
+struct Converted<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+}
+
+impl<'de, T> serde::de::Visitor<'de> for Converted<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.expecting)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        (self.parse)(text).map_err(E::custom)
+    }
+}
+
+/// As [`Converted`], for an optional value: `None` when absent or null.
+struct ConvertedOption<T>(Converted<T>);
+
+impl<'de, T> serde::de::Visitor<'de> for ConvertedOption<T> {
+    type Value = Option<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.0.expecting)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<T>, D::Error> {
+        deserializer.deserialize_str(self.0).map(Some)
+    }
+}
+
+/// A string `parse` converts while the value is read, so that its error is placed at the
+/// value's line and column: for `deserialize_with` functions and `Deserialize` impls.
+pub fn converted<'de, D: Deserializer<'de>, T>(
+    deserializer: D,
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, D::Error> {
+    deserializer.deserialize_str(Converted { expecting, parse })
+}
+
+/// [`converted`] for an optional value: `None` when absent or null.
+pub fn converted_option<'de, D: Deserializer<'de>, T>(
+    deserializer: D,
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, D::Error> {
+    deserializer.deserialize_option(ConvertedOption(Converted { expecting, parse }))
+}
+
+const DURATION: &str = "a duration such as 500ms, 30s, 2m or 1h";
+
 /// `#[serde(deserialize_with = "crate::yaml::duration")]`: a [`parse_duration`] string.
 pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
+    converted(deserializer, DURATION, parse_duration)
+}
+
+/// `#[serde(deserialize_with = "crate::yaml::duration_or_zero")]`: as [`duration`], and `0`
+/// (or `0s`, `0ms`...) where zero means "every time".
+pub fn duration_or_zero<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    converted(deserializer, DURATION, |text| {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (digits, unit) = text.split_at(split);
+        let zero = !digits.is_empty() && digits.bytes().all(|b| b == b'0');
+        if zero && matches!(unit, "" | "ms" | "s" | "m" | "h") {
+            return Ok(Duration::ZERO);
+        }
+        parse_duration(text)
+    })
 }
 
 /// `#[serde(deserialize_with = "crate::yaml::regex")]` on an `Option<Regex>`: compiled while the
 /// file is parsed, so that a bad pattern is reported at its line and column. Unanchored, as
 /// Prometheus exporters' include/exclude flags.
 pub fn regex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Regex>, D::Error> {
-    let Some(text) = Option::<String>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    Regex::new(&text)
-        .map(Some)
-        .map_err(|e| serde::de::Error::custom(format!("invalid regular expression: {e}")))
+    converted_option(deserializer, "a regular expression", |text| {
+        Regex::new(text).map_err(|e| format!("invalid regular expression: {e}"))
+    })
 }
 
 /// One step of a path into a YAML document: a mapping key or a sequence index.
@@ -262,6 +339,7 @@ impl<'de> serde::de::Visitor<'de> for Seek<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     #[test]
     fn durations() {
@@ -301,19 +379,44 @@ mod tests {
         assert_eq!(doc.every, Duration::from_secs(120));
         let none: Doc = from_str(Path::new("d.yml"), "inner:\n  pattern: null\n").unwrap();
         assert!(none.inner.pattern.is_none());
-        // A value's error is placed at the start of the mapping that holds it.
+        // A value's error is placed at the value (it was placed at the start of the mapping
+        // that holds it: 3:3 here).
         let err = from_str::<Doc>(Path::new("d.yml"), "every: 1s\ninner:\n  pattern: 'a('\n")
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("d.yml:3:3: "), "{err}");
+        assert!(err.starts_with("d.yml:3:12: "), "{err}");
         assert!(err.contains("invalid regular expression"), "{err}");
-        let err = from_str::<Doc>(Path::new("d.yml"), "every: 0s\n")
+        let err = from_str::<Doc>(Path::new("d.yml"), "inner: {}\nevery: 0s\n")
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("d.yml:1:") && err.contains("must be positive"),
+            err.starts_with("d.yml:2:8: ") && err.contains("must be positive"),
             "{err}"
         );
+        let err = from_str::<Doc>(Path::new("d.yml"), "inner: {}\nevery: 5 minutes\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("d.yml:2:8: ") && err.contains("unit must be"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_is_a_duration_where_it_means_every_time() {
+        #[derive(Debug, Deserialize)]
+        struct Every {
+            #[serde(deserialize_with = "duration_or_zero")]
+            every: Duration,
+        }
+        let every = |text: &str| from_str::<Every>(Path::new("d.yml"), text).map(|e| e.every);
+        for zero in ["every: 0s", "every: 0", "every: 00ms"] {
+            assert_eq!(every(zero).unwrap(), Duration::ZERO, "{zero}");
+        }
+        assert_eq!(every("every: 5m").unwrap(), Duration::from_secs(300));
+        assert!(every("every: 0x").is_err());
+        let err = every("every: soon").unwrap_err().to_string();
+        assert!(err.starts_with("d.yml:1:8: "), "{err}");
     }
 
     #[test]

@@ -95,21 +95,13 @@ pub fn anchored_regex(text: &str) -> Result<Regex, String> {
 }
 
 fn anchored<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Regex>, D::Error> {
-    let Some(text) = Option::<String>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    anchored_regex(&text)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
+    crate::yaml::converted_option(deserializer, "a regular expression", anchored_regex)
 }
 
 fn shard<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Shard>, D::Error> {
-    let Some(text) = Option::<String>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    text.parse()
-        .map(Some)
-        .map_err(|e| serde::de::Error::custom(format!("ib_fabric.shard: {e}")))
+    crate::yaml::converted_option(deserializer, "INDEX/COUNT", |text| {
+        text.parse().map_err(|e| format!("ib_fabric.shard: {e}"))
+    })
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ struct RawSwitchConfig {
     max_repetitions: u32,
     #[serde(
         default = "default_settings_interval",
-        deserialize_with = "crate::yaml::duration"
+        deserialize_with = "crate::yaml::duration_or_zero"
     )]
     settings_interval: Duration,
     pfc_priorities: Option<PfcPriorities>,

@@ -233,8 +233,11 @@ pub struct Column {
 fn deserialize_oid<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Vec<u32>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_oid(&text).map_err(serde::de::Error::custom)
+    crate::yaml::converted(
+        deserializer,
+        "an OID such as 1.3.6.1.2.1.2.2.1.8",
+        parse_oid,
+    )
 }
 
 /// Parses a dotted numeric OID (`1.3.6.1.2.1.31.1.1.1.6`, a leading dot allowed).

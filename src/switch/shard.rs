@@ -41,9 +41,9 @@ impl std::fmt::Display for SwitchShard {
 
 impl<'de> serde::Deserialize<'de> for SwitchShard {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse()
-            .map_err(|e| serde::de::Error::custom(format!("switch_shard: {e}")))
+        crate::yaml::converted(deserializer, "INDEX/COUNT", |text| {
+            text.parse().map_err(|e| format!("switch_shard: {e}"))
+        })
     }
 }
 

@@ -260,10 +260,11 @@ fn unsupported_or_unknown_switch_settings_are_config_errors() {
     assert!(stderr.contains("unknown profile \"acme\""), "{stderr}");
 
     let stderr = refused(&config, "switches:\n  - name: leaf2\n    address: 10.0.0.2\n    profile: sonic\n    snmp: {version: 2c, community_env: X}\n    settings_interval: 5 minutes\n", false);
-    // Located at the switch entry, as every error inside one (above).
     assert!(
-        stderr.contains("config.yml:2:5: switches[0]: invalid duration \"5 minutes\""),
-        "a settings_interval that is no duration: {stderr}"
+        stderr.contains(
+            "config.yml:6:24: switches[0].settings_interval: invalid duration \"5 minutes\""
+        ),
+        "a settings_interval that is no duration, at its value: {stderr}"
     );
 }
 
