@@ -1,21 +1,23 @@
-//! Scrape-time reads of the node, each device bounded by a deadline. A device's read runs on a
-//! thread of its own from a pool of long-lived readers ([`super::reader_pool`]): when the read
-//! hangs (a firmware reset; `mlx5_core` commands time out after tens of seconds, a wedged one
-//! never), the walk stops waiting at the deadline, serves the other devices and reports the late
-//! one as `timeout`. The hung thread is left to finish, and no new read of that device starts
-//! before it has: at most one outstanding read per device, so a device that stays stuck costs
-//! one thread, not one per scrape.
+//! Scrape-time reads of the node, each device bounded by a deadline. The devices are shared out
+//! to a few lanes, threads of a pool of long-lived readers ([`super::reader_pool`]), each reading
+//! the next device nobody has claimed. When a read hangs (a firmware reset; `mlx5_core` commands
+//! time out after tens of seconds, a wedged one never), the other lanes go on; should every lane
+//! hang, the devices behind them get lanes of their own. The walk stops waiting at the deadline,
+//! serves the other devices and reports the late one as `timeout`. The hung thread is left to
+//! finish, and no new read of that device starts before it has: at most one outstanding read per
+//! device, so a device that stays stuck costs one thread, not one per scrape.
 //!
 //! Each device's read goes through the device's kept tree ([`super::tree_cache`]): open
 //! directories, listings and attribute descriptors from the previous scrape, checked before use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::counter_filter::CounterFilter;
-use super::reader_pool::ReaderPool;
+use super::reader_pool::{Deliver, ReaderPool};
 use super::reason::ReadErrorReason;
 use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeSnapshot, Port};
 use super::tree_cache::{DeviceTree, FdBudget, TreeCache};
@@ -59,10 +61,10 @@ impl DeviceReads {
         &self.trees
     }
 
-    /// Reads every device the filter allows, each on its own thread, waiting at most `timeout`
-    /// in all. A device not back by then, or whose previous read is still out, is left out of
-    /// the snapshot and reported with [`ReadErrorReason::Timeout`]: stale values are never
-    /// served as fresh ones. The snapshot is in device name order whatever the scheduling.
+    /// Reads every device the filter allows, on a few reader threads (lanes), waiting at most
+    /// `timeout` in all. A device not back by then, or whose previous read is still out, is
+    /// left out of the snapshot and reported with [`ReadErrorReason::Timeout`]: stale values are
+    /// never served as fresh ones. The snapshot is in device name order whatever the scheduling.
     pub fn read_node(
         &self,
         sysfs_root: &Path,
@@ -83,80 +85,177 @@ impl DeviceReads {
         // Devices no longer listed lose their kept trees (and descriptors) here.
         let trees = self.trees.retain(&names);
         let gather = Arc::new(Gather::new(names.len()));
+        let mut claims = VecDeque::with_capacity(names.len());
         for ((index, name), tree) in names.iter().enumerate().zip(trees) {
-            let job = Job {
-                class_dir: &class_dir,
-                index,
-                name,
-                tree,
-            };
-            if let Some(settled) = self.start(job, timeout, &port_hook, &gather) {
-                gather.deliver(index, settled);
+            match OutstandingRead::mark(&self.outstanding, name) {
+                Some(marker) => claims.push_back(Claim {
+                    index,
+                    tree,
+                    marker,
+                }),
+                None => gather.deliver(index, still_out(&class_dir, name, &self.outstanding)),
             }
         }
+        let work = Arc::new(WalkWork {
+            class_dir: class_dir.clone(),
+            port_hook,
+            gather: gather.clone(),
+            budget: self.trees.budget().cloned(),
+            timeout,
+            claims: Mutex::new(claims),
+            lanes: AtomicUsize::new(0),
+        });
+        self.start_lanes(&work, lanes());
+        // Lanes that all hang (one wedged device each) would hold up the devices behind them:
+        // past `stall` every device still unclaimed gets a lane of its own, as a walk with a
+        // thread per device would have given it from the start.
+        let stall = (timeout / 4).min(STALL_AFTER);
         let reads = gather
-            .wait_until(deadline)
+            .wait_until(deadline, stall, || {
+                let unclaimed = work.unclaimed();
+                if unclaimed > 0 {
+                    self.start_lanes(&work, unclaimed);
+                }
+            })
             .into_iter()
             .zip(&names)
             .map(|(read, name)| read.unwrap_or_else(|| timed_out(&class_dir, name, timeout)));
-        NodeSnapshot::of_reads(reads)
+        let snapshot = NodeSnapshot::of_reads(reads);
+        // A device no lane reached (none could be started for it) is not out: its mark goes,
+        // so the next walk reads it again. It is `timeout` in this snapshot.
+        work.fail_unclaimed("not read: no lane reached it before the deadline");
+        snapshot
     }
 
-    /// Starts the read of device `name` on a thread of its own, which sends `(index, read)` when
-    /// it returns. When none starts (an earlier read of the device is still out, or no thread
-    /// could be started), returns the device's outcome at once.
-    fn start(
-        &self,
-        job: Job<'_>,
-        timeout: Duration,
-        port_hook: &Arc<PortHook>,
-        gather: &Arc<Gather>,
-    ) -> Option<DeviceRead> {
-        let Job {
-            class_dir,
-            index,
-            name,
-            tree,
-        } = job;
-        let Some(marker) = OutstandingRead::mark(&self.outstanding, name) else {
-            return Some(still_out(class_dir, name, &self.outstanding));
-        };
-        let dir = class_dir.clone();
-        let port_hook = port_hook.clone();
-        let gather = gather.clone();
-        let device = name.to_string();
-        let budget = self.trees.budget().cloned();
-        self.pool
-            .run(move || {
-                let started = Instant::now();
-                let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    // Only this read uses the tree: the mark keeps out any other of the device.
-                    let mut tree = tree.lock().unwrap_or_else(|p| p.into_inner());
-                    match &budget {
-                        Some(budget) => {
-                            dir.read_device_kept(&device, &mut tree, budget, &*port_hook)
-                        }
-                        None => dir.read_device(&device, &*port_hook),
-                    }
-                }))
-                .unwrap_or_else(|_| {
-                    // What a panicking read left in the tree is not trusted.
-                    *tree.lock().unwrap_or_else(|p| p.into_inner()) = DeviceTree::default();
-                    failed(&dir, &device, "its reader thread panicked".into())
-                });
-                // The read is over: clear the mark first, so that a scrape that follows at once
-                // reads the device again. The walk may have stopped listening (the deadline
-                // passed): then the result is dropped.
-                drop(marker);
-                let took = started.elapsed();
-                if took > timeout {
-                    tracing::warn!(device, ?took, "a read that outlived its scrape returned");
+    /// Starts up to `count` lanes on the walk's unclaimed devices. When no thread starts, the
+    /// devices nobody will read are settled as failed at once.
+    fn start_lanes(&self, work: &Arc<WalkWork>, count: usize) {
+        for _ in 0..count.min(work.unclaimed()) {
+            let lane = work.clone();
+            if let Err(e) = self.pool.run(move || lane.run()) {
+                if work.lanes_started() == 0 {
+                    work.fail_unclaimed(&format!("no reader thread started: {e}"));
                 }
-                Box::new(move || gather.deliver(index, read))
-            })
-            // Without a thread the closure, and with it the mark, is dropped at once.
-            .err()
-            .map(|e| failed(class_dir, name, format!("no reader thread started: {e}")))
+                return;
+            }
+            work.lane_started();
+        }
+    }
+}
+
+/// How many lanes a walk starts: one per CPU, at least two so that one hung device still
+/// leaves a lane for the others. One thread per device cost a wake-up and a context switch
+/// per device per scrape (about a tenth of a scrape's CPU on a 10-device node).
+fn lanes() -> usize {
+    static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .clamp(2, 8)
+    })
+}
+
+/// How long a walk waits for a read to come back before it gives every unclaimed device a
+/// lane of its own (bounded by a quarter of the device read timeout).
+const STALL_AFTER: Duration = Duration::from_millis(50);
+
+/// One device's read, waiting for a lane.
+struct Claim {
+    /// The device's place in the snapshot.
+    index: usize,
+    tree: Arc<Mutex<DeviceTree>>,
+    /// Held until the read returns: no other read of the device starts meanwhile.
+    marker: OutstandingRead,
+}
+
+/// What a walk's lanes share: the devices still to read, and where their reads go.
+struct WalkWork {
+    class_dir: Arc<ClassDir>,
+    port_hook: Arc<PortHook>,
+    gather: Arc<Gather>,
+    budget: Option<Arc<FdBudget>>,
+    timeout: Duration,
+    claims: Mutex<VecDeque<Claim>>,
+    /// Lanes started so far.
+    lanes: AtomicUsize,
+}
+
+impl WalkWork {
+    fn claims(&self) -> std::sync::MutexGuard<'_, VecDeque<Claim>> {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unclaimed(&self) -> usize {
+        self.claims().len()
+    }
+
+    fn lane_started(&self) {
+        self.lanes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn lanes_started(&self) -> usize {
+        self.lanes.load(Ordering::Relaxed)
+    }
+
+    fn fail_unclaimed(&self, detail: &str) {
+        let claims = std::mem::take(&mut *self.claims());
+        for claim in claims {
+            let device = claim.marker.device.clone();
+            drop(claim.marker);
+            self.gather
+                .deliver(claim.index, failed(&self.class_dir, &device, detail.into()));
+        }
+    }
+
+    /// A lane: reads devices until none is left. Each read is delivered as soon as it is
+    /// done, the lane's last one only once its thread counts as idle again.
+    fn run(self: Arc<Self>) -> Deliver {
+        loop {
+            let Some(claim) = self.claims().pop_front() else {
+                return Box::new(|| {});
+            };
+            let index = claim.index;
+            let read = self.read(claim);
+            if self.unclaimed() == 0 {
+                return Box::new(move || self.gather.deliver(index, read));
+            }
+            self.gather.deliver(index, read);
+        }
+    }
+
+    fn read(&self, claim: Claim) -> DeviceRead {
+        let Claim {
+            tree,
+            marker,
+            index: _,
+        } = claim;
+        let device = marker.device.as_str();
+        let started = Instant::now();
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Only this read uses the tree: the mark keeps out any other of the device.
+            let mut tree = tree.lock().unwrap_or_else(|p| p.into_inner());
+            match &self.budget {
+                Some(budget) => {
+                    self.class_dir
+                        .read_device_kept(device, &mut tree, budget, &*self.port_hook)
+                }
+                None => self.class_dir.read_device(device, &*self.port_hook),
+            }
+        }))
+        .unwrap_or_else(|_| {
+            // What a panicking read left in the tree is not trusted.
+            *tree.lock().unwrap_or_else(|p| p.into_inner()) = DeviceTree::default();
+            failed(&self.class_dir, device, "its reader thread panicked".into())
+        });
+        let took = started.elapsed();
+        if took > self.timeout {
+            tracing::warn!(device, ?took, "a read that outlived its scrape returned");
+        }
+        // The read is over: clear the mark, so that a scrape that follows at once reads the
+        // device again. The walk may have stopped listening (the deadline passed): then the
+        // result is dropped.
+        drop(marker);
+        read
     }
 }
 
@@ -202,31 +301,35 @@ impl Gather {
         }
     }
 
-    /// Every read in by `deadline`, in device order; `None` for those not in.
-    fn wait_until(&self, deadline: Instant) -> Vec<Option<DeviceRead>> {
+    /// Every read in by `deadline`, in device order; `None` for those not in. `on_stall` runs
+    /// whenever `stall` passes without a read coming in (checked every `stall`: the walk is
+    /// not woken by every read).
+    fn wait_until(
+        &self,
+        deadline: Instant,
+        stall: Duration,
+        mut on_stall: impl FnMut(),
+    ) -> Vec<Option<DeviceRead>> {
         let mut state = self.lock();
         while state.missing > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            state = self
+            let missing = state.missing;
+            let (woken, waited) = self
                 .all_in
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+                .wait_timeout_while(state, left.min(stall), |s| s.missing > 0)
+                .unwrap_or_else(|p| p.into_inner());
+            state = woken;
+            if waited.timed_out() && state.missing == missing {
+                drop(state);
+                on_stall();
+                state = self.lock();
+            }
         }
         std::mem::take(&mut state.reads)
     }
-}
-
-/// One device's read, as the walk hands it out.
-struct Job<'a> {
-    class_dir: &'a Arc<ClassDir>,
-    /// The device's place in the snapshot.
-    index: usize,
-    name: &'a str,
-    tree: Arc<Mutex<DeviceTree>>,
 }
 
 /// Marks a device's read as outstanding for as long as it lives; it lives on the reader thread
@@ -321,7 +424,7 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_millis(300);
 
-    /// A port hook that blocks on device `hung`'s ports until released, counting its calls.
+    /// A port hook that blocks on the `hung` devices' ports until released, counting its calls.
     #[derive(Default)]
     struct Gate {
         released: Mutex<bool>,
@@ -331,9 +434,13 @@ mod tests {
 
     impl Gate {
         fn hook(self: &Arc<Self>, hung: &'static str) -> Arc<PortHook> {
+            self.hook_all(vec![hung.to_string()])
+        }
+
+        fn hook_all(self: &Arc<Self>, hung: Vec<String>) -> Arc<PortHook> {
             let gate = self.clone();
             Arc::new(move |device: &str, _: &mut Port| {
-                if device == hung {
+                if hung.iter().any(|h| h == device) {
                     gate.calls.fetch_add(1, Ordering::SeqCst);
                     let released = gate.released.lock().unwrap();
                     drop(gate.opened.wait_while(released, |r| !*r).unwrap());
@@ -415,6 +522,49 @@ mod tests {
         let (third, _) = read();
         assert_eq!(names(&third), ["mlx5_0", "mlx5_1", "mlx5_2"]);
         assert!(third.errors.is_empty(), "{:?}", third.errors);
+    }
+
+    #[test]
+    fn a_walk_reads_its_devices_on_a_few_lanes_not_a_thread_each() {
+        let reads = DeviceReads::default();
+        let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let seen = threads.clone();
+        let hook: Arc<PortHook> = Arc::new(move |_: &str, _: &mut Port| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+        });
+        for _ in 0..3 {
+            let snapshot =
+                reads.read_node(&sys(), &first(9), &Arc::default(), TIMEOUT, hook.clone());
+            assert_eq!(snapshot.devices.len(), 10, "{:?}", snapshot.errors);
+        }
+        let used = threads.lock().unwrap().len();
+        assert!(
+            (1..=lanes()).contains(&used),
+            "10 devices read on {used} threads, more than {} lanes",
+            lanes()
+        );
+    }
+
+    #[test]
+    fn devices_behind_hung_lanes_get_lanes_of_their_own() {
+        let reads = DeviceReads::default();
+        let gate = Arc::new(Gate::default());
+        // One hung device more than there are lanes, first in device order: every lane the
+        // walk starts with is stuck before it reaches the healthy devices.
+        let hung: Vec<String> = (0..=lanes()).map(|i| format!("mlx5_{i}")).collect();
+        let started = Instant::now();
+        let snapshot = reads.read_node(
+            &sys(),
+            &first(9),
+            &Arc::default(),
+            TIMEOUT,
+            gate.hook_all(hung.clone()),
+        );
+        let took = started.elapsed();
+        gate.release();
+        assert_eq!(timeouts(&snapshot), hung, "{took:?}");
+        let healthy: Vec<String> = (lanes() + 1..10).map(|i| format!("mlx5_{i}")).collect();
+        assert_eq!(names(&snapshot), healthy, "{:?}", snapshot.errors);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Long-lived threads for the device reads, instead of one new thread per device per scrape.
 //!
 //! Every job gets a thread of its own if it needs one: a job is queued, and a new thread is
-//! started unless enough idle threads are waiting to take every queued job. So a read that
-//! hangs (a wedged firmware command) holds one thread and never delays another device's read,
-//! as with a thread per read. A thread idle for [`IDLE_EXIT`] ends.
+//! started unless enough idle threads are waiting to take every queued job. So a job that
+//! hangs (a wedged firmware command) holds one thread and never delays another job. A job is a
+//! lane of device reads ([`super::device_reads`]). A thread idle for [`IDLE_EXIT`] ends.
 //!
 //! A thread is named [`READER_THREAD_NAME`] while it runs a job and [`IDLE_THREAD_NAME`]
 //! while it waits (`/proc/<pid>/task/*/comm`): a stuck read is visible as a `sysfs-read`
