@@ -151,6 +151,21 @@ impl GnmiProfile {
         self.max_leaves.unwrap_or(MAX_LEAVES)
     }
 
+    /// Fails when the paths name more than one target (`COUNTERS_DB:` and `CONFIG_DB:`): a
+    /// request carries one, in its prefix ([`super::gnmi::prefixed`]).
+    pub(crate) fn check_one_target(&self) -> Result<(), String> {
+        let mut targets: Vec<String> = self.paths().into_iter().map(|p| p.target).collect();
+        targets.sort();
+        targets.dedup();
+        if targets.len() > 1 {
+            return Err(format!(
+                "the gNMI paths name targets {targets:?}: a subscription carries one target, \
+                 in its prefix, so a profile's paths name the same one (or none)"
+            ));
+        }
+        Ok(())
+    }
+
     /// The subscription paths.
     pub fn paths(&self) -> Vec<proto::Path> {
         self.path_texts

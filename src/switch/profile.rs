@@ -644,6 +644,11 @@ fn resolve(
     columns.extend(file.columns.iter().cloned());
     if !file.gnmi.is_empty() {
         gnmi.extend(&file.gnmi);
+        gnmi.check_one_target()
+            .map_err(|message| ProfileError::Structure {
+                origin: origin.clone(),
+                message,
+            })?;
     }
     Ok(Profile {
         name: file.name.clone(),
@@ -1006,6 +1011,22 @@ mod tests {
         let err = load_one("name: x\ndescription: d\ngnmi: {max_leaves: 0}\n").unwrap_err();
         assert!(
             err.to_string().contains("max_leaves: must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_profile_whose_gnmi_paths_name_two_targets_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("qos.yml"),
+            "name: qos\ndescription: SONiC and its PFC settings\nextends: sonic\ngnmi: {paths: ['CONFIG_DB:PORT_QOS_MAP']}\n",
+        )
+        .unwrap();
+        let err = Profiles::with_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("profile"), "{err}");
+        assert!(
+            err.contains(r#"["CONFIG_DB", "COUNTERS_DB"]"#) && err.contains("prefix"),
             "{err}"
         );
     }

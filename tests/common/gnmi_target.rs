@@ -1,5 +1,6 @@
 //! An in-process gNMI target on loopback (tonic server) that answers like a SONiC switch
-//! (COUNTERS_DB virtual paths, JSON_IETF documents with numbers as strings) and like an
+//! (COUNTERS_DB virtual paths, the DB target read from the request's prefix only, JSON_IETF
+//! documents with numbers as strings) and like an
 //! OpenConfig switch (typed leaves per interface). It implements Capabilities, Get and
 //! Subscribe ONCE / POLL / STREAM-SAMPLE, checks credentials, can serve TLS (optionally
 //! requiring client certificates), and can be told to misbehave while the test runs.
@@ -237,6 +238,29 @@ impl FakeSwitch {
     fn answers(&self, paths: &[proto::Path]) -> Vec<Notification> {
         paths.iter().flat_map(|p| self.answer(p)).collect()
     }
+
+    /// The requested paths as sonic-gnmi reads them: the target is the prefix's, whatever a
+    /// path names, and a request for a DB table (`COUNTERS/...`) whose prefix names no target
+    /// is refused as sonic-gnmi refuses it.
+    fn targeted(
+        prefix: Option<&proto::Path>,
+        paths: Vec<proto::Path>,
+    ) -> Result<Vec<proto::Path>, Status> {
+        let target = prefix.map(|p| p.target.as_str()).unwrap_or_default();
+        let db_table = paths
+            .iter()
+            .any(|p| p.elem.first().is_some_and(|e| e.name == "COUNTERS"));
+        if target.is_empty() && db_table {
+            return Err(Status::unimplemented("Empty target data not supported yet"));
+        }
+        Ok(paths
+            .into_iter()
+            .map(|p| proto::Path {
+                target: target.to_string(),
+                ..p
+            })
+            .collect())
+    }
 }
 
 fn elem(name: &str, key: Option<(&str, &str)>) -> proto::PathElem {
@@ -404,7 +428,9 @@ impl GNmi for FakeSwitch {
         if self.behaviour() == Behaviour::Down {
             return Err(Status::unavailable("down"));
         }
-        let notification = self.answers(&request.into_inner().path);
+        let request = request.into_inner();
+        let paths = Self::targeted(request.prefix.as_ref(), request.path)?;
+        let notification = self.answers(&paths);
         Ok(Response::new(GetResponse { notification }))
     }
 
@@ -440,6 +466,7 @@ impl GNmi for FakeSwitch {
             .iter()
             .filter_map(|s| s.path.clone())
             .collect();
+        let paths = Self::targeted(list.prefix.as_ref(), paths)?;
         let (out, answers) = mpsc::channel(64);
         let switch = self.clone();
         if close_at_once {

@@ -116,6 +116,34 @@ pub fn parse_path(text: &str) -> Result<proto::Path, String> {
     })
 }
 
+/// The request's prefix and paths for `paths`: their target moves into the prefix. The gNMI
+/// specification (2.2.2.1) sets a target in the prefix only, and sonic-gnmi reads it nowhere
+/// else: a Subscribe or Get whose prefix names no target is refused with "Empty target data
+/// not supported yet", whatever its paths name. A profile's paths share one target (checked
+/// when it is loaded).
+pub(crate) fn prefixed(paths: &[proto::Path]) -> (Option<proto::Path>, Vec<proto::Path>) {
+    let target = paths
+        .iter()
+        .map(|p| p.target.as_str())
+        .find(|t| !t.is_empty())
+        .unwrap_or_default();
+    if target.is_empty() {
+        return (None, paths.to_vec());
+    }
+    let prefix = proto::Path {
+        target: target.to_string(),
+        ..Default::default()
+    };
+    let paths = paths
+        .iter()
+        .map(|p| proto::Path {
+            target: String::new(),
+            ..p.clone()
+        })
+        .collect();
+    (Some(prefix), paths)
+}
+
 /// The path as text, `/elem[key=value]/...`, keys sorted, module prefixes dropped.
 pub(crate) fn render(prefix: Option<&proto::Path>, path: Option<&proto::Path>) -> String {
     let mut out = String::new();
@@ -486,8 +514,10 @@ async fn fetch(
             }
         }
         Err(status) if status.code() == Code::Unimplemented => {
+            let (prefix, path) = prefixed(paths);
             let request = proto::GetRequest {
-                path: paths.to_vec(),
+                prefix,
+                path,
                 encoding: encoding as i32,
                 ..Default::default()
             };
@@ -510,6 +540,31 @@ async fn fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_paths_target_goes_into_the_prefix() {
+        let paths = [
+            parse_path("COUNTERS_DB:COUNTERS/Ethernet*").unwrap(),
+            parse_path("COUNTERS_DB:COUNTERS/Ethernet*/Queues").unwrap(),
+        ];
+        let (prefix, moved) = prefixed(&paths);
+        let prefix = prefix.expect("a prefix naming the target");
+        assert_eq!(
+            (prefix.target.as_str(), prefix.elem.len()),
+            ("COUNTERS_DB", 0)
+        );
+        assert!(moved.iter().all(|p| p.target.is_empty()), "{moved:?}");
+        assert_eq!(
+            moved
+                .iter()
+                .map(|p| render(None, Some(p)))
+                .collect::<Vec<_>>(),
+            ["/COUNTERS/Ethernet*", "/COUNTERS/Ethernet*/Queues"]
+        );
+        // OpenConfig paths name no target: no prefix.
+        let openconfig = [parse_path("/interfaces/interface/state").unwrap()];
+        assert_eq!(prefixed(&openconfig), (None, openconfig.to_vec()));
+    }
 
     #[test]
     fn paths_with_targets_and_keys() {

@@ -47,10 +47,11 @@ pub(crate) fn subscription(
     encoding: proto::Encoding,
     sample_interval: Option<Duration>,
 ) -> proto::SubscribeRequest {
+    let (prefix, paths) = super::prefixed(paths);
     let subscription = paths
-        .iter()
+        .into_iter()
         .map(|path| proto::Subscription {
-            path: Some(path.clone()),
+            path: Some(path),
             mode: if sample_interval.is_some() {
                 proto::SubscriptionMode::Sample as i32
             } else {
@@ -62,6 +63,7 @@ pub(crate) fn subscription(
         .collect();
     proto::SubscribeRequest {
         request: Some(SubscribeKind::Subscribe(proto::SubscriptionList {
+            prefix,
             subscription,
             mode: mode as i32,
             encoding: encoding as i32,
