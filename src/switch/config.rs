@@ -28,7 +28,8 @@ pub struct SwitchConfig {
     pub max_repetitions: u32,
     /// Lossless priorities and their queues, for ports the switch does not describe.
     pub pfc: PfcConfig,
-    /// How often the LLDP neighbours and PFC settings are walked (SNMP; `switch::settings`).
+    /// How often the LLDP neighbours and PFC settings are walked (SNMP), or a gNMI profile's
+    /// `settings_paths` read (`switch::settings`).
     pub settings_interval: Duration,
 }
 

@@ -27,6 +27,10 @@ struct LeafFile {
     #[serde(default)]
     queue_base: u32,
     unit: Option<TimeUnit>,
+    /// The value lists the PFC-enabled priorities (SONiC's `pfc_enable: "3,4"`): a
+    /// `pfc_enabled` sample for each of the eight, 1 where listed.
+    #[serde(default)]
+    priority_list: bool,
 }
 
 /// The `gnmi:` section of a profile file.
@@ -39,6 +43,11 @@ pub(crate) struct GnmiSectionFile {
     leaves: Vec<LeafFile>,
     /// Leaves a subscription may hold before the session ends with `too_many_leaves`.
     max_leaves: Option<usize>,
+    /// Paths of settings that change rarely (SONiC's CONFIG_DB `PORT_QOS_MAP`), read with a
+    /// request of their own every `settings_interval` of the switch. Their target may differ
+    /// from the counters'; a switch that refuses them keeps its counters.
+    #[serde(default)]
+    settings_paths: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +58,7 @@ struct Leaf {
     labels: FixedLabels,
     queue_base: u32,
     unit: Option<TimeUnit>,
+    priority_list: bool,
 }
 
 /// A resolved gNMI mapping: its own paths and leaves after those of the profile it extends.
@@ -56,6 +66,8 @@ struct Leaf {
 pub struct GnmiProfile {
     /// Subscription paths as written (`COUNTERS_DB:COUNTERS/Ethernet*`).
     pub path_texts: Vec<String>,
+    /// Settings paths as written (`CONFIG_DB:PORT_QOS_MAP`).
+    pub settings_path_texts: Vec<String>,
     leaves: Vec<Leaf>,
     /// All leaf patterns, to find the candidates for an update in one pass.
     set: Option<RegexSet>,
@@ -84,12 +96,15 @@ pub struct Decoded {
 
 impl GnmiSectionFile {
     pub(crate) fn is_empty(&self) -> bool {
-        self.paths.is_empty() && self.leaves.is_empty() && self.max_leaves.is_none()
+        self.paths.is_empty()
+            && self.settings_paths.is_empty()
+            && self.leaves.is_empty()
+            && self.max_leaves.is_none()
     }
 
     /// Checks the section; the error names the path or leaf at fault.
     pub(crate) fn check(&self) -> Result<(), (String, String)> {
-        for path in &self.paths {
+        for path in self.paths.iter().chain(&self.settings_paths) {
             parse_path(path).map_err(|e| (format!("path {path:?}"), e))?;
         }
         if self.max_leaves == Some(0) {
@@ -110,9 +125,16 @@ impl GnmiSectionFile {
             if !groups.contains(&"port") {
                 return Err(at("the pattern needs a `(?P<port>...)` group".into()));
             }
+            if leaf.priority_list
+                && (leaf.metric != Metric::PfcEnabled || groups.contains(&"priority"))
+            {
+                return Err(at(
+                    "`priority_list` is for pfc_enabled leaves without a priority group".into(),
+                ));
+            }
             check_shape(
                 leaf.metric,
-                groups.contains(&"priority"),
+                groups.contains(&"priority") || leaf.priority_list,
                 groups.contains(&"queue"),
                 &leaf.labels,
                 leaf.unit,
@@ -127,6 +149,8 @@ impl GnmiProfile {
     /// Appends a checked section (a profile's own after its parent's).
     pub(crate) fn extend(&mut self, file: &GnmiSectionFile) {
         self.path_texts.extend(file.paths.iter().cloned());
+        self.settings_path_texts
+            .extend(file.settings_paths.iter().cloned());
         self.max_leaves = file.max_leaves.or(self.max_leaves);
         self.leaves.extend(file.leaves.iter().map(|leaf| Leaf {
             name: leaf.name.clone(),
@@ -135,6 +159,7 @@ impl GnmiProfile {
             labels: leaf.labels.clone(),
             queue_base: leaf.queue_base,
             unit: leaf.unit,
+            priority_list: leaf.priority_list,
         }));
         self.set = Some(
             RegexSet::new(self.leaves.iter().map(|l| l.pattern.as_str()))
@@ -154,24 +179,36 @@ impl GnmiProfile {
     /// Fails when the paths name more than one target (`COUNTERS_DB:` and `CONFIG_DB:`): a
     /// request carries one, in its prefix ([`super::gnmi::prefixed`]).
     pub(crate) fn check_one_target(&self) -> Result<(), String> {
-        let mut targets: Vec<String> = self.paths().into_iter().map(|p| p.target).collect();
-        targets.sort();
-        targets.dedup();
-        if targets.len() > 1 {
-            return Err(format!(
-                "the gNMI paths name targets {targets:?}: a subscription carries one target, \
-                 in its prefix, so a profile's paths name the same one (or none)"
-            ));
+        for (what, paths) in [
+            ("paths", self.paths()),
+            ("settings_paths", self.settings_paths()),
+        ] {
+            let mut targets: Vec<String> = paths.into_iter().map(|p| p.target).collect();
+            targets.sort();
+            targets.dedup();
+            if targets.len() > 1 {
+                return Err(format!(
+                    "the gNMI {what} name targets {targets:?}: a request carries one target, \
+                     in its prefix, so a profile's {what} name the same one (or none)"
+                ));
+            }
         }
         Ok(())
     }
 
+    /// Whether a leaf of the profile maps `path`.
+    pub fn maps(&self, path: &str) -> bool {
+        self.set.as_ref().is_some_and(|set| set.is_match(path))
+    }
+
     /// The subscription paths.
     pub fn paths(&self) -> Vec<proto::Path> {
-        self.path_texts
-            .iter()
-            .map(|p| parse_path(p).expect("checked when the profile was loaded"))
-            .collect()
+        parsed(&self.path_texts)
+    }
+
+    /// The settings paths, read with a request of their own.
+    pub fn settings_paths(&self) -> Vec<proto::Path> {
+        parsed(&self.settings_path_texts)
     }
 
     /// Turns the leaves of one read into samples. gNMI names ports rather than numbering them,
@@ -207,19 +244,60 @@ impl GnmiProfile {
                 });
                 next
             });
-            match leaf.sample(ifindex, &captures, &update.value) {
-                Ok(sample) => decoded.samples.push(sample),
-                Err(reason) => decoded.errors.push(DecodeError {
+            let sampled = if leaf.priority_list {
+                leaf.priority_samples(ifindex, &update.value)
+                    .map(|samples| decoded.samples.extend(samples))
+            } else {
+                leaf.sample(ifindex, &captures, &update.value)
+                    .map(|sample| decoded.samples.push(sample))
+            };
+            if let Err(reason) = sampled {
+                decoded.errors.push(DecodeError {
                     column: leaf.name.clone(),
                     reason: format!("{}: {reason}", update.path),
-                }),
+                });
             }
         }
         decoded
     }
 }
 
+fn parsed(texts: &[String]) -> Vec<proto::Path> {
+    texts
+        .iter()
+        .map(|p| parse_path(p).expect("checked when the profile was loaded"))
+        .collect()
+}
+
 impl Leaf {
+    /// A `pfc_enabled` sample for each priority: 1 where the value lists it (`"3,4"`; empty:
+    /// PFC off on the port).
+    fn priority_samples(&self, ifindex: u32, value: &GnmiValue) -> Result<Vec<Sample>, String> {
+        let GnmiValue::Text(text) = value else {
+            return Err(format!("expected a list of priorities, got {value:?}"));
+        };
+        let mut enabled = [false; 8];
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let priority = item
+                .parse::<usize>()
+                .ok()
+                .filter(|p| *p < 8)
+                .ok_or_else(|| format!("priority {item:?} in {text:?} is not 0-7"))?;
+            enabled[priority] = true;
+        }
+        Ok((0u8..8)
+            .map(|priority| Sample {
+                metric: Metric::PfcEnabled,
+                key: SampleKey {
+                    ifindex,
+                    priority: Some(priority),
+                    ..SampleKey::default()
+                },
+                value: SampleValue::Gauge(i64::from(enabled[usize::from(priority)])),
+            })
+            .collect())
+    }
+
     fn sample(
         &self,
         ifindex: u32,
@@ -485,5 +563,57 @@ mod tests {
         assert!(message.contains("unknown group \"slot\""), "{message}");
         let (at, _) = check("{paths: ['/a/b[c]']}");
         assert!(at.starts_with("path"), "{at}");
+        let (at, _) = check("{settings_paths: ['CONFIG_DB:/a/b[c]']}");
+        assert!(at.starts_with("path"), "{at}");
+        let (_, message) = check("{leaves: [{name: a, match: '/x/(?P<port>.+)', metric: in_octets, priority_list: true}]}");
+        assert!(message.contains("priority_list"), "{message}");
+        let (_, message) = check("{leaves: [{name: a, match: '/x/(?P<port>.+)/(?P<priority>.)', metric: pfc_enabled, priority_list: true}]}");
+        assert!(message.contains("priority_list"), "{message}");
+    }
+
+    #[test]
+    fn sonic_config_db_pfc_enable_lists_the_lossless_priorities() {
+        let profiles = Profiles::builtin().unwrap();
+        let sonic = &profiles.get("sonic").unwrap().gnmi;
+        let settings = sonic.settings_paths();
+        assert_eq!(
+            (
+                settings[0].target.as_str(),
+                crate::switch::gnmi::render(None, Some(&settings[0]))
+            ),
+            ("CONFIG_DB", "/PORT_QOS_MAP".to_string())
+        );
+        // A CONFIG_DB document as sonic-gnmi flattens it: keys after `PORT_QOS_MAP|`.
+        let decoded = sonic.decode(&[
+            update("/PORT_QOS_MAP/Ethernet0/pfc_enable", text("3,4")),
+            update("/PORT_QOS_MAP/Ethernet0/pfc_to_queue_map", text("AZURE")),
+            update("/PORT_QOS_MAP/Ethernet8/pfc_enable", text("")),
+            update("/PORT_QOS_MAP/Ethernet16/pfc_enable", text("3,9")),
+        ]);
+        let enabled = |port: &str| -> Vec<(u8, i64)> {
+            decoded
+                .samples
+                .iter()
+                .filter(|s| {
+                    s.metric == Metric::PfcEnabled && port_of(&decoded, s.key.ifindex) == port
+                })
+                .map(|s| match s.value {
+                    SampleValue::Gauge(v) => (s.key.priority.unwrap(), v),
+                    ref other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let expected = |on: &[u8]| -> Vec<(u8, i64)> {
+            (0..8).map(|p| (p, i64::from(on.contains(&p)))).collect()
+        };
+        assert_eq!(enabled("Ethernet0"), expected(&[3, 4]));
+        assert_eq!(enabled("Ethernet8"), expected(&[]), "empty: PFC off");
+        assert_eq!(enabled("Ethernet16"), [], "a bad list is no sample");
+        assert_eq!(decoded.errors.len(), 1, "{:?}", decoded.errors);
+        assert!(
+            decoded.errors[0].reason.contains("\"9\""),
+            "{:?}",
+            decoded.errors
+        );
     }
 }

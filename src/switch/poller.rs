@@ -11,10 +11,10 @@ use tokio::sync::Semaphore;
 
 use super::config::GnmiMode;
 use super::gnmi::session::{self, SessionMode};
-use super::gnmi::{fetch_once_capped, GnmiTarget};
+use super::gnmi::{fetch_once_capped, get_once_capped, GnmiTarget, GnmiUpdate};
 use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{DecodeError, Profile, Sample};
-use super::settings::KeptSettings;
+use super::settings::{GnmiSettings, KeptSettings};
 use super::shard::SwitchShard;
 use super::snmp::{walk_columns, Columns, SnmpTarget, WalkResult};
 
@@ -30,7 +30,8 @@ pub struct Target {
     pub interval: Duration,
     /// The operator's statement of lossless priorities and queues (`switch::pfc`).
     pub pfc: super::pfc::PfcConfig,
-    /// How often an SNMP switch's LLDP and PFC settings are walked (`switch::settings`).
+    /// How often an SNMP switch's LLDP and PFC settings are walked, or a gNMI switch's settings
+    /// paths read (`switch::settings`).
     pub settings_interval: Duration,
 }
 
@@ -64,6 +65,8 @@ pub struct TargetState {
     pub polls: u64,
     /// An SNMP switch's LLDP and PFC settings from its last walk of them (`switch::settings`).
     pub settings: Option<Arc<KeptSettings>>,
+    /// A gNMI switch's settings leaves from its last read of its profile's `settings_paths`.
+    pub gnmi_settings: Arc<GnmiSettings>,
 }
 
 impl TargetState {
@@ -140,7 +143,72 @@ impl Poller {
             let permits = permits.clone();
             let task = tokio::spawn(async move { poller.run(index, permits).await });
             tasks.push(task.abort_handle());
+            // A subscribed switch's settings are read on their own schedule; a polled one
+            // reads them in its poll.
+            if self.session_mode(index).is_some() {
+                let poller = self.clone();
+                let task = tokio::spawn(async move { poller.run_gnmi_settings(index).await });
+                tasks.push(task.abort_handle());
+            }
         }
+    }
+
+    /// Reads a subscribed gNMI switch's settings paths every `settings_interval`.
+    async fn run_gnmi_settings(&self, index: usize) {
+        let (target, _) = &self.targets[index];
+        if target.profile.gnmi.settings_path_texts.is_empty() {
+            return;
+        }
+        loop {
+            self.refresh_gnmi_settings(index).await;
+            tokio::time::sleep(target.settings_interval.max(target.interval)).await;
+        }
+    }
+
+    /// Reads a gNMI switch's settings paths when they are due, with a request of their own.
+    /// A failed read keeps the last settings and counts a `value` error: the counters are
+    /// served either way, and the read is tried again after `settings_interval`.
+    async fn refresh_gnmi_settings(&self, index: usize) {
+        let (target, state) = &self.targets[index];
+        let Source::Gnmi { target: gnmi, .. } = &target.source else {
+            return;
+        };
+        let paths = target.profile.gnmi.settings_paths();
+        let kept = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gnmi_settings
+            .clone();
+        if paths.is_empty() || !kept.due(Instant::now(), target.settings_interval) {
+            return;
+        }
+        let asked_at = Some(Instant::now());
+        let read = get_once_capped(gnmi, &paths, target.profile.gnmi.max_leaves()).await;
+        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        let updates = match read {
+            Ok(updates) => updates
+                .into_iter()
+                .filter(|u| target.profile.gnmi.maps(&u.path))
+                .collect(),
+            Err(error) => {
+                *state.errors.entry(PollErrorReason::Value).or_default() += 1;
+                tracing::warn!(switch = %target.name, reason = error.reason.as_label(), "settings not read (counters are): {}", error.detail);
+                kept.updates.clone()
+            }
+        };
+        state.gnmi_settings = Arc::new(GnmiSettings { asked_at, updates });
+    }
+
+    /// Decodes a view of a gNMI switch's counters with its kept settings leaves.
+    fn decode_gnmi(&self, index: usize, mut view: Vec<GnmiUpdate>) -> super::gnmi_map::Decoded {
+        let (target, state) = &self.targets[index];
+        let settings = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gnmi_settings
+            .clone();
+        view.extend(settings.updates.iter().cloned());
+        target.profile.gnmi.decode(&view)
     }
 
     async fn run(&self, index: usize, permits: Arc<Semaphore>) {
@@ -197,7 +265,7 @@ impl Poller {
                 target.interval,
                 target.profile.gnmi.max_leaves(),
                 |view, at| {
-                    let decoded = target.profile.gnmi.decode(&view);
+                    let decoded = self.decode_gnmi(index, view);
                     self.record_success(
                         index,
                         decoded.samples,
@@ -276,16 +344,19 @@ impl Poller {
                     .walk_snmp(index, snmp, &target.profile)
                     .await
                     .map(|result| (result.samples, result.decode_errors, false)),
-                Source::Gnmi { target: gnmi, .. } => fetch_once_capped(
-                    gnmi,
-                    &target.profile.gnmi.paths(),
-                    target.profile.gnmi.max_leaves(),
-                )
-                .await
-                .map(|updates| {
-                    let decoded = target.profile.gnmi.decode(&updates);
-                    (decoded.samples, messages(&decoded.errors), true)
-                }),
+                Source::Gnmi { target: gnmi, .. } => {
+                    self.refresh_gnmi_settings(index).await;
+                    fetch_once_capped(
+                        gnmi,
+                        &target.profile.gnmi.paths(),
+                        target.profile.gnmi.max_leaves(),
+                    )
+                    .await
+                    .map(|updates| {
+                        let decoded = self.decode_gnmi(index, updates);
+                        (decoded.samples, messages(&decoded.errors), true)
+                    })
+                }
             }
         };
         // Each request has its own timeout; this bounds the whole poll.

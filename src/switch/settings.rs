@@ -5,9 +5,15 @@
 //! in between serve the settings kept from the last walk of every column. A switch whose
 //! ifName by ifIndex changed (a reboot, a line card) has its settings walked again in the same
 //! poll: kept rows would name the old ports.
+//!
+//! A gNMI switch's settings live apart from its counters (SONiC keeps PFC settings in
+//! CONFIG_DB, its counters in COUNTERS_DB): its profile's `settings_paths` are read with a
+//! request of their own every `settings_interval` ([`GnmiSettings`]), and their leaves are
+//! decoded with each view of the counters. A switch that refuses them keeps its counters.
 
 use std::time::{Duration, Instant};
 
+use super::gnmi::GnmiUpdate;
 use super::profile::{Metric, Sample, SampleValue};
 
 /// How long kept settings are served before every column is walked again, unless the switch's
@@ -50,6 +56,24 @@ impl KeptSettings {
 
     pub fn samples(&self) -> &[Sample] {
         &self.samples
+    }
+}
+
+/// A gNMI switch's settings leaves from its last read of them.
+#[derive(Debug, Default)]
+pub struct GnmiSettings {
+    /// When they were last asked for, answered or not: a refusal is not asked again at once.
+    pub asked_at: Option<Instant>,
+    /// The leaves of the last answer that the profile maps.
+    pub updates: Vec<GnmiUpdate>,
+}
+
+impl GnmiSettings {
+    /// Whether they are asked for again: never asked, or asked `every` ago (at least the
+    /// switch's `interval`: a zero `settings_interval` reads them at every poll).
+    pub fn due(&self, now: Instant, every: Duration) -> bool {
+        self.asked_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= every)
     }
 }
 

@@ -58,6 +58,12 @@ pub struct SwitchState {
     /// "Ethernet0:3" to queue fields.
     pub queues: BTreeMap<String, BTreeMap<String, u64>>,
     pub oper_status: BTreeMap<String, &'static str>,
+    /// CONFIG_DB `PORT_QOS_MAP`: per port, field to value (`pfc_enable: "3,4"`).
+    pub qos: BTreeMap<String, BTreeMap<String, String>>,
+    /// CONFIG_DB requests are refused, as a path blacklist refuses them.
+    pub refuse_config_db: bool,
+    /// CONFIG_DB requests received (refused ones included).
+    pub config_db_requests: u64,
 }
 
 #[derive(Clone)]
@@ -197,6 +203,21 @@ impl FakeSwitch {
             }
             // Watchdog and anything unknown: an empty answer, as SONiC gives for no entries.
             ("COUNTERS_DB", _) => Vec::new(),
+            ("CONFIG_DB", ["PORT_QOS_MAP"]) if !state.qos.is_empty() => {
+                document(serde_json::Value::Object(
+                    state
+                        .qos
+                        .iter()
+                        .map(|(port, fields)| {
+                            let fields: serde_json::Map<_, _> = fields
+                                .iter()
+                                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                                .collect();
+                            (port.clone(), fields.into())
+                        })
+                        .collect(),
+                ))
+            }
             (_, ["interfaces", "interface", "state"]) => state
                 .ports
                 .iter()
@@ -243,10 +264,18 @@ impl FakeSwitch {
     /// path names, and a request for a DB table (`COUNTERS/...`) whose prefix names no target
     /// is refused as sonic-gnmi refuses it.
     fn targeted(
+        &self,
         prefix: Option<&proto::Path>,
         paths: Vec<proto::Path>,
     ) -> Result<Vec<proto::Path>, Status> {
         let target = prefix.map(|p| p.target.as_str()).unwrap_or_default();
+        if target == "CONFIG_DB" {
+            let mut state = self.state.lock().unwrap();
+            state.config_db_requests += 1;
+            if state.refuse_config_db {
+                return Err(Status::permission_denied("CONFIG_DB is blacklisted"));
+            }
+        }
         let db_table = paths
             .iter()
             .any(|p| p.elem.first().is_some_and(|e| e.name == "COUNTERS"));
@@ -429,7 +458,7 @@ impl GNmi for FakeSwitch {
             return Err(Status::unavailable("down"));
         }
         let request = request.into_inner();
-        let paths = Self::targeted(request.prefix.as_ref(), request.path)?;
+        let paths = self.targeted(request.prefix.as_ref(), request.path)?;
         let notification = self.answers(&paths);
         Ok(Response::new(GetResponse { notification }))
     }
@@ -466,7 +495,7 @@ impl GNmi for FakeSwitch {
             .iter()
             .filter_map(|s| s.path.clone())
             .collect();
-        let paths = Self::targeted(list.prefix.as_ref(), paths)?;
+        let paths = self.targeted(list.prefix.as_ref(), paths)?;
         let (out, answers) = mpsc::channel(64);
         let switch = self.clone();
         if close_at_once {

@@ -150,6 +150,156 @@ fn a_gnmi_switch_gets_its_pfc_state_from_the_config() {
     }
 }
 
+/// `rdma_switch_port_pfc_enabled` of `switch`'s `port` and `priority` (its own queue), from
+/// `source`.
+fn pfc_enabled(
+    samples: &[Sample],
+    switch: &str,
+    port: &str,
+    priority: &str,
+    source: &str,
+) -> Option<f64> {
+    value_of(
+        samples,
+        "rdma_switch_port_pfc_enabled",
+        &[
+            ("switch", switch),
+            ("port", port),
+            ("priority", priority),
+            ("queue", priority),
+            ("source", source),
+        ],
+    )
+}
+
+/// A SONiC switch with CONFIG_DB `PORT_QOS_MAP`: PFC on 3 and 4 on Ethernet0, off on
+/// Ethernet8.
+fn sonic_with_qos() -> FakeSwitch {
+    let switch = FakeSwitch::new(None);
+    let mut state = switch.state.lock().unwrap();
+    for (port, enabled) in [("Ethernet0", "3,4"), ("Ethernet8", "")] {
+        state.qos.insert(
+            port.into(),
+            [
+                ("pfc_enable".to_string(), enabled.to_string()),
+                ("pfc_to_queue_map".to_string(), "AZURE".to_string()),
+            ]
+            .into(),
+        );
+    }
+    drop(state);
+    switch
+}
+
+/// SONiC keeps each port's PFC-enabled priorities in CONFIG_DB, apart from its counters: the
+/// sonic profile reads them with a Get of their own, once per `settings_interval`, and they
+/// win over the config entry on the ports they describe.
+#[test]
+fn a_sonic_gnmi_switch_states_its_pfc_priorities_in_config_db() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let switch = sonic_with_qos();
+    let address = runtime.block_on(serve(switch.clone(), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
+             \x20 - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3]}}\n"
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    for probe in 0..2 {
+        let (status, _, body) = exporter.get("/probe?target=sonic1");
+        assert_eq!(status, 200, "{body}");
+        assert_no_duplicate_series(&body);
+        let samples = parse_exposition(&body);
+        let pfc = |port, priority| pfc_enabled(&samples, "sonic1", port, priority, "switch");
+        assert_eq!(pfc("Ethernet0", "3"), Some(1.0), "probe {probe}: {body}");
+        assert_eq!(pfc("Ethernet0", "4"), Some(1.0), "probe {probe}: {body}");
+        assert_eq!(pfc("Ethernet0", "0"), Some(0.0), "probe {probe}: {body}");
+        // PFC off on the switch: the config's priority 3 does not speak for this port.
+        assert_eq!(pfc("Ethernet8", "3"), Some(0.0), "probe {probe}: {body}");
+        assert_eq!(
+            pfc_enabled(&samples, "sonic1", "Ethernet8", "3", "config"),
+            None,
+            "{body}"
+        );
+    }
+    // Both probes served the settings of one read (settings_interval 5m by default).
+    assert_eq!(switch.state.lock().unwrap().config_db_requests, 1);
+}
+
+/// A switch that refuses its settings paths keeps its counters: the refusal is counted as
+/// values not read, and the config entry speaks for its ports. Subscribed (STREAM) switches
+/// read their settings on a schedule of their own.
+#[test]
+fn a_switch_that_refuses_its_settings_paths_keeps_its_counters() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let answering = sonic_with_qos();
+    let refusing = sonic_with_qos();
+    refusing.state.lock().unwrap().refuse_config_db = true;
+    let answering_address = runtime.block_on(serve(answering.clone(), Transport::Plain));
+    let refusing_address = runtime.block_on(serve(refusing.clone(), Transport::Plain));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "node: {{enabled: false}}\nswitches:\n\
+             \x20 - {{name: answering, address: '{answering_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 500ms, gnmi: {{mode: stream}}}}\n\
+             \x20 - {{name: refusing, address: '{refusing_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 500ms, gnmi: {{mode: stream}}, pfc_priorities: [3]}}\n"
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let samples = loop {
+        let samples = parse_exposition(&exporter.metrics());
+        let ready = pfc_enabled(&samples, "answering", "Ethernet0", "4", "switch") == Some(1.0)
+            && pfc_enabled(&samples, "refusing", "Ethernet0", "3", "config") == Some(1.0);
+        if ready {
+            break samples;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no PFC state from both switches: {:#?}",
+            samples
+                .iter()
+                .filter(|s| s.name.starts_with("rdma_switch_port_pfc_enabled")
+                    || s.name.starts_with("rdma_switch_poll_errors"))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        pfc_enabled(&samples, "answering", "Ethernet8", "3", "switch"),
+        Some(0.0)
+    );
+    for switch in ["answering", "refusing"] {
+        assert_eq!(
+            value_of(&samples, "rdma_switch_up", &[("switch", switch)]),
+            Some(1.0),
+            "{switch}"
+        );
+    }
+    assert_eq!(
+        pfc_enabled(&samples, "refusing", "Ethernet0", "4", "switch"),
+        None
+    );
+    assert!(
+        value_of(
+            &samples,
+            "rdma_switch_poll_errors_total",
+            &[("switch", "refusing"), ("reason", "value")]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "the refusal is counted"
+    );
+    assert!(refusing.state.lock().unwrap().config_db_requests >= 1);
+}
+
 #[test]
 fn pfc_config_mistakes_are_reported_at_their_line_and_column() {
     let dir = tempfile::tempdir().unwrap();

@@ -514,27 +514,60 @@ async fn fetch(
             }
         }
         Err(status) if status.code() == Code::Unimplemented => {
-            let (prefix, path) = prefixed(paths);
-            let request = proto::GetRequest {
-                prefix,
-                path,
-                encoding: encoding as i32,
-                ..Default::default()
-            };
-            let response = client
-                .get(with_credentials(target, request, Some(target.timeout))?)
-                .await
-                .map_err(|s| status_error(&s))?;
-            for notification in &response.into_inner().notification {
-                collect_notification(notification, &mut updates, max_leaves)?;
-                if updates.len() > max_leaves {
-                    return Err(session::too_many_leaves(max_leaves));
-                }
-            }
-            Ok(updates)
+            get(&mut client, target, paths, encoding, max_leaves).await
         }
         Err(status) => Err(status_error(&status)),
     }
+}
+
+/// Reads `paths` with one Get, bounded by the target's timeout: for settings read apart from
+/// a switch's subscription (`switch::settings`), where a ONCE subscription would be one more
+/// session for the switch to keep.
+pub async fn get_once_capped(
+    target: &GnmiTarget,
+    paths: &[proto::Path],
+    max_leaves: usize,
+) -> Result<Vec<GnmiUpdate>, PollError> {
+    let read = async {
+        let mut client = connect(target).await?;
+        let encoding = choose_encoding(&mut client, target).await?;
+        get(&mut client, target, paths, encoding, max_leaves).await
+    };
+    match tokio::time::timeout(target.timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(PollError {
+            reason: PollErrorReason::Timeout,
+            detail: format!("no answer to Get within {:?}", target.timeout),
+        }),
+    }
+}
+
+async fn get(
+    client: &mut GNmiClient<Channel>,
+    target: &GnmiTarget,
+    paths: &[proto::Path],
+    encoding: proto::Encoding,
+    max_leaves: usize,
+) -> Result<Vec<GnmiUpdate>, PollError> {
+    let (prefix, path) = prefixed(paths);
+    let request = proto::GetRequest {
+        prefix,
+        path,
+        encoding: encoding as i32,
+        ..Default::default()
+    };
+    let response = client
+        .get(with_credentials(target, request, Some(target.timeout))?)
+        .await
+        .map_err(|s| status_error(&s))?;
+    let mut updates = Vec::new();
+    for notification in &response.into_inner().notification {
+        collect_notification(notification, &mut updates, max_leaves)?;
+        if updates.len() > max_leaves {
+            return Err(session::too_many_leaves(max_leaves));
+        }
+    }
+    Ok(updates)
 }
 
 #[cfg(test)]
