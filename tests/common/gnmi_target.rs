@@ -460,6 +460,10 @@ impl GNmi for FakeSwitch {
         let request = request.into_inner();
         let paths = self.targeted(request.prefix.as_ref(), request.path)?;
         let notification = self.answers(&paths);
+        // sonic-gnmi's Get answers NOT_FOUND for a DB table with no entries.
+        if notification.is_empty() && paths.iter().any(|p| p.target == "CONFIG_DB") {
+            return Err(Status::not_found("PORT_QOS_MAP: no entries"));
+        }
         Ok(Response::new(GetResponse { notification }))
     }
 

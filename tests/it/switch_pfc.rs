@@ -148,6 +148,13 @@ fn a_gnmi_switch_gets_its_pfc_state_from_the_config() {
         assert_eq!(pfc(port, "4"), Some(1.0), "{body}");
         assert_eq!(pfc(port, "0"), Some(0.0), "{body}");
     }
+    // No PORT_QOS_MAP entries (sonic-gnmi answers NOT_FOUND): no settings, and no error.
+    assert!(
+        !samples
+            .iter()
+            .any(|s| s.name == "rdma_switch_poll_errors_total"),
+        "{body}"
+    );
 }
 
 /// `rdma_switch_port_pfc_enabled` of `switch`'s `port` and `priority` (its own queue), from

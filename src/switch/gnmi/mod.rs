@@ -514,7 +514,15 @@ async fn fetch(
             }
         }
         Err(status) if status.code() == Code::Unimplemented => {
-            get(&mut client, target, paths, encoding, max_leaves).await
+            get(
+                &mut client,
+                target,
+                paths,
+                encoding,
+                max_leaves,
+                Absent::IsAnError,
+            )
+            .await
         }
         Err(status) => Err(status_error(&status)),
     }
@@ -522,7 +530,9 @@ async fn fetch(
 
 /// Reads `paths` with one Get, bounded by the target's timeout: for settings read apart from
 /// a switch's subscription (`switch::settings`), where a ONCE subscription would be one more
-/// session for the switch to keep.
+/// session for the switch to keep. A path the target has no data under (NOT_FOUND, which
+/// sonic-gnmi answers for a table with no entries: a switch without PFC configured) reads as
+/// no leaves.
 pub async fn get_once_capped(
     target: &GnmiTarget,
     paths: &[proto::Path],
@@ -531,7 +541,15 @@ pub async fn get_once_capped(
     let read = async {
         let mut client = connect(target).await?;
         let encoding = choose_encoding(&mut client, target).await?;
-        get(&mut client, target, paths, encoding, max_leaves).await
+        get(
+            &mut client,
+            target,
+            paths,
+            encoding,
+            max_leaves,
+            Absent::IsEmpty,
+        )
+        .await
     };
     match tokio::time::timeout(target.timeout, read).await {
         Ok(result) => result,
@@ -542,12 +560,20 @@ pub async fn get_once_capped(
     }
 }
 
+/// What a Get answered with NOT_FOUND means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absent {
+    IsAnError,
+    IsEmpty,
+}
+
 async fn get(
     client: &mut GNmiClient<Channel>,
     target: &GnmiTarget,
     paths: &[proto::Path],
     encoding: proto::Encoding,
     max_leaves: usize,
+    absent: Absent,
 ) -> Result<Vec<GnmiUpdate>, PollError> {
     let (prefix, path) = prefixed(paths);
     let request = proto::GetRequest {
@@ -556,10 +582,16 @@ async fn get(
         encoding: encoding as i32,
         ..Default::default()
     };
-    let response = client
+    let response = match client
         .get(with_credentials(target, request, Some(target.timeout))?)
         .await
-        .map_err(|s| status_error(&s))?;
+    {
+        Ok(response) => response,
+        Err(status) if status.code() == Code::NotFound && absent == Absent::IsEmpty => {
+            return Ok(Vec::new());
+        }
+        Err(status) => return Err(status_error(&status)),
+    };
     let mut updates = Vec::new();
     for notification in &response.into_inner().notification {
         collect_notification(notification, &mut updates, max_leaves)?;
