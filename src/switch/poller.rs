@@ -166,8 +166,9 @@ impl Poller {
     }
 
     /// Reads a gNMI switch's settings paths when they are due, with a request of their own.
-    /// A failed read keeps the last settings and counts a `value` error: the counters are
-    /// served either way, and the read is tried again after `settings_interval`.
+    /// A failed read keeps the last settings and counts under its reason (a refused path is
+    /// `auth`): the counters are served either way, and the read is tried again after
+    /// `settings_interval`.
     async fn refresh_gnmi_settings(&self, index: usize) {
         let (target, state) = &self.targets[index];
         let Source::Gnmi { target: gnmi, .. } = &target.source else {
@@ -191,7 +192,7 @@ impl Poller {
                 .filter(|u| target.profile.gnmi.maps(&u.path))
                 .collect(),
             Err(error) => {
-                *state.errors.entry(PollErrorReason::Value).or_default() += 1;
+                *state.errors.entry(error.reason).or_default() += 1;
                 tracing::warn!(switch = %target.name, reason = error.reason.as_label(), "settings not read (counters are): {}", error.detail);
                 kept.updates.clone()
             }

@@ -238,8 +238,8 @@ fn a_sonic_gnmi_switch_states_its_pfc_priorities_in_config_db() {
     assert_eq!(switch.state.lock().unwrap().config_db_requests, 1);
 }
 
-/// A switch that refuses its settings paths keeps its counters: the refusal is counted as
-/// values not read, and the config entry speaks for its ports. Subscribed (STREAM) switches
+/// A switch that refuses its settings paths keeps its counters: the refusal is counted under
+/// its reason (PermissionDenied: `auth`), and the config entry speaks for its ports. Subscribed (STREAM) switches
 /// read their settings on a schedule of their own.
 #[test]
 fn a_switch_that_refuses_its_settings_paths_keeps_its_counters() {
@@ -299,7 +299,7 @@ fn a_switch_that_refuses_its_settings_paths_keeps_its_counters() {
         value_of(
             &samples,
             "rdma_switch_poll_errors_total",
-            &[("switch", "refusing"), ("reason", "value")]
+            &[("switch", "refusing"), ("reason", "auth")]
         )
         .is_some_and(|v| v >= 1.0),
         "the refusal is counted"
