@@ -186,18 +186,27 @@ impl Poller {
         let asked_at = Some(Instant::now());
         let read = get_once_capped(gnmi, &paths, target.profile.gnmi.max_leaves()).await;
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-        let updates = match read {
-            Ok(updates) => updates
-                .into_iter()
-                .filter(|u| target.profile.gnmi.maps(&u.path))
-                .collect(),
+        let (updates, failing) = match read {
+            Ok(updates) => {
+                let mapped = updates
+                    .into_iter()
+                    .filter(|u| target.profile.gnmi.maps(&u.path))
+                    .collect();
+                (mapped, false)
+            }
             Err(error) => {
                 *state.errors.entry(error.reason).or_default() += 1;
-                tracing::warn!(switch = %target.name, reason = error.reason.as_label(), "settings not read (counters are): {}", error.detail);
-                kept.updates.clone()
+                if !kept.failing {
+                    tracing::warn!(switch = %target.name, reason = error.reason.as_label(), "settings not read (counters are): {}", error.detail);
+                }
+                (kept.updates.clone(), true)
             }
         };
-        state.gnmi_settings = Arc::new(GnmiSettings { asked_at, updates });
+        state.gnmi_settings = Arc::new(GnmiSettings {
+            asked_at,
+            updates,
+            failing,
+        });
     }
 
     /// Decodes a view of a gNMI switch's counters with its kept settings leaves.

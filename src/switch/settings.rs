@@ -66,6 +66,8 @@ pub struct GnmiSettings {
     pub asked_at: Option<Instant>,
     /// The leaves of the last answer that the profile maps.
     pub updates: Vec<GnmiUpdate>,
+    /// The last read failed (logged once until one succeeds again).
+    pub failing: bool,
 }
 
 impl GnmiSettings {
