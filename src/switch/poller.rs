@@ -174,15 +174,13 @@ impl Poller {
         let Source::Gnmi { target: gnmi, .. } = &target.source else {
             return;
         };
-        let paths = target.profile.gnmi.settings_paths();
-        let kept = state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gnmi_settings
-            .clone();
-        if paths.is_empty() || !kept.due(Instant::now(), target.settings_interval) {
+        let kept = self.kept_gnmi_settings(index);
+        if target.profile.gnmi.settings_path_texts.is_empty()
+            || !kept.due(Instant::now(), target.settings_interval)
+        {
             return;
         }
+        let paths = target.profile.gnmi.settings_paths();
         let asked_at = Some(Instant::now());
         let read = get_once_capped(gnmi, &paths, target.profile.gnmi.max_leaves()).await;
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,14 +209,18 @@ impl Poller {
 
     /// Decodes a view of a gNMI switch's counters with its kept settings leaves.
     fn decode_gnmi(&self, index: usize, mut view: Vec<GnmiUpdate>) -> super::gnmi_map::Decoded {
-        let (target, state) = &self.targets[index];
-        let settings = state
+        let settings = self.kept_gnmi_settings(index);
+        view.extend(settings.updates.iter().cloned());
+        self.targets[index].0.profile.gnmi.decode(&view)
+    }
+
+    fn kept_gnmi_settings(&self, index: usize) -> Arc<GnmiSettings> {
+        let (_, state) = &self.targets[index];
+        state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .gnmi_settings
-            .clone();
-        view.extend(settings.updates.iter().cloned());
-        target.profile.gnmi.decode(&view)
+            .clone()
     }
 
     async fn run(&self, index: usize, permits: Arc<Semaphore>) {

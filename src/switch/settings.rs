@@ -71,8 +71,8 @@ pub struct GnmiSettings {
 }
 
 impl GnmiSettings {
-    /// Whether they are asked for again: never asked, or asked `every` ago (at least the
-    /// switch's `interval`: a zero `settings_interval` reads them at every poll).
+    /// Whether they are asked for again: never asked, or asked `every` ago (zero: at every
+    /// poll; a subscribed switch's own loop waits at least its `interval` between reads).
     pub fn due(&self, now: Instant, every: Duration) -> bool {
         self.asked_at
             .is_none_or(|at| now.saturating_duration_since(at) >= every)

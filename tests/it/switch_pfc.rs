@@ -109,23 +109,32 @@ fn the_switch_answer_wins_and_the_config_covers_the_rest() {
     promtool_check_metrics(&body);
 }
 
+/// An exporter without the node collector, its config `head` (top-level keys) and the
+/// `switches:` entries `entries`; the directory holds the config file.
+fn exporter_with_switches(head: &str, entries: &str) -> (tempfile::TempDir, Exporter) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yml");
+    std::fs::write(
+        &config,
+        format!("node: {{enabled: false}}\n{head}switches:\n{entries}"),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    (dir, exporter)
+}
+
 /// gNMI has no standard PFC leaf (OpenConfig models none): the config entry speaks for a gNMI
 /// switch too, on the ports its counters name.
 #[test]
 fn a_gnmi_switch_gets_its_pfc_state_from_the_config() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let address = runtime.block_on(serve(FakeSwitch::new(None), Transport::Plain));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
-             \x20 - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3, 4]}}\n"
+    let (_dir, exporter) = exporter_with_switches(
+        "switch_polling: on_demand\n",
+        &format!(
+            "  - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3, 4]}}\n"
         ),
-    )
-    .unwrap();
-    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    );
     let (status, _, body) = exporter.get("/probe?target=sonic1");
     assert_eq!(status, 200, "{body}");
     assert_no_duplicate_series(&body);
@@ -206,17 +215,12 @@ fn a_sonic_gnmi_switch_states_its_pfc_priorities_in_config_db() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let switch = sonic_with_qos();
     let address = runtime.block_on(serve(switch.clone(), Transport::Plain));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "node: {{enabled: false}}\nswitch_polling: on_demand\nswitches:\n\
-             \x20 - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3]}}\n"
+    let (_dir, exporter) = exporter_with_switches(
+        "switch_polling: on_demand\n",
+        &format!(
+            "  - {{name: sonic1, address: '{address}', protocol: gnmi, profile: sonic, interval: 2s, timeout: 1s, gnmi: {{mode: once}}, pfc_priorities: [3]}}\n"
         ),
-    )
-    .unwrap();
-    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    );
     for probe in 0..2 {
         let (status, _, body) = exporter.get("/probe?target=sonic1");
         assert_eq!(status, 200, "{body}");
@@ -239,8 +243,8 @@ fn a_sonic_gnmi_switch_states_its_pfc_priorities_in_config_db() {
 }
 
 /// A switch that refuses its settings paths keeps its counters: the refusal is counted under
-/// its reason (PermissionDenied: `auth`), and the config entry speaks for its ports. Subscribed (STREAM) switches
-/// read their settings on a schedule of their own.
+/// its reason (PermissionDenied: `auth`), and the config entry speaks for its ports.
+/// Subscribed (STREAM) switches read their settings on a schedule of their own.
 #[test]
 fn a_switch_that_refuses_its_settings_paths_keeps_its_counters() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -249,18 +253,13 @@ fn a_switch_that_refuses_its_settings_paths_keeps_its_counters() {
     refusing.state.lock().unwrap().refuse_config_db = true;
     let answering_address = runtime.block_on(serve(answering.clone(), Transport::Plain));
     let refusing_address = runtime.block_on(serve(refusing.clone(), Transport::Plain));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "node: {{enabled: false}}\nswitches:\n\
-             \x20 - {{name: answering, address: '{answering_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 500ms, gnmi: {{mode: stream}}}}\n\
+    let (_dir, exporter) = exporter_with_switches(
+        "",
+        &format!(
+            "  - {{name: answering, address: '{answering_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 500ms, gnmi: {{mode: stream}}}}\n\
              \x20 - {{name: refusing, address: '{refusing_address}', protocol: gnmi, profile: sonic, interval: 1s, timeout: 500ms, gnmi: {{mode: stream}}, pfc_priorities: [3]}}\n"
         ),
-    )
-    .unwrap();
-    let exporter = Exporter::start(&["--config.file", path_str(&config)]);
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let samples = loop {
         let samples = parse_exposition(&exporter.metrics());

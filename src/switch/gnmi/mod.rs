@@ -468,11 +468,25 @@ pub async fn fetch_once_capped(
     paths: &[proto::Path],
     max_leaves: usize,
 ) -> Result<Vec<GnmiUpdate>, PollError> {
-    match tokio::time::timeout(target.timeout, fetch(target, paths, max_leaves)).await {
+    within_timeout(
+        target,
+        "no complete answer",
+        fetch(target, paths, max_leaves),
+    )
+    .await
+}
+
+/// `read`, or a `timeout` error ("`what` within <timeout>") once the target's timeout passes.
+async fn within_timeout<T>(
+    target: &GnmiTarget,
+    what: &str,
+    read: impl std::future::Future<Output = Result<T, PollError>>,
+) -> Result<T, PollError> {
+    match tokio::time::timeout(target.timeout, read).await {
         Ok(result) => result,
         Err(_) => Err(PollError {
             reason: PollErrorReason::Timeout,
-            detail: format!("no complete answer within {:?}", target.timeout),
+            detail: format!("{what} within {:?}", target.timeout),
         }),
     }
 }
@@ -551,13 +565,7 @@ pub async fn get_once_capped(
         )
         .await
     };
-    match tokio::time::timeout(target.timeout, read).await {
-        Ok(result) => result,
-        Err(_) => Err(PollError {
-            reason: PollErrorReason::Timeout,
-            detail: format!("no answer to Get within {:?}", target.timeout),
-        }),
-    }
+    within_timeout(target, "no answer to Get", read).await
 }
 
 /// What a Get answered with NOT_FOUND means.
