@@ -43,7 +43,8 @@ seed_sources() {
     case $1 in
     sysfs_value) echo ../tests/fixtures/cx7-roce/sys ../tests/fixtures/quirks ;;
     config) echo ../examples seeds/config ;;
-    nccl_log) echo ../tests/fixtures/nccl ;;
+    nccl_log) echo ../tests/fixtures/nccl ../../shared/corpus/nccl ;;
+    ib_diags_text) echo ../../shared/corpus/infiniband-diags ;;
     ethtool_strings) echo seeds/ethtool_strings ;;
     ethtool_text) echo ../tests/fixtures/cx7-roce/ethtool ;;
     snmp_values) echo ../tests/fixtures/snmprec ;;

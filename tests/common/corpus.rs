@@ -1,9 +1,11 @@
 //! The real samples the parsers are proven on, kept apart from what the project expects of them.
 //!
 //! The samples of one kind are the files of `<root>/<kind>/`, each named with its public source
-//! in that directory's `SOURCES.md`. The root is `tests/corpus/` unless `RFE_CORPUS_DIR` names
-//! another (a relative path is taken from the project root: `RFE_CORPUS_DIR=../shared/corpus`),
-//! so moving the samples is a change of one path. The expectations are the project's own: a
+//! in that directory's `SOURCES.md`. They are third-party text and not part of the repository:
+//! the root is `../shared/corpus/`, beside the project as every checkout has it, unless
+//! `RFE_CORPUS_DIR` names another (a relative path is taken from the project root). A missing
+//! root or kind fails the test that reads it with one line naming the directory; nothing is
+//! skipped. The expectations are the project's own: a
 //! `tests/corpus-expected/<kind>/<sample>.expected` file per sample, or a row of the test's
 //! table. Either way every sample has its expectation and every expectation its sample.
 //!
@@ -23,11 +25,14 @@ fn project_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The root the samples are read from when `RFE_CORPUS_DIR` names none.
+pub const DEFAULT_ROOT: &str = "../shared/corpus";
+
 /// The root the samples are read from.
 pub fn root() -> PathBuf {
     match std::env::var_os(ROOT_VAR) {
         Some(dir) if !dir.is_empty() => project_root().join(dir),
-        _ => project_root().join("tests/corpus"),
+        _ => project_root().join(DEFAULT_ROOT),
     }
 }
 
@@ -39,10 +44,25 @@ pub struct Corpus {
 }
 
 /// The corpus of `kind`: samples under [`root`], expectations in `tests/corpus-expected/`.
+/// Fails at once, naming the directory, when the kind's sample directory is not there.
+#[track_caller]
 pub fn corpus(kind: &str) -> Corpus {
+    corpus_under(&root(), kind)
+}
+
+/// The corpus of `kind` with its samples under `root`.
+#[track_caller]
+pub fn corpus_under(root: &Path, kind: &str) -> Corpus {
+    let samples = root.join(kind);
+    assert!(
+        samples.is_dir(),
+        "{}: no such directory: the samples of corpus kind {kind:?} are read from there ({} beside the project, or {ROOT_VAR}=<root>)",
+        samples.display(),
+        DEFAULT_ROOT
+    );
     Corpus::at(
         kind,
-        root().join(kind),
+        samples,
         project_root().join("tests/corpus-expected").join(kind),
     )
 }

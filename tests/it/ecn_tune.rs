@@ -2,7 +2,7 @@
 //! Prometheus scraping it every second and evaluating the shipped recording rules, and the built
 //! binary classifying every NIC and switch port over the last minute. Then what it says when it
 //! cannot tell (Prometheus unreachable, no series, rules not loaded, an nccl-tests output
-//! without timestamps), and the real captured inputs of `tests/corpus/`.
+//! without timestamps), and the real captured inputs of the corpus (`../shared/corpus/`).
 
 use crate::common;
 
