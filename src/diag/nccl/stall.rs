@@ -43,11 +43,11 @@ mod tests {
     use super::*;
 
     const HEADER: &str = "\
-# nThread 1 nGpus 2 minBytes 268435456 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+# nThread 1 nGpus 2 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 3 iters: 10 agg iters: 1 validation: 1 graph: 0
 #
 # Using devices
-#  Rank  0 Group  0 Pid  14630 on    node-a device  0 [0x59] NVIDIA H200
-#  Rank  1 Group  0 Pid  14630 on    node-a device  1 [0x5a] NVIDIA H200
+#  Rank  0 Group  0 Pid   4321 on    node-a device  0 [0x1b] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   4321 on    node-a device  1 [0x29] NVIDIA H100 80GB HBM3
 #
 #                                                              out-of-place                       in-place
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
@@ -56,12 +56,12 @@ mod tests {
 
     #[test]
     fn a_header_without_rows_is_a_stall_and_a_row_is_progress() {
-        let channels = "node-a:14630:14695 [1] NCCL INFO Channel 07/0 : 1[1] -> 0[0] [send] via NET/IB/1/GDRDMA\n";
+        let channels = "node-a:4321:4400 [1] NCCL INFO Channel 03/0 : 1[1] -> 0[0] [send] via NET/IB/1/GDRDMA\n";
         let hung = format!("{HEADER}{channels}");
         let found = stalls("run.log", &hung);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].line, 1);
-        let row = "   268435456      67108864     float     sum      -1   2995.1   89.62   89.62      0   2990.6   89.76   89.76      0\n";
+        let row = "     1048576        262144     float     sum      -1    101.5   10.33   10.33      0    100.9   10.39   10.39      0\n";
         assert!(stalls("run.log", &format!("{hung}{row}")).is_empty());
         // NCCL lines alone: no benchmark, nothing to say.
         assert!(stalls("run.log", channels).is_empty());

@@ -128,7 +128,7 @@ pub struct Run {
     pub collective: Option<String>,
     /// `# nccl-tests version 2.18.3 ...`
     pub nccl_tests_version: Option<String>,
-    /// `rccl-tests: Version develop:3f7f785`
+    /// `rccl-tests: Version develop:0a1b2c3`
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rccl_tests_version: Option<String>,
     /// `NCCL version 2.21.5+cuda12.4` (an interleaved NCCL line) or `nccl-library=22809`.
@@ -932,26 +932,26 @@ node-a:1001:1010 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/G
         let text = "\
 # nThread 1 nGpus 2 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
 #
-rccl-tests: Version develop:3f7f785
+rccl-tests: Version develop:0a1b2c3
 # Using devices
-#   Rank  0 Pid  38629 on deep-host device  0 [0000:2f:00.0] AMD Instinct MI100
-#   Rank  1 Pid  38629 on deep-host device  1 [0000:03:00.0] AMD Instinct MI100
-deep-host:38629:38629 [0] NCCL INFO Bootstrap : Using enp37s0f1:192.168.178.85<0>
+#   Rank  0 Pid   5150 on mi-node-1 device  0 [0000:c1:00.0] AMD Instinct MI100
+#   Rank  1 Pid   5150 on mi-node-1 device  1 [0000:c5:00.0] AMD Instinct MI100
+mi-node-1:5150:5150 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>
 NCCL version 2.18.3+hip6.0
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-   134217728      33554432     float     sum      -1    12192   11.01   11.01      0    12354   10.86   10.86      0
+   134217728      33554432     float     sum      -1    12500   10.74   10.74      0    12600   10.65   10.65      0
 # Errors with asterisks indicate errors that have exceeded the maximum threshold.
 # Out of bounds values : 0 OK
-# Avg bus bandwidth    : 11.01 FAILED
+# Avg bus bandwidth    : 10.74 FAILED
 ";
         let run = parse(text).unwrap();
-        assert_eq!(run.rccl_tests_version.as_deref(), Some("develop:3f7f785"));
+        assert_eq!(run.rccl_tests_version.as_deref(), Some("develop:0a1b2c3"));
         assert_eq!(run.nccl_version.as_deref(), Some("2.18.3+hip6.0"));
-        assert_eq!(run.devices[1].bus_id.as_deref(), Some("0000:03:00.0"));
+        assert_eq!(run.devices[1].bus_id.as_deref(), Some("0000:c5:00.0"));
         assert_eq!(run.devices[1].group, None);
         assert_eq!(run.ranks_per_host(), Some(2));
         assert_eq!(run.rows.len(), 1);
-        assert_eq!(run.footer.avg_busbw_gbps, Some(11.01));
+        assert_eq!(run.footer.avg_busbw_gbps, Some(10.74));
         assert_eq!(run.footer.avg_busbw_check.as_deref(), Some("FAILED"));
     }
 

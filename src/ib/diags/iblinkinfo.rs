@@ -309,10 +309,10 @@ mod tests {
     #[test]
     fn line_layout_rows_with_could_be_hints() {
         let row = parse_row(
-            "0x0002c90200404ad8 \"SwitchX -  Mellanox Technologies\"      4   17[  ] ==( 1X 2.5 Gbps Active/  LinkUp)==>  0x0011220300334455      5    1[  ] \"exe0001 HCA-1\" ( Could be 4X Could be 10.0 Gbps )",
+            "0x0002c90200a1b2c3 \"SwitchX -  Mellanox Technologies\"      4   17[  ] ==( 1X 2.5 Gbps Active/  LinkUp)==>  0x0002c90300d4e5f6      5    1[  ] \"gpu-node-09 HCA-1\" ( Could be 4X Could be 10.0 Gbps )",
         )
         .unwrap();
-        assert_eq!(row.guid, Some(Guid(0x0002_c902_0040_4ad8)));
+        assert_eq!(row.guid, Some(Guid(0x0002_c902_00a1_b2c3)));
         assert_eq!(
             row.description.as_deref(),
             Some("SwitchX -  Mellanox Technologies")
@@ -325,9 +325,9 @@ mod tests {
         let remote = row.remote.unwrap();
         assert_eq!(
             (remote.guid, remote.lid, remote.port),
-            (Some(Guid(0x0011_2203_0033_4455)), Some(5), 1)
+            (Some(Guid(0x0002_c903_00d4_e5f6)), Some(5), 1)
         );
-        assert_eq!(remote.description, "exe0001 HCA-1");
+        assert_eq!(remote.description, "gpu-node-09 HCA-1");
     }
 
     #[test]

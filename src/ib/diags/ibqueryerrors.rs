@@ -123,23 +123,23 @@ mod tests {
 
     #[test]
     fn switch_and_ca_headers_ports_all_and_data_values() {
-        let text = "Errors for 0x2c903006e29b0 \"MF0;ys23ib4:SX6036/U1\"\n\
-           GUID 0x2c903006e29b0 port ALL: [LinkDownedCounter == 48]\n\
-           GUID 0x2c903006e29b0 port 5: [SymbolErrorCounter == 65535] [PortXmitData == 19892634015130 (  infPB)]\n\
-        Errors for \"rd240 mlx4_0\"\n   GUID 0xe41d2d0300e0bae1 port 1: [PortXmitWait == 4294967295]\n\
-        ## Summary: 4 nodes checked, 4 bad nodes found\n##          43 ports checked, 14 ports have errors\n";
+        let text = "Errors for 0x7cfe900300aa0010 \"MF0;leaf-07:MQM8700/U1\"\n\
+           GUID 0x7cfe900300aa0010 port ALL: [LinkDownedCounter == 12]\n\
+           GUID 0x7cfe900300aa0010 port 9: [SymbolErrorCounter == 65535] [PortXmitData == 31415926535897 (  infPB)]\n\
+        Errors for \"gpu-node-03 mlx5_2\"\n   GUID 0x946dae0300bb0203 port 1: [PortXmitWait == 4294967295]\n\
+        ## Summary: 6 nodes checked, 2 bad nodes found\n##          51 ports checked, 3 ports have errors\n";
         let q = parse(text).unwrap();
         assert_eq!(q.nodes.len(), 2);
-        assert_eq!(q.nodes[0].switch_guid, Some(Guid(0x2c903006e29b0)));
-        assert_eq!(q.nodes[0].description, "MF0;ys23ib4:SX6036/U1");
+        assert_eq!(q.nodes[0].switch_guid, Some(Guid(0x7cfe_9003_00aa_0010)));
+        assert_eq!(q.nodes[0].description, "MF0;leaf-07:MQM8700/U1");
         assert_eq!(q.nodes[0].ports[0].port, None);
         assert_eq!(
             q.nodes[0].ports[1].counters["PortXmitData"],
-            19_892_634_015_130
+            31_415_926_535_897
         );
         assert_eq!(q.nodes[1].switch_guid, None);
         assert_eq!(q.nodes[1].ports[0].counters["PortXmitWait"], 4_294_967_295);
-        assert_eq!((q.nodes_checked, q.ports_checked), (Some(4), Some(43)));
+        assert_eq!((q.nodes_checked, q.ports_checked), (Some(6), Some(51)));
         assert!(parse("GUID 0x1 port 1: [X == 1]\n").is_err());
     }
 }

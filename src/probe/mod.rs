@@ -1,0 +1,14 @@
+//! Active probing between RDMA NICs, the R-Pingmesh way (DESIGN.md, "Active probing"): each
+//! local port answers probes on a UD queue pair and sends its own to a rotating set of peers.
+//!
+//! This is the transport-free core, usable by the verbs transport and by the simulator alike:
+//! - [`packet`]: the probe's wire format, decoded without trusting the peer;
+//! - [`responder`]: what a responder answers, bounded per source and in total;
+//! - [`rtt`]: the network round trip with the responder's own delay taken out;
+//! - [`targets`]: which peers a port probes in a round (Hostmesh's intra-host mesh, a rotating
+//!   sample of the same rail, a few ports on other rails) and with which flow labels.
+
+pub mod packet;
+pub mod responder;
+pub mod rtt;
+pub mod targets;

@@ -1,0 +1,186 @@
+//! The probe's wire format: the payload of one UD send, after the 40-byte GRH the receiver
+//! gets in front of it.
+//!
+//! ```text
+//! 0   4     5     6        8        16                24        32
+//! | RFEP | ver | kind | 0 0 | seq u64 | responder delay u64 ns | 0 ... |
+//! ```
+//! Big-endian, fixed length. A probe carries only its sequence number. The responder answers
+//! each probe twice, as R-Pingmesh does: an `Ack` at once (its receive completion stamps the
+//! prober's T5), then a `Delay` that carries T4 - T3, the responder's time between its receive
+//! completion and the `Ack`'s send completion, which it only knows after the `Ack` left.
+
+use thiserror::Error;
+
+/// The payload's first bytes: anything else on the Q_Key is not ours.
+pub const MAGIC: [u8; 4] = *b"RFEP";
+/// The format version this build speaks.
+pub const VERSION: u8 = 1;
+/// Every packet's length. Longer payloads are refused, not truncated: a peer that pads is not
+/// speaking this version.
+pub const LEN: usize = 32;
+
+/// What a packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Probe = 1,
+    Ack = 2,
+    Delay = 3,
+}
+
+/// One decoded packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet {
+    pub kind: Kind,
+    pub seq: u64,
+    /// T4 - T3 in nanoseconds: set in `Delay` packets only.
+    pub responder_delay_ns: u64,
+}
+
+/// Why a payload is not a packet of ours; `reason` is its label.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PacketError {
+    #[error("{0} bytes, not {LEN}")]
+    Length(usize),
+    #[error("no probe magic")]
+    Magic,
+    #[error("format version {0}, this build speaks {VERSION}")]
+    Version(u8),
+    #[error("unknown packet kind {0}")]
+    Kind(u8),
+    #[error("a responder delay in a packet that carries none")]
+    StrayDelay,
+}
+
+impl PacketError {
+    /// The `reason` label of the packets refused for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PacketError::Length(_) => "length",
+            PacketError::Magic => "magic",
+            PacketError::Version(_) => "version",
+            PacketError::Kind(_) | PacketError::StrayDelay => "malformed",
+        }
+    }
+}
+
+impl Packet {
+    pub fn probe(seq: u64) -> Packet {
+        Packet {
+            kind: Kind::Probe,
+            seq,
+            responder_delay_ns: 0,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; LEN] {
+        let mut bytes = [0u8; LEN];
+        bytes[..4].copy_from_slice(&MAGIC);
+        bytes[4] = VERSION;
+        bytes[5] = self.kind as u8;
+        bytes[8..16].copy_from_slice(&self.seq.to_be_bytes());
+        bytes[16..24].copy_from_slice(&self.responder_delay_ns.to_be_bytes());
+        bytes
+    }
+
+    /// Decodes a payload (the GRH already stripped). Reserved bytes are ignored, so a later
+    /// version may use them without breaking this one.
+    pub fn decode(bytes: &[u8]) -> Result<Packet, PacketError> {
+        let bytes: &[u8; LEN] = bytes
+            .try_into()
+            .map_err(|_| PacketError::Length(bytes.len()))?;
+        if bytes[..4] != MAGIC {
+            return Err(PacketError::Magic);
+        }
+        if bytes[4] != VERSION {
+            return Err(PacketError::Version(bytes[4]));
+        }
+        let kind = match bytes[5] {
+            1 => Kind::Probe,
+            2 => Kind::Ack,
+            3 => Kind::Delay,
+            other => return Err(PacketError::Kind(other)),
+        };
+        let word = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
+        let responder_delay_ns = word(16);
+        if kind != Kind::Delay && responder_delay_ns != 0 {
+            return Err(PacketError::StrayDelay);
+        }
+        Ok(Packet {
+            kind,
+            seq: word(8),
+            responder_delay_ns,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_round_trips() {
+        for packet in [
+            Packet::probe(7),
+            Packet {
+                kind: Kind::Ack,
+                seq: u64::MAX,
+                responder_delay_ns: 0,
+            },
+            Packet {
+                kind: Kind::Delay,
+                seq: 1,
+                responder_delay_ns: 12_345,
+            },
+        ] {
+            assert_eq!(Packet::decode(&packet.encode()), Ok(packet));
+        }
+    }
+
+    #[test]
+    fn the_layout_is_fixed() {
+        let bytes = Packet {
+            kind: Kind::Delay,
+            seq: 0x0102_0304_0506_0708,
+            responder_delay_ns: 0x1112,
+        }
+        .encode();
+        assert_eq!(&bytes[..8], b"RFEP\x01\x03\x00\x00");
+        assert_eq!(&bytes[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&bytes[16..24], &[0, 0, 0, 0, 0, 0, 0x11, 0x12]);
+        assert_eq!(&bytes[24..], &[0; 8]);
+    }
+
+    #[test]
+    fn foreign_or_broken_payloads_are_refused_with_their_reason() {
+        let good = Packet::probe(1).encode();
+        let mut cases: Vec<(Vec<u8>, PacketError)> = vec![
+            (Vec::new(), PacketError::Length(0)),
+            (good[..31].to_vec(), PacketError::Length(31)),
+            ([&good[..], &[0]].concat(), PacketError::Length(33)),
+            (vec![0; LEN], PacketError::Magic),
+        ];
+        let mut edit = |at: usize, value: u8, error: PacketError| {
+            let mut bytes = good;
+            bytes[at] = value;
+            cases.push((bytes.to_vec(), error));
+        };
+        edit(4, 2, PacketError::Version(2));
+        edit(5, 0, PacketError::Kind(0));
+        edit(5, 9, PacketError::Kind(9));
+        edit(23, 1, PacketError::StrayDelay);
+        for (bytes, error) in cases {
+            assert_eq!(Packet::decode(&bytes), Err(error), "{bytes:?}");
+        }
+        assert_eq!(PacketError::Version(2).reason(), "version");
+    }
+
+    /// Reserved bytes are for later versions: set, they change nothing.
+    #[test]
+    fn reserved_bytes_are_ignored() {
+        let mut bytes = Packet::probe(9).encode();
+        bytes[6] = 0xff;
+        bytes[31] = 0xff;
+        assert_eq!(Packet::decode(&bytes), Ok(Packet::probe(9)));
+    }
+}

@@ -1,0 +1,220 @@
+//! What a responder answers. It replies to probes only, and no faster than a bound per source
+//! and a bound in total, so a broken or hostile peer that floods the Q_Key costs the NIC at most
+//! the configured answers a second and the agent a bounded table. Time is given in nanoseconds
+//! of a monotonic clock, so the policy is tested without sleeping.
+
+use std::collections::HashMap;
+
+use super::packet::{Kind, Packet, PacketError};
+
+/// Where a packet came from, as its receive completion says: the sender's GID and QPN.
+pub type Source = ([u8; 16], u32);
+
+/// The bounds of a responder.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Answers a second to one source (a source's sustained probe rate is far below this).
+    pub per_source: u32,
+    /// Answers a second over all sources.
+    pub total: u32,
+    /// Sources tracked one by one; past it, new sources share one bucket.
+    pub sources: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            per_source: 200,
+            total: 2_000,
+            sources: 4_096,
+        }
+    }
+}
+
+/// What to do with one received payload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Answer probe `seq` (an `Ack` now, a `Delay` once the `Ack` completed).
+    Answer(u64),
+    /// Drop it; the reason is a label of the dropped-packets counter.
+    Drop(&'static str),
+}
+
+/// A token bucket holding up to one second of answers.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at_ns: u64,
+}
+
+impl Bucket {
+    fn full(rate: u32, now_ns: u64) -> Bucket {
+        Bucket {
+            tokens: f64::from(rate),
+            at_ns: now_ns,
+        }
+    }
+
+    /// Refills for the time since the last take and takes one token if there is one.
+    fn take(&mut self, rate: u32, now_ns: u64) -> bool {
+        let elapsed_s = now_ns.saturating_sub(self.at_ns) as f64 / 1e9;
+        self.tokens = (self.tokens + elapsed_s * f64::from(rate)).min(f64::from(rate));
+        self.at_ns = self.at_ns.max(now_ns);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The responder's state: one bucket per known source, one for the rest, one in total.
+#[derive(Debug)]
+pub struct Responder {
+    limits: Limits,
+    sources: HashMap<Source, Bucket>,
+    others: Bucket,
+    total: Bucket,
+}
+
+impl Responder {
+    pub fn new(limits: Limits, now_ns: u64) -> Responder {
+        Responder {
+            limits,
+            sources: HashMap::new(),
+            others: Bucket::full(limits.per_source, now_ns),
+            total: Bucket::full(limits.total, now_ns),
+        }
+    }
+
+    /// Decides on one payload from `source`, received at `now_ns`.
+    pub fn receive(&mut self, payload: &[u8], source: Source, now_ns: u64) -> Verdict {
+        let packet = match Packet::decode(payload) {
+            Ok(packet) => packet,
+            Err(error) => return Verdict::Drop(PacketError::reason(&error)),
+        };
+        if packet.kind != Kind::Probe {
+            // Answers are the prober's; answering them would let two responders loop.
+            return Verdict::Drop("not_a_probe");
+        }
+        let limits = self.limits;
+        let bucket = match self.sources.get_mut(&source) {
+            Some(bucket) => bucket,
+            None if self.sources.len() < limits.sources => self
+                .sources
+                .entry(source)
+                .or_insert_with(|| Bucket::full(limits.per_source, now_ns)),
+            None => &mut self.others,
+        };
+        // The source's bucket first: a flooding source does not drain the total for the rest.
+        if !bucket.take(limits.per_source, now_ns) || !self.total.take(limits.total, now_ns) {
+            return Verdict::Drop("rate_limited");
+        }
+        Verdict::Answer(packet.seq)
+    }
+
+    /// Forgets sources silent for `idle_ns`, so the table tracks the current peers.
+    pub fn forget_idle(&mut self, now_ns: u64, idle_ns: u64) {
+        self.sources
+            .retain(|_, bucket| now_ns.saturating_sub(bucket.at_ns) < idle_ns);
+    }
+
+    pub fn tracked_sources(&self) -> usize {
+        self.sources.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn source(n: u32) -> Source {
+        ([n as u8; 16], n)
+    }
+
+    fn probe(seq: u64) -> [u8; 32] {
+        Packet::probe(seq).encode()
+    }
+
+    fn answered(responder: &mut Responder, from: Source, count: u64, now_ns: u64) -> u64 {
+        (0..count)
+            .filter(|seq| responder.receive(&probe(*seq), from, now_ns) == Verdict::Answer(*seq))
+            .count() as u64
+    }
+
+    #[test]
+    fn probes_are_answered_and_everything_else_dropped_with_its_reason() {
+        let mut responder = Responder::new(Limits::default(), 0);
+        assert_eq!(
+            responder.receive(&probe(5), source(1), 0),
+            Verdict::Answer(5)
+        );
+        let ack = Packet {
+            kind: Kind::Ack,
+            seq: 5,
+            responder_delay_ns: 0,
+        };
+        assert_eq!(
+            responder.receive(&ack.encode(), source(1), 0),
+            Verdict::Drop("not_a_probe")
+        );
+        assert_eq!(
+            responder.receive(b"garbage", source(1), 0),
+            Verdict::Drop("length")
+        );
+        assert_eq!(
+            responder.receive(&[0; 32], source(1), 0),
+            Verdict::Drop("magic")
+        );
+    }
+
+    #[test]
+    fn a_flooding_source_gets_its_bound_and_the_others_still_theirs() {
+        let limits = Limits {
+            per_source: 100,
+            total: 1_000,
+            sources: 16,
+        };
+        let mut responder = Responder::new(limits, 0);
+        assert_eq!(answered(&mut responder, source(1), 10_000, 0), 100);
+        assert_eq!(answered(&mut responder, source(2), 50, 0), 50);
+        // Half a second later, half a second of tokens.
+        assert_eq!(answered(&mut responder, source(1), 10_000, SECOND / 2), 50);
+    }
+
+    #[test]
+    fn the_total_bounds_many_sources() {
+        let limits = Limits {
+            per_source: 100,
+            total: 250,
+            sources: 1_000,
+        };
+        let mut responder = Responder::new(limits, 0);
+        let total: u64 = (0..10)
+            .map(|n| answered(&mut responder, source(n), 100, 0))
+            .sum();
+        assert_eq!(total, 250);
+    }
+
+    /// A peer that forges a new source for every packet fills the table once, then shares one
+    /// bucket: the table and the answers stay bounded.
+    #[test]
+    fn forged_sources_share_one_bucket_past_the_table() {
+        let limits = Limits {
+            per_source: 10,
+            total: 100_000,
+            sources: 4,
+        };
+        let mut responder = Responder::new(limits, 0);
+        let answers: u64 = (0..1_000)
+            .map(|n| answered(&mut responder, source(n), 1, 0))
+            .sum();
+        assert_eq!(responder.tracked_sources(), 4);
+        assert_eq!(answers, 4 + 10);
+        responder.forget_idle(10 * SECOND, SECOND);
+        assert_eq!(responder.tracked_sources(), 0);
+    }
+}
