@@ -45,6 +45,7 @@ seed_sources() {
     config) echo ../examples seeds/config ;;
     nccl_log) echo ../tests/fixtures/nccl ../../shared/corpus/nccl ;;
     ib_diags_text) echo ../../shared/corpus/infiniband-diags ;;
+    probe_packet) echo regressions/probe_packet ;;
     ethtool_strings) echo seeds/ethtool_strings ;;
     ethtool_text) echo ../tests/fixtures/cx7-roce/ethtool ;;
     snmp_values) echo ../tests/fixtures/snmprec ;;

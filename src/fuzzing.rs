@@ -14,6 +14,8 @@ use crate::node::ethtool::{parse_ethtool_text, EthtoolError};
 use crate::node::ethtool_ioctl::{decode_names, decode_stats, decode_strings, ETH_GSTRING_LEN};
 use crate::node::parse;
 use crate::node::rdma_netlink::{decode, nldev, wire};
+use crate::probe::packet::{Packet, LEN};
+use crate::probe::responder::{Limits, Responder, Verdict};
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
 use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
@@ -36,7 +38,38 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("gnmi_json", gnmi_json),
     ("rdma_netlink", rdma_netlink),
     ("ib_diags_text", ib_diags_text),
+    ("probe_packet", probe_packet),
 ];
+
+/// Payloads from a broken or hostile probe peer: `data` in chunks of a source byte and a
+/// payload. Each payload decodes or is refused; a decoded packet encodes back to the same
+/// meaningful bytes; a responder fed them all in one instant answers no more than its bound.
+pub fn probe_packet(data: &[u8]) {
+    let limits = Limits {
+        per_source: 8,
+        total: 20,
+        sources: 4,
+    };
+    let mut responder = Responder::new(limits, 0);
+    let mut answers = 0;
+    for chunk in data.chunks(LEN + 1) {
+        let Some((&from, payload)) = chunk.split_first() else {
+            continue;
+        };
+        if let Ok(packet) = Packet::decode(payload) {
+            let again = packet.encode();
+            assert_eq!(Packet::decode(&again), Ok(packet));
+            assert_eq!(again[..6], payload[..6]);
+            assert_eq!(again[8..24], payload[8..24]);
+        }
+        let source = ([from; 16], u32::from(from));
+        if let Verdict::Answer(_) = responder.receive(payload, source, 0) {
+            answers += 1;
+        }
+    }
+    assert!(answers <= limits.total, "{answers} answers");
+    assert!(responder.tracked_sources() <= limits.sources);
+}
 
 /// One sysfs attribute file's bytes through every parser of `node::parse`.
 pub fn sysfs_value(data: &[u8]) {

@@ -1,6 +1,6 @@
 //! The module dependency rules, checked on the source text so that they stay true:
 //!
-//! - the domains (`node`, `switch`, `diag`, `ib`) never import the modules that compose or front them:
+//! - the domains (`node`, `switch`, `diag`, `ib`, `probe`) never import the modules that compose or front them:
 //!   `config`, `app`, `cli`, `server`, `web`, `landing`, `sim`. A domain owns its config types
 //!   and imports only leaves (`yaml`, `exposition`, `collector`, `direction`) and other domains;
 //! - nothing but `src/main.rs` imports `cli`: not the library, the tests, the benches or the
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-const DOMAINS: &[&str] = &["node", "switch", "diag", "ib"];
+const DOMAINS: &[&str] = &["node", "switch", "diag", "ib", "probe"];
 
 /// What the domains never import.
 const OUTER: &[&str] = &["app", "cli", "config", "landing", "server", "sim", "web"];

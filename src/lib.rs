@@ -29,6 +29,7 @@ pub mod node;
 pub mod periodic;
 pub mod pods;
 pub mod pre_encoded;
+pub mod probe;
 pub mod process_metrics;
 pub mod reload;
 pub mod server;

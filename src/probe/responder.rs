@@ -99,13 +99,13 @@ impl Responder {
             return Verdict::Drop("not_a_probe");
         }
         let limits = self.limits;
-        let bucket = match self.sources.get_mut(&source) {
-            Some(bucket) => bucket,
-            None if self.sources.len() < limits.sources => self
-                .sources
+        let tracked = self.sources.contains_key(&source) || self.sources.len() < limits.sources;
+        let bucket = if tracked {
+            self.sources
                 .entry(source)
-                .or_insert_with(|| Bucket::full(limits.per_source, now_ns)),
-            None => &mut self.others,
+                .or_insert_with(|| Bucket::full(limits.per_source, now_ns))
+        } else {
+            &mut self.others
         };
         // The source's bucket first: a flooding source does not drain the total for the rest.
         if !bucket.take(limits.per_source, now_ns) || !self.total.take(limits.total, now_ns) {

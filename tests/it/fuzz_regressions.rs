@@ -83,6 +83,11 @@ fn rdma_netlink() {
     replay("rdma_netlink");
 }
 
+#[test]
+fn probe_packet() {
+    replay("probe_packet");
+}
+
 /// Each target has a test above and a directory; a directory of a renamed target would
 /// otherwise replay nothing, silently.
 #[test]

@@ -1,0 +1,139 @@
+//! The round trip of one probe, as R-Pingmesh measures it. Six times, two clocks:
+//!
+//! - the prober's: T1 when it posts the probe, T2 the probe's send completion, T5 the `Ack`'s
+//!   receive completion, T6 when it polled that completion;
+//! - the responder's: T3 the probe's receive completion, T4 the `Ack`'s send completion. Only
+//!   their difference crosses the wire (the `Delay` packet), so the two clocks need no sync.
+//!
+//! network RTT = (T5 - T2) - (T4 - T3): the time on the wire and in the switches, without the
+//! responder's processing. A host under CPU load shows a rising responder delay, not a rising
+//! network RTT. prober delay = (T6 - T1) - (T5 - T2): this agent's own lag.
+//!
+//! Completion times come from the NIC's clock where the device stamps completions, else from
+//! the monotonic clock when the completion is polled ([`Clock`]).
+
+use thiserror::Error;
+
+/// Where the completion times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The device's completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    Hardware,
+    /// The host's monotonic clock when a completion is polled: includes polling lag.
+    Software,
+}
+
+impl Clock {
+    /// The `clock` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Hardware => "hardware",
+            Clock::Software => "software",
+        }
+    }
+}
+
+/// The prober's four times, in nanoseconds of one clock.
+#[derive(Debug, Clone, Copy)]
+pub struct ProberTimes {
+    pub t1: u64,
+    pub t2: u64,
+    pub t5: u64,
+    pub t6: u64,
+}
+
+/// One probe's figures, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundTrip {
+    pub network_ns: u64,
+    pub responder_delay_ns: u64,
+    pub prober_delay_ns: u64,
+}
+
+/// Why a probe's times give no round trip; the probe counts under `reason`, not as an RTT.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RttError {
+    #[error("the prober's times are out of order")]
+    ProberOrder,
+    #[error("the responder says it held the probe {responder_ns} ns, longer than the {round_ns} ns round trip")]
+    ResponderDelay { responder_ns: u64, round_ns: u64 },
+}
+
+impl RttError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RttError::ProberOrder => "prober_clock",
+            RttError::ResponderDelay { .. } => "responder_delay",
+        }
+    }
+}
+
+/// The round trip of one answered probe. A responder delay longer than the whole round trip
+/// (a broken peer, or one that lies) is refused rather than giving a negative or zero RTT.
+pub fn round_trip(prober: ProberTimes, responder_delay_ns: u64) -> Result<RoundTrip, RttError> {
+    let ProberTimes { t1, t2, t5, t6 } = prober;
+    if !(t1 <= t2 && t2 <= t5 && t5 <= t6) {
+        return Err(RttError::ProberOrder);
+    }
+    let round_ns = t5 - t2;
+    if responder_delay_ns > round_ns {
+        return Err(RttError::ResponderDelay {
+            responder_ns: responder_delay_ns,
+            round_ns,
+        });
+    }
+    Ok(RoundTrip {
+        network_ns: round_ns - responder_delay_ns,
+        responder_delay_ns,
+        prober_delay_ns: (t6 - t1) - round_ns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_responders_delay_is_taken_out_of_the_round_trip() {
+        // Posted at 1 000, on the wire at 1 300; the responder held it 40 µs; the Ack back at
+        // 58 300, polled at 58 500.
+        let times = ProberTimes {
+            t1: 1_000,
+            t2: 1_300,
+            t5: 58_300,
+            t6: 58_500,
+        };
+        let rtt = round_trip(times, 40_000).unwrap();
+        assert_eq!(
+            rtt,
+            RoundTrip {
+                network_ns: 17_000,
+                responder_delay_ns: 40_000,
+                prober_delay_ns: 500,
+            }
+        );
+        // A slow responder moves only its own delay.
+        let slow = ProberTimes {
+            t5: 1_058_300,
+            t6: 1_058_500,
+            ..times
+        };
+        assert_eq!(round_trip(slow, 1_040_000).unwrap().network_ns, 17_000);
+    }
+
+    #[test]
+    fn impossible_times_are_refused_with_a_reason() {
+        let times = ProberTimes {
+            t1: 0,
+            t2: 10,
+            t5: 110,
+            t6: 120,
+        };
+        let lie = round_trip(times, 101).unwrap_err();
+        assert_eq!(lie.reason(), "responder_delay");
+        assert_eq!(round_trip(times, 100).unwrap().network_ns, 0);
+        let backwards = ProberTimes { t5: 5, ..times };
+        assert_eq!(round_trip(backwards, 0), Err(RttError::ProberOrder));
+        assert_eq!(RttError::ProberOrder.reason(), "prober_clock");
+    }
+}
