@@ -5,10 +5,12 @@
 //! 0   4     5     6        8        16                24        32
 //! | RFEP | ver | kind | 0 0 | seq u64 | responder delay u64 ns | 0 ... |
 //! ```
-//! Big-endian, fixed length. A probe carries only its sequence number. The responder answers
-//! each probe twice, as R-Pingmesh does: an `Ack` at once (its receive completion stamps the
-//! prober's T5), then a `Delay` that carries T4 - T3, the responder's time between its receive
-//! completion and the `Ack`'s send completion, which it only knows after the `Ack` left.
+//! Big-endian, fixed length. A probe carries only its sequence number. With device completion
+//! timestamps the responder answers each probe twice, as R-Pingmesh does: an `Ack` at once (its
+//! receive completion stamps the prober's T5), then a `Delay` that carries T4 - T3, the time
+//! between its receive completion and the `Ack`'s send completion, which it only knows after the
+//! `Ack` left. With the software clock the delay ends when the `Ack` is posted, so the `Ack`
+//! carries it and no `Delay` follows (`rtt.rs` says why).
 
 use thiserror::Error;
 
@@ -33,7 +35,7 @@ pub enum Kind {
 pub struct Packet {
     pub kind: Kind,
     pub seq: u64,
-    /// T4 - T3 in nanoseconds: set in `Delay` packets only.
+    /// T4 - T3 in nanoseconds: never in a `Probe`.
     pub responder_delay_ns: u64,
 }
 
@@ -48,7 +50,7 @@ pub enum PacketError {
     Version(u8),
     #[error("unknown packet kind {0}")]
     Kind(u8),
-    #[error("a responder delay in a packet that carries none")]
+    #[error("a responder delay in a probe")]
     StrayDelay,
 }
 
@@ -103,7 +105,7 @@ impl Packet {
         };
         let word = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
         let responder_delay_ns = word(16);
-        if kind != Kind::Delay && responder_delay_ns != 0 {
+        if kind == Kind::Probe && responder_delay_ns != 0 {
             return Err(PacketError::StrayDelay);
         }
         Ok(Packet {
