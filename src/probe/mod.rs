@@ -12,3 +12,4 @@ pub mod packet;
 pub mod responder;
 pub mod rtt;
 pub mod targets;
+pub mod transport;
