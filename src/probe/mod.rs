@@ -8,8 +8,11 @@
 //! - [`targets`]: which peers a port probes in a round (Hostmesh's intra-host mesh, a rotating
 //!   sample of the same rail, a few ports on other rails) and with which flow labels.
 
+pub mod agent;
+pub mod memory;
 pub mod packet;
 pub mod responder;
 pub mod rtt;
+pub mod stats;
 pub mod targets;
 pub mod transport;

@@ -148,7 +148,12 @@ mod tests {
             r#"{"gid":"0000:0000:0000:0000:0000:ffff:0a00:0007","qpn":17,"qkey":286331153}"#
         );
         assert_eq!(serde_json::from_str::<Address>(&json).unwrap(), address);
-        for bad in ["", "fe80::1", "0000:0000:0000:0000:0000:ffff:0a00", "zzzz:0000:0000:0000:0000:ffff:0a00:0007"] {
+        for bad in [
+            "",
+            "fe80::1",
+            "0000:0000:0000:0000:0000:ffff:0a00",
+            "zzzz:0000:0000:0000:0000:ffff:0a00:0007",
+        ] {
             assert!(gid_text::parse(bad).is_none(), "{bad}");
         }
     }

@@ -1,0 +1,598 @@
+//! The probing loop of one host: every local port answers probes on its responder endpoint and
+//! sends its own from its prober endpoint to the round's targets ([`super::targets::plan`]).
+//! One thread runs all ports: every verbs call it makes returns at once (completion queues are
+//! polled, never waited on), so a wedged or vanished device costs only its own probes. The loop
+//! writes [`Stats`]; a scrape copies them and never sends a probe.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::packet::{Kind, Packet};
+use super::responder::{Limits, Responder, Verdict};
+use super::rtt::{round_trip, Clock, ProberTimes};
+use super::stats::{PathKey, Stats};
+use super::targets::{self, PathKind, Port};
+use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
+
+/// A port another agent (or this one) answers probes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub port: Port,
+    pub address: Address,
+}
+
+/// How the loop probes.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub targets: targets::Settings,
+    /// A probe without its answer after this long is lost.
+    pub timeout: Duration,
+    /// Traffic class and service level of every probe and answer.
+    pub send: SendOptions,
+    pub responder: Limits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            targets: targets::Settings::default(),
+            timeout: Duration::from_millis(500),
+            send: SendOptions::default(),
+            responder: Limits::default(),
+        }
+    }
+}
+
+/// One local port's two endpoints.
+pub struct LocalPort {
+    pub port: Port,
+    pub responder: Box<dyn Endpoint>,
+    pub prober: Box<dyn Endpoint>,
+}
+
+/// A probe in flight.
+struct Pending {
+    path: PathKey,
+    t1: u64,
+    /// The send completion (device clock), awaited with hardware timestamps only.
+    t2: Option<u64>,
+    /// The `Ack`'s arrival, and the responder's delay once known.
+    t5: Option<u64>,
+    delay: Option<u64>,
+}
+
+/// An answer whose `Delay` follows the `Ack`'s send completion (hardware clock).
+struct Answered {
+    to: Address,
+    seq: u64,
+    t3: u64,
+}
+
+/// What the loop keeps per local port.
+struct PortState {
+    local: LocalPort,
+    policy: Responder,
+    pending: HashMap<u64, Pending>,
+    /// Answers awaiting their `Ack`'s send completion, by work request.
+    answered: HashMap<u64, Answered>,
+    next_wr: u64,
+    /// Set once the device is gone: nothing more is sent or polled on it.
+    gone: bool,
+}
+
+/// The probing loop: spawn it, hand it peers, read its stats, stop it.
+pub struct Agent {
+    stats: Arc<Mutex<Stats>>,
+    peers: Arc<Mutex<Vec<Peer>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Starts the loop on thread `rfe-probe` over `ports`.
+    pub fn spawn(ports: Vec<LocalPort>, settings: Settings) -> std::io::Result<Agent> {
+        let stats = Arc::new(Mutex::new(Stats::new(
+            ports
+                .iter()
+                .map(|p| (p.port.clone(), p.responder.address(), p.prober.clock()))
+                .collect(),
+        )));
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stats, peers, stop) = (stats.clone(), peers.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("rfe-probe".into())
+                .spawn(move || run(ports, settings, &stats, &peers, &stop))?
+        };
+        Ok(Agent {
+            stats,
+            peers,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The ports other agents may probe (their responders), as this host publishes them.
+    pub fn addresses(&self) -> Vec<Peer> {
+        self.stats.lock().unwrap().addresses()
+    }
+
+    /// Replaces the peers; the next round plans with them. This host's own ports are added by
+    /// the loop itself.
+    pub fn set_peers(&self, peers: Vec<Peer>) {
+        *self.peers.lock().unwrap() = peers;
+    }
+
+    /// A copy of the counts so far.
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(
+    ports: Vec<LocalPort>,
+    settings: Settings,
+    stats: &Mutex<Stats>,
+    peers: &Mutex<Vec<Peer>>,
+    stop: &AtomicBool,
+) {
+    let start = ports.first().map(|p| p.prober.now_ns()).unwrap_or_default();
+    let mut states: Vec<PortState> = ports
+        .into_iter()
+        .map(|local| PortState {
+            policy: Responder::new(settings.responder, start),
+            local,
+            pending: HashMap::new(),
+            answered: HashMap::new(),
+            next_wr: 1,
+            gone: false,
+        })
+        .collect();
+    let mut next_seq: u64 = 1;
+    let mut round: u64 = 0;
+    let mut events = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        // One round: the plan, its sends spread evenly over the round's length.
+        let mut known: Vec<Peer> = peers.lock().unwrap().clone();
+        for state in states.iter().filter(|s| !s.gone) {
+            known.push(Peer {
+                port: state.local.port.clone(),
+                address: state.local.responder.address(),
+            });
+        }
+        let local: Vec<Port> = states.iter().map(|s| s.local.port.clone()).collect();
+        let all: Vec<Port> = known.iter().map(|p| p.port.clone()).collect();
+        let planned = targets::plan(&local, &all, round, &settings.targets);
+        let length = targets::round_length(&planned, &settings.targets);
+        let plan: Vec<(usize, PathKind, Port, Address, u32)> = planned
+            .into_iter()
+            .filter_map(|t| {
+                let peer = known.iter().find(|p| &p.port == t.to)?;
+                Some((t.from, t.kind, t.to.clone(), peer.address, t.flow_label))
+            })
+            .collect();
+        let round_start = std::time::Instant::now();
+        let mut sent = 0;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let elapsed = round_start.elapsed();
+            let due = if plan.is_empty() {
+                0
+            } else {
+                ((elapsed.as_secs_f64() / length.as_secs_f64()) * plan.len() as f64).ceil() as usize
+            };
+            while sent < due.min(plan.len()) {
+                let (from, kind, ref to, address, flow_label) = plan[sent];
+                sent += 1;
+                let state = &mut states[from];
+                if state.gone {
+                    continue;
+                }
+                let seq = next_seq;
+                next_seq += 1;
+                let path = PathKey {
+                    from,
+                    kind,
+                    to: to.clone(),
+                };
+                let options = SendOptions {
+                    flow_label,
+                    ..settings.send
+                };
+                let payload = Packet::probe(seq).encode();
+                match state.local.prober.send(address, options, &payload, seq) {
+                    Ok(t1) => {
+                        stats.lock().unwrap().sent(&path);
+                        state.pending.insert(
+                            seq,
+                            Pending {
+                                path,
+                                t1,
+                                t2: None,
+                                t5: None,
+                                delay: None,
+                            },
+                        );
+                    }
+                    Err(e) => fail(state, stats, &e),
+                }
+            }
+            for state in states.iter_mut().filter(|s| !s.gone) {
+                serve(state, &settings, stats, &mut events);
+                collect(state, stats, &mut events);
+                expire(state, &settings, stats);
+            }
+            if elapsed >= length {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        round += 1;
+        let now = states.first().map(|s| s.local.prober.now_ns()).unwrap_or(0);
+        for state in &mut states {
+            state.policy.forget_idle(now, 60_000_000_000);
+        }
+        stats.lock().unwrap().forget_old_losses(now);
+    }
+}
+
+/// Marks a port's device gone on [`TransportError::Gone`]; counts every error.
+fn fail(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportError) {
+    let mut stats = stats.lock().unwrap();
+    stats.error(&state.local.port, error.reason());
+    if matches!(error, TransportError::Gone) && !state.gone {
+        state.gone = true;
+        stats.gone(&state.local.port);
+        tracing::warn!(
+            "probing stops on {} port {}: the device is gone",
+            state.local.port.device,
+            state.local.port.port
+        );
+    }
+}
+
+/// The responder side: answers the probes that arrived.
+fn serve(
+    state: &mut PortState,
+    settings: &Settings,
+    stats: &Mutex<Stats>,
+    events: &mut Vec<Event>,
+) {
+    events.clear();
+    if let Err(e) = state.local.responder.poll(events, Duration::ZERO) {
+        return fail(state, stats, &e);
+    }
+    let clock = state.local.responder.clock();
+    for event in events.drain(..) {
+        match event {
+            Event::Received {
+                payload,
+                source,
+                at_ns,
+            } => {
+                let seq = match state.policy.receive(&payload, source, at_ns) {
+                    Verdict::Answer(seq) => seq,
+                    Verdict::Drop(reason) => {
+                        stats.lock().unwrap().dropped(&state.local.port, reason);
+                        continue;
+                    }
+                };
+                let to = Address {
+                    gid: source.0,
+                    qpn: source.1,
+                    qkey: state.local.responder.address().qkey,
+                };
+                // Software clock: the delay ends now, at the answer's post, and rides in it.
+                let delay = match clock {
+                    Clock::Software => state.local.responder.now_ns().saturating_sub(at_ns),
+                    Clock::Hardware => 0,
+                };
+                let ack = Packet {
+                    kind: Kind::Ack,
+                    seq,
+                    responder_delay_ns: delay,
+                };
+                let wr = state.next_wr;
+                state.next_wr += 1;
+                match state
+                    .local
+                    .responder
+                    .send(to, settings.send, &ack.encode(), wr)
+                {
+                    Ok(_) if clock == Clock::Hardware => {
+                        // Bounded: an answer whose completion never comes is dropped with the
+                        // oldest when the table is full.
+                        if state.answered.len() >= 1_024 {
+                            let oldest = state.answered.keys().min().copied();
+                            oldest.map(|k| state.answered.remove(&k));
+                        }
+                        state.answered.insert(wr, Answered { to, seq, t3: at_ns });
+                    }
+                    Ok(_) => {}
+                    Err(e) => return fail(state, stats, &e),
+                }
+            }
+            Event::Sent { wr_id, ok, at_ns } => {
+                let Some(answer) = state.answered.remove(&wr_id) else {
+                    continue;
+                };
+                if !ok {
+                    continue;
+                }
+                let delay = Packet {
+                    kind: Kind::Delay,
+                    seq: answer.seq,
+                    responder_delay_ns: at_ns.saturating_sub(answer.t3),
+                };
+                let wr = state.next_wr;
+                state.next_wr += 1;
+                if let Err(e) =
+                    state
+                        .local
+                        .responder
+                        .send(answer.to, settings.send, &delay.encode(), wr)
+                {
+                    return fail(state, stats, &e);
+                }
+            }
+        }
+    }
+}
+
+/// The prober side: matches answers to probes in flight and records their round trips.
+fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>) {
+    events.clear();
+    if let Err(e) = state.local.prober.poll(events, Duration::ZERO) {
+        return fail(state, stats, &e);
+    }
+    let clock = state.local.prober.clock();
+    for event in events.drain(..) {
+        let seq = match event {
+            Event::Sent { wr_id, ok, at_ns } => {
+                if let Some(pending) = state.pending.get_mut(&wr_id) {
+                    if ok {
+                        pending.t2 = Some(at_ns);
+                    }
+                }
+                wr_id
+            }
+            Event::Received { payload, at_ns, .. } => match Packet::decode(&payload) {
+                Ok(packet) => {
+                    let Some(pending) = state.pending.get_mut(&packet.seq) else {
+                        // Late (already counted lost), or not ours.
+                        stats
+                            .lock()
+                            .unwrap()
+                            .dropped(&state.local.port, "unexpected");
+                        continue;
+                    };
+                    match packet.kind {
+                        Kind::Ack => {
+                            pending.t5 = Some(at_ns);
+                            if clock == Clock::Software {
+                                pending.delay = Some(packet.responder_delay_ns);
+                            }
+                        }
+                        Kind::Delay => pending.delay = Some(packet.responder_delay_ns),
+                        Kind::Probe => {
+                            stats
+                                .lock()
+                                .unwrap()
+                                .dropped(&state.local.port, "not_an_answer");
+                        }
+                    }
+                    packet.seq
+                }
+                Err(e) => {
+                    stats.lock().unwrap().dropped(&state.local.port, e.reason());
+                    continue;
+                }
+            },
+        };
+        let Some(pending) = state.pending.get(&seq) else {
+            continue;
+        };
+        let times = match (clock, pending.t2, pending.t5, pending.delay) {
+            (Clock::Software, _, Some(t5), Some(delay)) => Some((
+                ProberTimes::posted(pending.t1, t5, state.local.prober.now_ns()),
+                delay,
+            )),
+            // Device clock: T1 and T6 are the host's, so only the NIC's span is measured.
+            (Clock::Hardware, Some(t2), Some(t5), Some(delay)) => Some((
+                ProberTimes {
+                    t1: t2,
+                    t2,
+                    t5,
+                    t6: t5,
+                },
+                delay,
+            )),
+            _ => None,
+        };
+        if let Some((times, delay)) = times {
+            let pending = state.pending.remove(&seq).unwrap();
+            let mut stats = stats.lock().unwrap();
+            match round_trip(times, delay) {
+                Ok(rtt) => stats.answered(&pending.path, rtt),
+                Err(e) => stats.bad(&pending.path, e.reason()),
+            }
+        }
+    }
+}
+
+/// Probes past the timeout are lost.
+fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>) {
+    let now = state.local.prober.now_ns();
+    let timeout = settings.timeout.as_nanos() as u64;
+    let lost: Vec<u64> = state
+        .pending
+        .iter()
+        .filter(|(_, p)| now.saturating_sub(p.t1) > timeout)
+        .map(|(seq, _)| *seq)
+        .collect();
+    if lost.is_empty() {
+        return;
+    }
+    let mut stats = stats.lock().unwrap();
+    for seq in lost {
+        let pending = state.pending.remove(&seq).unwrap();
+        stats.lost(&pending.path, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::probe::memory::MemoryFabric;
+
+    const QKEY: u32 = 0x1111_1111;
+
+    fn gid(n: u8) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12] = 10;
+        gid[15] = n;
+        gid
+    }
+
+    /// Host `host`'s `ports` ports on `fabric`, device n on rail n, answering at GID (host,n).
+    fn host(fabric: &MemoryFabric, host: u8, ports: u8) -> Vec<LocalPort> {
+        (0..ports)
+            .map(|n| LocalPort {
+                port: Port {
+                    host: format!("host-{host}"),
+                    device: format!("rxe{n}"),
+                    port: 1,
+                    rail: u32::from(n),
+                },
+                responder: Box::new(fabric.endpoint(gid(host * 16 + n), 100, QKEY)),
+                prober: Box::new(fabric.endpoint(gid(host * 16 + n), 200, QKEY)),
+            })
+            .collect()
+    }
+
+    fn fast() -> Settings {
+        Settings {
+            targets: targets::Settings {
+                min_round: Duration::from_millis(20),
+                ..targets::Settings::default()
+            },
+            timeout: Duration::from_millis(100),
+            ..Settings::default()
+        }
+    }
+
+    /// Waits until `done` holds for the agent's stats, for at most 10 s.
+    fn until(agent: &Agent, done: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = agent.stats();
+            if done(&stats) || Instant::now() > deadline {
+                return stats;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answered(stats: &Stats) -> u64 {
+        stats
+            .ports
+            .iter()
+            .map(|p| p.answered.iter().sum::<u64>())
+            .sum()
+    }
+
+    #[test]
+    fn a_hosts_ports_probe_each_other_and_measure_the_fabrics_delay() {
+        // 2 ms one way through the fabric.
+        let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(2_000_000)));
+        let agent = Agent::spawn(host(&fabric, 1, 4), fast()).unwrap();
+        let stats = until(&agent, |s| s.ports.iter().all(|p| p.answered[0] >= 6));
+        for port in &stats.ports {
+            assert!(port.answered[0] >= 6, "{port:?}");
+            assert_eq!(port.lost, [0; 3], "{port:?}");
+            assert_eq!(port.clock, Clock::Software);
+            let mean = port.network_rtt.sum / port.network_rtt.count as f64;
+            // Two 2 ms legs, plus the loop's polling.
+            assert!((0.004..0.015).contains(&mean), "mean RTT {mean} s");
+        }
+        // Every port probed each of the three others.
+        let paths: std::collections::HashSet<(usize, String)> = stats
+            .all_targets()
+            .map(|(k, _)| (k.from, k.to.device.clone()))
+            .collect();
+        assert_eq!(paths.len(), 12, "{paths:?}");
+        assert_eq!(stats.losing_targets().count(), 0);
+    }
+
+    #[test]
+    fn a_silent_port_loses_only_the_paths_to_it() {
+        // Nothing reaches rxe3's responder.
+        let silent = gid(16 + 3);
+        let fabric = MemoryFabric::new(Box::new(move |_, to, _| {
+            (!(to.gid == silent && to.qpn == 100)).then_some(100_000)
+        }));
+        let agent = Agent::spawn(host(&fabric, 1, 4), fast()).unwrap();
+        let stats = until(&agent, |s| {
+            s.losing_targets().count() == 3 && answered(s) > 30
+        });
+        let losing: Vec<(usize, &str)> = stats
+            .losing_targets()
+            .map(|(k, _)| (k.from, k.to.device.as_str()))
+            .collect();
+        assert_eq!(losing.len(), 3, "{losing:?}");
+        assert!(losing.iter().all(|(_, to)| *to == "rxe3"), "{losing:?}");
+        // rxe3's own probes to the others are answered.
+        assert!(stats.ports[3].answered[0] > 0 && stats.ports[3].lost[0] == 0);
+    }
+
+    #[test]
+    fn probes_reach_peers_of_other_hosts_on_the_same_and_other_rails() {
+        let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(50_000)));
+        let far = Agent::spawn(host(&fabric, 2, 2), fast()).unwrap();
+        let near = Agent::spawn(host(&fabric, 1, 2), fast()).unwrap();
+        near.set_peers(far.addresses());
+        let stats = until(&near, |s| {
+            s.ports.iter().all(|p| p.answered.iter().all(|n| *n > 2))
+        });
+        for port in &stats.ports {
+            assert!(port.answered.iter().all(|n| *n > 2), "{port:?}");
+        }
+        // The far host answered without probing back (it knows no peers).
+        assert_eq!(far.stats().ports[0].sent[1], 0);
+    }
+
+    #[test]
+    fn a_removed_device_stops_its_own_probes_and_nothing_else() {
+        let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(100_000)));
+        let agent = Agent::spawn(host(&fabric, 1, 3), fast()).unwrap();
+        until(&agent, |s| answered(s) > 10);
+        fabric.remove(gid(16 + 2));
+        let before = until(&agent, |s| s.ports[2].gone);
+        assert!(before.ports[2].gone);
+        assert!(before.ports[2].errors.contains_key("gone"));
+        let after = until(&agent, |s| {
+            s.ports[0].answered[0] > before.ports[0].answered[0] + 5
+        });
+        assert!(after.ports[0].answered[0] > before.ports[0].answered[0] + 5);
+        assert_eq!(after.ports[2].sent, before.ports[2].sent);
+        drop(agent);
+    }
+}

@@ -1,0 +1,168 @@
+//! Endpoints in memory: a fabric of queues between [`Endpoint`]s, for the tests of the probe
+//! loops and for the simulator. Each endpoint is a GID and QPN; a send lands in the receiver's
+//! queue unless the fabric's `fate` for that path drops it, after the delay `fate` gives.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::responder::Source;
+use super::rtt::Clock;
+use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
+
+/// What happens to one packet from one endpoint to another: dropped (`None`) or delivered
+/// after a delay in nanoseconds.
+pub type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send>;
+
+/// A packet on its way: when it is due, its payload, who sent it.
+type InFlight = (u64, Vec<u8>, Source);
+
+struct Shared {
+    start: Instant,
+    queues: HashMap<(u128, u32), VecDeque<InFlight>>,
+    gone: Vec<(u128, u32)>,
+    fate: Fate,
+}
+
+/// The fabric every endpoint of it sends through.
+#[derive(Clone)]
+pub struct MemoryFabric(Arc<Mutex<Shared>>);
+
+impl MemoryFabric {
+    /// A fabric where every packet arrives after `fate`'s delay, or never.
+    pub fn new(fate: Fate) -> MemoryFabric {
+        MemoryFabric(Arc::new(Mutex::new(Shared {
+            start: Instant::now(),
+            queues: HashMap::new(),
+            gone: Vec::new(),
+            fate,
+        })))
+    }
+
+    /// A new endpoint at `gid` and `qpn`.
+    pub fn endpoint(&self, gid: [u8; 16], qpn: u32, qkey: u32) -> MemoryEndpoint {
+        let mut shared = self.0.lock().unwrap();
+        shared
+            .queues
+            .insert((u128::from_be_bytes(gid), qpn), VecDeque::new());
+        MemoryEndpoint {
+            fabric: self.clone(),
+            address: Address { gid, qpn, qkey },
+            sent: Vec::new(),
+        }
+    }
+
+    /// Removes the device of `gid`: its endpoints answer [`TransportError::Gone`] from now on.
+    pub fn remove(&self, gid: [u8; 16]) {
+        let mut shared = self.0.lock().unwrap();
+        let key = u128::from_be_bytes(gid);
+        let removed: Vec<(u128, u32)> = shared
+            .queues
+            .keys()
+            .filter(|k| k.0 == key)
+            .copied()
+            .collect();
+        for k in removed {
+            shared.queues.remove(&k);
+            shared.gone.push(k);
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.0.lock().unwrap().start.elapsed().as_nanos() as u64
+    }
+}
+
+pub struct MemoryEndpoint {
+    fabric: MemoryFabric,
+    address: Address,
+    /// Completions of sends not yet polled.
+    sent: Vec<(u64, u64)>,
+}
+
+impl MemoryEndpoint {
+    fn key(&self) -> (u128, u32) {
+        (u128::from_be_bytes(self.address.gid), self.address.qpn)
+    }
+
+    fn check(&self, shared: &Shared) -> Result<(), TransportError> {
+        if shared.gone.contains(&self.key()) {
+            Err(TransportError::Gone)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Endpoint for MemoryEndpoint {
+    fn address(&self) -> Address {
+        self.address
+    }
+
+    fn clock(&self) -> Clock {
+        Clock::Software
+    }
+
+    fn send(
+        &mut self,
+        to: Address,
+        options: SendOptions,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<u64, TransportError> {
+        let now = self.fabric.now_ns();
+        let mut shared = self.fabric.0.lock().unwrap();
+        self.check(&shared)?;
+        let delay = (shared.fate)(&self.address, &to, &options);
+        let source = (self.address.gid, self.address.qpn);
+        if let (Some(delay), Some(queue)) = (
+            delay,
+            shared
+                .queues
+                .get_mut(&(u128::from_be_bytes(to.gid), to.qpn)),
+        ) {
+            if to.qkey == self.address.qkey {
+                queue.push_back((now + delay, payload.to_vec(), source));
+            }
+        }
+        self.sent.push((wr_id, now));
+        Ok(now)
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>, wait: Duration) -> Result<(), TransportError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let now = self.fabric.now_ns();
+            {
+                let mut shared = self.fabric.0.lock().unwrap();
+                self.check(&shared)?;
+                events.extend(self.sent.drain(..).map(|(wr_id, at_ns)| Event::Sent {
+                    wr_id,
+                    ok: true,
+                    at_ns,
+                }));
+                let queue = shared
+                    .queues
+                    .get_mut(&self.key())
+                    .ok_or(TransportError::Gone)?;
+                // Deliveries are in send order per sender; a later, shorter delay waits behind.
+                while queue.front().is_some_and(|(due, _, _)| *due <= now) {
+                    let (_, payload, source) = queue.pop_front().unwrap();
+                    events.push(Event::Received {
+                        payload,
+                        source,
+                        at_ns: now,
+                    });
+                }
+            }
+            if !events.is_empty() || Instant::now() >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.fabric.now_ns()
+    }
+}
