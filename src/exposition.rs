@@ -22,6 +22,17 @@ pub enum Kind {
     /// Exposed as `<base>_info ... 1`.
     Info,
     Untyped,
+    /// Each sample a [`HistogramValue`] (`<base>_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+/// One histogram sample: counts per bucket (not cumulative), the last bucket's bound
+/// `f64::INFINITY` (written `+Inf`), the sum and the count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramValue {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,6 +59,8 @@ struct Family<'a> {
     labels: Vec<Label<'a>>,
     /// Each sample: where its labels end in `labels`, and its value.
     samples: Vec<(usize, Value)>,
+    /// A histogram family's samples, `Value::U64(i)` indexing them.
+    histograms: Vec<HistogramValue>,
 }
 
 impl<'a> Family<'a> {
@@ -105,11 +118,11 @@ pub enum FamilyError {
 
 impl Kind {
     /// What the exposed name of a family of this kind ends with.
-    fn suffix(self) -> &'static str {
+    pub fn suffix(self) -> &'static str {
         match self {
             Kind::Counter => "_total",
             Kind::Info => "_info",
-            Kind::Gauge | Kind::Untyped => "",
+            Kind::Gauge | Kind::Untyped | Kind::Histogram => "",
         }
     }
 }
@@ -185,6 +198,7 @@ impl<'a> Families<'a> {
             kind,
             labels: Vec::with_capacity(labels),
             samples: Vec::with_capacity(samples),
+            histograms: Vec::new(),
         });
         Ok(index)
     }
@@ -222,6 +236,32 @@ impl<'a> Families<'a> {
     ) {
         let added = self.add(exposed, Kind::Info, help, labels, Value::U64(1));
         debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// A sample of a histogram family.
+    pub fn histogram(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: HistogramValue,
+    ) {
+        let index = match self.exposed.get(exposed) {
+            Some(&index) => self.families[index].histograms.len(),
+            None => 0,
+        };
+        let added = self.add(
+            exposed,
+            Kind::Histogram,
+            help,
+            labels,
+            Value::U64(index as u64),
+        );
+        debug_assert!(added.is_ok(), "{added:?}");
+        if added.is_ok() {
+            let family = self.exposed[exposed];
+            self.families[family].histograms.push(value);
+        }
     }
 
     /// The labels of the last sample added to the family exposed as `exposed`.
@@ -264,6 +304,7 @@ impl<'a> Families<'a> {
                 Kind::Gauge => MetricType::Gauge,
                 Kind::Info => MetricType::Info,
                 Kind::Untyped => MetricType::Unknown,
+                Kind::Histogram => MetricType::Histogram,
             };
             let mut metric =
                 encoder.encode_descriptor(family.base(), &family.help, None, metric_type)?;
@@ -276,6 +317,16 @@ impl<'a> Families<'a> {
                             Value::U64(v) => ConstCounter::new(v).encode(sample)?,
                             Value::F64(v) => ConstCounter::new(v).encode(sample)?,
                         }
+                    }
+                    Kind::Histogram => {
+                        let Value::U64(index) = value else {
+                            continue;
+                        };
+                        let h = &family.histograms[index as usize];
+                        let mut sample = metric.encode_family(&labels)?;
+                        sample.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                            h.sum, h.count, &h.buckets, None,
+                        )?;
                     }
                     Kind::Gauge | Kind::Untyped => {
                         let sample = metric.encode_family(&labels)?;
@@ -338,6 +389,53 @@ impl Format {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A histogram sample is written byte for byte as prometheus-client writes its own
+    /// `Histogram` with the same observations, in both formats.
+    #[test]
+    fn histograms_encode_as_prometheus_clients_own() {
+        use prometheus_client::metrics::histogram::Histogram;
+
+        #[derive(Debug)]
+        struct Ours(Families<'static>);
+        impl prometheus_client::collector::Collector for Ours {
+            fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+                self.0.encode(&mut encoder)
+            }
+        }
+
+        let bounds = [0.001, 0.01];
+        let observations = [0.0005, 0.002, 0.003, 5.0];
+        let theirs = Histogram::new(bounds);
+        for v in observations {
+            theirs.observe(v);
+        }
+        let mut reference = Registry::default();
+        // register() ends the help with a period.
+        reference.register("probe_rtt_seconds", "Round trips", theirs);
+
+        let mut families = Families::default();
+        families.histogram(
+            "probe_rtt_seconds",
+            "Round trips.",
+            [],
+            HistogramValue {
+                buckets: vec![(0.001, 1), (0.01, 2), (f64::INFINITY, 1)],
+                sum: observations.iter().sum(),
+                count: 4,
+            },
+        );
+        let mut ours = Registry::default();
+        ours.register_collector(Box::new(Ours(families)));
+        for format in [Format::OpenMetrics, Format::PrometheusText] {
+            let expected = format.encode(&reference).unwrap();
+            assert!(
+                expected.contains("probe_rtt_seconds_bucket{le=\"+Inf\"} 4"),
+                "{expected}"
+            );
+            assert_eq!(format.encode(&ours).unwrap(), expected);
+        }
+    }
 
     #[test]
     fn sanitizes_driver_names() {

@@ -132,17 +132,13 @@ impl Family {
     fn header(&self, format: Format, out: &mut Vec<u8>) {
         let (name, kind) = match format {
             Format::OpenMetrics => {
-                let suffix = match self.kind {
-                    Kind::Counter => "_total",
-                    Kind::Info => "_info",
-                    Kind::Gauge | Kind::Untyped => "",
-                };
-                let base = &self.exposed[..self.exposed.len() - suffix.len()];
+                let base = &self.exposed[..self.exposed.len() - self.kind.suffix().len()];
                 let kind = match self.kind {
                     Kind::Counter => "counter",
                     Kind::Info => "info",
                     Kind::Gauge => "gauge",
                     Kind::Untyped => "unknown",
+                    Kind::Histogram => "histogram",
                 };
                 (base, kind)
             }
@@ -151,6 +147,7 @@ impl Family {
                     Kind::Counter => "counter",
                     Kind::Info | Kind::Gauge => "gauge",
                     Kind::Untyped => "untyped",
+                    Kind::Histogram => "histogram",
                 };
                 (self.exposed.as_str(), kind)
             }

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod memory;
+pub mod metrics;
 pub mod packet;
 pub mod responder;
 pub mod rtt;
