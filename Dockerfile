@@ -8,7 +8,10 @@
 FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
+# cmake, clang and libclang-dev build rdma-mummy-sys (the probe's verbs binding: a libibverbs
+# stub that dlopens the library at run time, so the image needs no libibverbs to start).
 RUN apt-get update && apt-get install -y --no-install-recommends infiniband-diags \
+    cmake clang libclang-dev \
  && cargo build --release --locked --bin rdma-fabric-exporter \
  && scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs
 

@@ -17,3 +17,4 @@ pub mod rtt;
 pub mod stats;
 pub mod targets;
 pub mod transport;
+pub mod verbs;

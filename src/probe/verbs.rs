@@ -1,0 +1,1057 @@
+//! The probe's UD endpoint on libibverbs ([`Endpoint`]), the only module of `probe` with
+//! `unsafe`. The binding is `rdma-mummy-sys`: its stubs `dlopen` libibverbs.so.1 when the
+//! process starts, so a host without rdma-core runs every other collector and [`devices`] says
+//! why probing is off ([`TransportError::Unavailable`]).
+//!
+//! One endpoint is one port's UD queue pair: a protection domain, one memory region over all
+//! the send and receive buffers, a completion queue (extended, with device timestamps, where
+//! the device stamps completions; plain otherwise), and address handles cached per destination
+//! and flow. Completions are polled (no completion channel), one per `start_poll`/`end_poll` on
+//! an extended CQ: `next_poll` corrupts rxe's extended CQ (rdma-core 44, Debian 12).
+//!
+//! A device that goes away (`rdma link delete`, driver unload, unplug) must be closed by its
+//! users before the kernel finishes removing it, and rxe sends no async event for it: the
+//! endpoint watches its uverbs node (`/sys/class/infiniband_verbs/uverbsN`), closes everything
+//! when the node disappears and answers [`TransportError::Gone`] from then on.
+//!
+//! Layout of the registered buffer: `RECV_SLOTS` receive slots, then `SEND_SLOTS` send slots,
+//! `SLOT` bytes each. A UD receive starts with 40 bytes of GRH (for RoCE v2 over IPv4 the IPv4
+//! header is its last 20), the payload follows.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io;
+use std::path::PathBuf;
+use std::ptr::{self, NonNull};
+use std::time::{Duration, Instant};
+
+use rdma_mummy_sys as ffi;
+
+use super::responder::Source;
+use super::rtt::Clock;
+use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
+
+/// Bytes of one buffer slot, send or receive.
+const SLOT: usize = 256;
+/// The room a UD receive leaves for the GRH in front of the payload.
+const GRH: usize = 40;
+/// The largest payload received or sent.
+pub const MAX_PAYLOAD: usize = SLOT - GRH;
+const RECV_SLOTS: usize = 64;
+const SEND_SLOTS: usize = 64;
+/// The bit that tells a send's work request id from a receive's (the slot index).
+const SEND_TAG: u64 = 1 << 63;
+/// Address handles kept; past it the oldest one with no send in flight is destroyed.
+const AH_CACHE: usize = 1024;
+/// How often `poll` looks whether the device is still there.
+const HEALTH_EVERY: Duration = Duration::from_millis(200);
+/// The sleep between two empty polls while waiting.
+const POLL_SLEEP: Duration = Duration::from_micros(200);
+/// GID table entries looked at for a RoCE v2 GID.
+const GID_SCAN: i32 = 256;
+/// `IBV_WC_STANDARD_FLAGS` (byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits): an
+/// anonymous enum of verbs.h that the bindings do not carry.
+const WC_STANDARD_FLAGS: u64 = 0x7f;
+
+/// The names of the RDMA devices (`ibv_get_device_list`). `Unavailable` when libibverbs is
+/// missing or the kernel has no RDMA support: the one line the log says about probing.
+pub fn devices() -> Result<Vec<String>, TransportError> {
+    let list = DeviceList::get()?;
+    Ok(list.iter().map(|(name, _)| name).collect())
+}
+
+/// Opens `device`'s `port` for probing: a UD queue pair with Q_Key `qkey`, ready to send and
+/// with every receive posted.
+pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, TransportError> {
+    let list = DeviceList::get()?;
+    let Some((_, dev)) = list.iter().find(|(name, _)| name == device) else {
+        let have: Vec<String> = list.iter().map(|(name, _)| name).collect();
+        return Err(TransportError::Device {
+            device: device.to_string(),
+            message: format!("no such RDMA device (there are {have:?})"),
+        });
+    };
+    // SAFETY: `dev` is an entry of the live device list; `dev_path` is a NUL-terminated array
+    // libibverbs filled.
+    let uverbs = unsafe { CStr::from_ptr((*dev).dev_path.as_ptr()) };
+    let uverbs = PathBuf::from(uverbs.to_string_lossy().into_owned());
+    // SAFETY: `dev` is an entry of the live device list; a device opened before the list is
+    // freed stays valid (ibv_get_device_list(3)).
+    let ctx = unsafe { ffi::ibv_open_device(dev) };
+    if ctx.is_null() {
+        return Err(verbs_error("ibv_open_device"));
+    }
+    drop(list);
+    let mut endpoint = VerbsEndpoint {
+        device: device.to_string(),
+        port,
+        qkey,
+        ctx,
+        pd: ptr::null_mut(),
+        mr: ptr::null_mut(),
+        buf: Buffer::new((RECV_SLOTS + SEND_SLOTS) * SLOT),
+        cq: Cq::None,
+        qp: ptr::null_mut(),
+        gid: [0; 16],
+        gid_index: 0,
+        qpn: 0,
+        ahs: AhCache::default(),
+        sends: [None; SEND_SLOTS],
+        next_send: 0,
+        unposted: Vec::new(),
+        uverbs,
+        checked: Instant::now(),
+        gone: false,
+        failed_receives: 0,
+        last_hw_ns: std::cell::Cell::new(0),
+    };
+    // On failure the partly built endpoint is dropped, which closes what was opened.
+    endpoint.set_up()?;
+    Ok(endpoint)
+}
+
+/// `ibv_get_device_list`'s answer, freed on drop.
+struct DeviceList {
+    list: *mut *mut ffi::ibv_device,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<DeviceList, TransportError> {
+        let mut n: i32 = 0;
+        // SAFETY: `n` is a valid out-pointer for the count.
+        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            let error = io::Error::last_os_error();
+            return Err(match error.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => TransportError::Unavailable(
+                    "libibverbs not found (install rdma-core's libibverbs1 and ibverbs-providers)"
+                        .into(),
+                ),
+                Some(libc::ENOSYS) => {
+                    TransportError::Unavailable("the kernel has no RDMA support".into())
+                }
+                _ => TransportError::Verbs {
+                    call: "ibv_get_device_list",
+                    source: error,
+                },
+            });
+        }
+        Ok(DeviceList {
+            list,
+            len: usize::try_from(n).unwrap_or(0),
+        })
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (String, *mut ffi::ibv_device)> + '_ {
+        (0..self.len).filter_map(move |i| {
+            // SAFETY: the list holds `len` entries (a NULL follows them).
+            let dev = unsafe { *self.list.add(i) };
+            if dev.is_null() {
+                return None;
+            }
+            // SAFETY: `dev` is a live device of the list; its name is NUL-terminated.
+            let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
+            Some((name.to_string_lossy().into_owned(), dev))
+        })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: `list` came from ibv_get_device_list and is freed once.
+        unsafe { ffi::ibv_free_device_list(self.list) };
+    }
+}
+
+/// The registered memory: heap bytes that never move while the MR covers them. Read and written
+/// through raw pointers only, and a slot only while the NIC does not own it (a receive slot
+/// between its completion and its repost, a send slot while no send of it is in flight).
+struct Buffer {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Buffer {
+    fn new(len: usize) -> Buffer {
+        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let base = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("a Box is never null");
+        Buffer { base, len }
+    }
+
+    fn slot(&self, slot: usize) -> *mut u8 {
+        debug_assert!((slot + 1) * SLOT <= self.len);
+        // SAFETY: every slot index used is below RECV_SLOTS + SEND_SLOTS, inside the allocation.
+        unsafe { self.base.as_ptr().add(slot * SLOT) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let slice = ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len);
+        // SAFETY: `base`/`len` came from Box::into_raw of a boxed slice of that length, freed
+        // once, after the MR over it is deregistered (the endpoint's drop order).
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+/// The completion queue.
+enum Cq {
+    None,
+    Plain(*mut ffi::ibv_cq),
+    /// Created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`; the device clock in kHz.
+    Stamped {
+        cq: *mut ffi::ibv_cq_ex,
+        khz: u64,
+    },
+}
+
+impl Cq {
+    fn as_cq(&self) -> *mut ffi::ibv_cq {
+        match *self {
+            Cq::None => ptr::null_mut(),
+            Cq::Plain(cq) => cq,
+            // SAFETY: a pointer cast (the extended CQ begins with the plain one).
+            Cq::Stamped { cq, .. } => unsafe { ffi::ibv_cq_ex_to_cq(cq) },
+        }
+    }
+}
+
+/// What one completion says, read out of either kind of CQ.
+struct Completion {
+    wr_id: u64,
+    ok: bool,
+    byte_len: u32,
+    src_qp: u32,
+    grh: bool,
+    /// The device's stamp in ns (stamped CQ, successful completion), else `None`.
+    stamped_ns: Option<u64>,
+}
+
+/// Address handles by destination and flow, with the sends in flight on each.
+#[derive(Default)]
+struct AhCache {
+    entries: HashMap<AhKey, AhEntry>,
+    stamp: u64,
+}
+
+/// (destination GID, flow label, traffic class, service level)
+type AhKey = ([u8; 16], u32, u8, u8);
+
+struct AhEntry {
+    ah: *mut ffi::ibv_ah,
+    used: u64,
+    in_flight: u32,
+}
+
+impl AhCache {
+    /// Destroys every handle (their sends are over or flushed: the QP is destroyed first).
+    fn clear(&mut self) {
+        for (_, entry) in self.entries.drain() {
+            // SAFETY: each AH was created by ibv_create_ah and is destroyed once.
+            unsafe { ffi::ibv_destroy_ah(entry.ah) };
+        }
+    }
+
+    /// Makes room for one more: destroys the least recently used handle with nothing in flight.
+    fn evict(&mut self) {
+        if self.entries.len() < AH_CACHE {
+            return;
+        }
+        let oldest = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.in_flight == 0)
+            .min_by_key(|(_, entry)| entry.used)
+            .map(|(key, _)| *key);
+        if let Some(key) = oldest {
+            if let Some(entry) = self.entries.remove(&key) {
+                // SAFETY: no send in flight uses it; destroyed once.
+                unsafe { ffi::ibv_destroy_ah(entry.ah) };
+            }
+        }
+    }
+}
+
+/// A send in flight in a send slot.
+#[derive(Clone, Copy)]
+struct InFlight {
+    wr_id: u64,
+    ah: AhKey,
+}
+
+/// One port's UD endpoint on libibverbs.
+pub struct VerbsEndpoint {
+    device: String,
+    port: u8,
+    qkey: u32,
+    ctx: *mut ffi::ibv_context,
+    pd: *mut ffi::ibv_pd,
+    mr: *mut ffi::ibv_mr,
+    buf: Buffer,
+    cq: Cq,
+    qp: *mut ffi::ibv_qp,
+    gid: [u8; 16],
+    gid_index: u8,
+    qpn: u32,
+    ahs: AhCache,
+    sends: [Option<InFlight>; SEND_SLOTS],
+    next_send: usize,
+    /// Receive slots whose repost failed, tried again at the next poll.
+    unposted: Vec<usize>,
+    /// The device's uverbs node: gone when the device is.
+    uverbs: PathBuf,
+    checked: Instant,
+    gone: bool,
+    failed_receives: u64,
+    /// The last device clock read (hardware clock), for a read that fails.
+    last_hw_ns: std::cell::Cell<u64>,
+}
+
+// SAFETY: the verbs objects behind the raw pointers may be used from any thread (libibverbs
+// locks its own state); the endpoint owns them alone and every use goes through `&mut self` or
+// reads that libibverbs allows concurrently (ibv_query_rt_values_ex).
+unsafe impl Send for VerbsEndpoint {}
+
+fn verbs_error(call: &'static str) -> TransportError {
+    TransportError::Verbs {
+        call,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// Verbs calls that return the error number instead of setting errno.
+fn verbs_rc(call: &'static str, rc: i32) -> Result<(), TransportError> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(TransportError::Verbs {
+            call,
+            source: io::Error::from_raw_os_error(rc.abs()),
+        })
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// A device clock value in nanoseconds.
+fn device_ns(ticks: u64, khz: u64) -> u64 {
+    let ns = u128::from(ticks) * 1_000_000 / u128::from(khz.max(1));
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+}
+
+/// The sender's GID from a receive's 40-byte GRH area, as libibverbs' `get_grh_header_version`
+/// tells the headers apart: RoCE v2 over IPv4 puts the IPv4 header in the last 20 bytes (its
+/// source address becomes the IPv4-mapped GID); an IB GRH or an IPv6 header carries the source
+/// GID in bytes 8..24.
+fn source_gid(grh: &[u8; GRH]) -> Option<[u8; 16]> {
+    let ip6_version = grh[0] >> 4;
+    let ip4 = &grh[20..40];
+    let ipv4 = if ip6_version != 6 {
+        if ip4[0] >> 4 != 4 {
+            return None;
+        }
+        true
+    } else {
+        ip4[0] == 0x45 && ipv4_checksum_ok(ip4)
+    };
+    let mut gid = [0u8; 16];
+    if ipv4 {
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&ip4[12..16]);
+    } else {
+        gid.copy_from_slice(&grh[8..24]);
+    }
+    Some(gid)
+}
+
+fn ipv4_checksum_ok(header: &[u8]) -> bool {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|pair| u32::from(u16::from_be_bytes([pair[0], pair[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+impl VerbsEndpoint {
+    /// Everything after `ibv_open_device`: GID, PD, MR, CQ, QP to RTS, receives posted.
+    fn set_up(&mut self) -> Result<(), TransportError> {
+        let device = self.device.clone();
+        let device_error = |message: String| TransportError::Device {
+            device: device.clone(),
+            message,
+        };
+        // SAFETY: a zeroed ibv_device_attr_ex is a valid out-buffer (plain integers).
+        let mut attr: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: `ctx` is open; `attr` is a valid out-pointer; no input.
+        let rc = unsafe { ffi::ibv_query_device_ex(self.ctx, ptr::null(), &mut attr) };
+        verbs_rc("ibv_query_device_ex", rc)?;
+        // SAFETY: a zeroed ibv_port_attr is a valid out-buffer.
+        let mut port: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: `ctx` is open; `port` is a valid out-pointer.
+        let rc = unsafe { ffi::ibv_query_port(self.ctx, self.port, &mut port) };
+        verbs_rc("ibv_query_port", rc).map_err(|_| {
+            device_error(format!(
+                "no port {} ({})",
+                self.port,
+                io::Error::from_raw_os_error(rc.abs())
+            ))
+        })?;
+        let (gid_index, gid) = if port.link_layer == ffi::IBV_LINK_LAYER_ETHERNET {
+            self.roce_v2_gid(port.gid_tbl_len)
+                .ok_or_else(|| device_error(format!("port {} has no RoCE v2 GID", self.port)))?
+        } else {
+            // SAFETY: a zeroed GID is a valid out-buffer.
+            let mut gid: ffi::ibv_gid = unsafe { std::mem::zeroed() };
+            // SAFETY: `ctx` is open; `gid` is a valid out-pointer.
+            let rc = unsafe { ffi::ibv_query_gid(self.ctx, self.port, 0, &mut gid) };
+            verbs_rc("ibv_query_gid", rc)?;
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            (0, unsafe { gid.raw })
+        };
+        self.gid_index = gid_index;
+        self.gid = gid;
+
+        // SAFETY: `ctx` is open.
+        self.pd = unsafe { ffi::ibv_alloc_pd(self.ctx) };
+        if self.pd.is_null() {
+            return Err(verbs_error("ibv_alloc_pd"));
+        }
+        // SAFETY: the buffer is `len` live bytes that stay put until after the MR is
+        // deregistered (drop order); LOCAL_WRITE lets the NIC write receives into it.
+        self.mr = unsafe {
+            ffi::ibv_reg_mr(
+                self.pd,
+                self.buf.base.as_ptr().cast(),
+                self.buf.len,
+                ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+            )
+        };
+        if self.mr.is_null() {
+            return Err(verbs_error("ibv_reg_mr"));
+        }
+
+        let entries = (2 * (RECV_SLOTS + SEND_SLOTS)) as u32;
+        if attr.completion_timestamp_mask != 0
+            && attr.hca_core_clock != 0
+            && self.device_clock().is_some()
+        {
+            // SAFETY: a zeroed init attr is valid (no channel, vector 0, no comp_mask fields).
+            let mut init: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
+            init.cqe = entries;
+            init.wc_flags = WC_STANDARD_FLAGS
+                | u64::from(ffi::ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0);
+            // SAFETY: `ctx` is open; `init` is a valid attr.
+            let cq = unsafe { ffi::ibv_create_cq_ex(self.ctx, &mut init) };
+            if !cq.is_null() {
+                self.cq = Cq::Stamped {
+                    cq,
+                    khz: attr.hca_core_clock,
+                };
+            }
+        }
+        if matches!(self.cq, Cq::None) {
+            // SAFETY: `ctx` is open; no context, channel or vector.
+            let cq = unsafe {
+                ffi::ibv_create_cq(
+                    self.ctx,
+                    entries as i32,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    0,
+                )
+            };
+            if cq.is_null() {
+                return Err(verbs_error("ibv_create_cq"));
+            }
+            self.cq = Cq::Plain(cq);
+        }
+
+        // SAFETY: a zeroed init attr is valid (no SRQ, no inline data).
+        let mut init: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = self.cq.as_cq();
+        init.recv_cq = self.cq.as_cq();
+        init.qp_type = ffi::ibv_qp_type::IBV_QPT_UD;
+        init.sq_sig_all = 1;
+        init.cap.max_send_wr = SEND_SLOTS as u32;
+        init.cap.max_recv_wr = RECV_SLOTS as u32;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        // SAFETY: `pd` and the CQ are live; `init` is valid.
+        self.qp = unsafe { ffi::ibv_create_qp(self.pd, &mut init) };
+        if self.qp.is_null() {
+            return Err(verbs_error("ibv_create_qp"));
+        }
+        // SAFETY: `qp` is live.
+        self.qpn = unsafe { (*self.qp).qp_num };
+
+        use ffi::ibv_qp_attr_mask as mask;
+        // SAFETY: a zeroed QP attr is valid; only the masked fields are read.
+        let mut qp_attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
+        qp_attr.pkey_index = 0;
+        qp_attr.port_num = self.port;
+        qp_attr.qkey = self.qkey;
+        let m =
+            mask::IBV_QP_STATE | mask::IBV_QP_PKEY_INDEX | mask::IBV_QP_PORT | mask::IBV_QP_QKEY;
+        // SAFETY: `qp` is live; `qp_attr` is valid for the mask.
+        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, m.0 as i32) };
+        verbs_rc("ibv_modify_qp(INIT)", rc)?;
+        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+        // SAFETY: as above, the state alone.
+        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, mask::IBV_QP_STATE.0 as i32) };
+        verbs_rc("ibv_modify_qp(RTR)", rc)?;
+        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
+        qp_attr.sq_psn = 0;
+        let m = mask::IBV_QP_STATE | mask::IBV_QP_SQ_PSN;
+        // SAFETY: as above.
+        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, m.0 as i32) };
+        verbs_rc("ibv_modify_qp(RTS)", rc)?;
+
+        // Async events are read without blocking (DEVICE_FATAL closes the endpoint).
+        // SAFETY: `ctx` is open; fcntl on its async fd changes only that fd's flags.
+        unsafe {
+            let fd = (*self.ctx).async_fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
+        for slot in 0..RECV_SLOTS {
+            self.post_recv(slot)?;
+        }
+        Ok(())
+    }
+
+    /// The port's RoCE v2 GID, an IPv4-mapped one when there is one.
+    fn roce_v2_gid(&self, table_len: i32) -> Option<(u8, [u8; 16])> {
+        let mut chosen: Option<(u8, [u8; 16])> = None;
+        for index in 0..table_len.clamp(0, GID_SCAN) {
+            // SAFETY: a zeroed entry is a valid out-buffer.
+            let mut entry: ffi::ibv_gid_entry = unsafe { std::mem::zeroed() };
+            // SAFETY: `ctx` is open; `entry` is a valid out-pointer; empty slots answer ENODATA.
+            let rc = unsafe {
+                ffi::ibv_query_gid_ex(self.ctx, u32::from(self.port), index as u32, &mut entry, 0)
+            };
+            if rc != 0 || entry.gid_type != ffi::IBV_GID_TYPE_ROCE_V2 {
+                continue;
+            }
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            let gid = unsafe { entry.gid.raw };
+            if gid == [0; 16] {
+                continue;
+            }
+            let better = match chosen {
+                None => true,
+                Some((_, old)) => is_ipv4_mapped(&gid) && !is_ipv4_mapped(&old),
+            };
+            if better {
+                chosen = Some((index as u8, gid));
+            }
+        }
+        chosen
+    }
+
+    /// The device clock now in ns, when the device reads it (`ibv_query_rt_values_ex`).
+    fn device_clock(&self) -> Option<u64> {
+        let khz = match self.cq {
+            Cq::Stamped { khz, .. } => khz,
+            // Asked before the CQ exists: any rate tells whether the read works.
+            _ => 1,
+        };
+        let mut values = ffi::ibv_values_ex {
+            comp_mask: ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0,
+            raw_clock: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        if self.ctx.is_null() {
+            return None;
+        }
+        // SAFETY: `ctx` is open; `values` is a valid in/out struct.
+        let rc = unsafe { ffi::ibv_query_rt_values_ex(self.ctx, &mut values) };
+        if rc != 0 || values.comp_mask & ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0 == 0 {
+            return None;
+        }
+        // The raw clock comes in tv_nsec (the cycle count), per libibverbs' convention.
+        let ticks = u64::try_from(values.raw_clock.tv_sec).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(values.raw_clock.tv_nsec).unwrap_or(0);
+        Some(device_ns(ticks, khz))
+    }
+
+    fn post_recv(&mut self, slot: usize) -> Result<(), TransportError> {
+        let mut sge = ffi::ibv_sge {
+            addr: self.buf.slot(slot) as u64,
+            length: SLOT as u32,
+            // SAFETY: `mr` is registered while the QP exists.
+            lkey: unsafe { (*self.mr).lkey },
+        };
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id: slot as u64,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: `qp` is live; `wr` and `sge` outlive the call (libibverbs copies them); the
+        // slot is ours until its completion (not read or written meanwhile).
+        let rc = unsafe { ffi::ibv_post_recv(self.qp, &mut wr, &mut bad) };
+        verbs_rc("ibv_post_recv", rc)
+    }
+
+    /// Receives posted this many times over (failed reposts are retried at each poll).
+    pub fn failed_receives(&self) -> u64 {
+        self.failed_receives
+    }
+
+    /// The GID table index the endpoint sends from.
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
+    }
+
+    /// Looks whether the device is still there (at most every `HEALTH_EVERY`), closing
+    /// everything when it is not.
+    fn check_device(&mut self, force: bool) -> Result<(), TransportError> {
+        if self.gone {
+            return Err(TransportError::Gone);
+        }
+        if !force && self.checked.elapsed() < HEALTH_EVERY {
+            return Ok(());
+        }
+        self.checked = Instant::now();
+        let mut fatal = false;
+        loop {
+            // SAFETY: a zeroed event is a valid out-buffer (event type 0 exists).
+            let mut event: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
+            // SAFETY: `ctx` is open and its async fd non-blocking: returns -1 when empty.
+            if unsafe { ffi::ibv_get_async_event(self.ctx, &mut event) } != 0 {
+                break;
+            }
+            // The raw number, not the Rust enum: a kernel newer than the bindings may send a
+            // value the enum lacks.
+            // SAFETY: `event_type` is a u32-sized field of `event`.
+            let kind = unsafe { ptr::addr_of!(event.event_type).cast::<u32>().read() };
+            fatal |= kind == ffi::ibv_event_type::IBV_EVENT_DEVICE_FATAL as u32;
+            // SAFETY: the event was returned by ibv_get_async_event and is acked once.
+            unsafe { ffi::ibv_ack_async_event(&mut event) };
+        }
+        if fatal || !self.uverbs.exists() {
+            self.close();
+            return Err(TransportError::Gone);
+        }
+        Ok(())
+    }
+
+    /// Destroys everything, QP first, context last; the endpoint is `Gone` from then on.
+    fn close(&mut self) {
+        self.gone = true;
+        if !self.qp.is_null() {
+            // SAFETY: created by ibv_create_qp, destroyed once.
+            unsafe { ffi::ibv_destroy_qp(self.qp) };
+            self.qp = ptr::null_mut();
+        }
+        self.ahs.clear();
+        self.sends = [None; SEND_SLOTS];
+        let cq = std::mem::replace(&mut self.cq, Cq::None);
+        if !cq.as_cq().is_null() {
+            // SAFETY: created by ibv_create_cq(_ex), destroyed once, after the QP using it.
+            unsafe { ffi::ibv_destroy_cq(cq.as_cq()) };
+        }
+        if !self.mr.is_null() {
+            // SAFETY: registered by ibv_reg_mr, deregistered once, after the QP.
+            unsafe { ffi::ibv_dereg_mr(self.mr) };
+            self.mr = ptr::null_mut();
+        }
+        if !self.pd.is_null() {
+            // SAFETY: allocated by ibv_alloc_pd, freed once, after everything in it.
+            unsafe { ffi::ibv_dealloc_pd(self.pd) };
+            self.pd = ptr::null_mut();
+        }
+        if !self.ctx.is_null() {
+            // SAFETY: opened by ibv_open_device, closed once, last.
+            unsafe { ffi::ibv_close_device(self.ctx) };
+            self.ctx = ptr::null_mut();
+        }
+    }
+
+    /// A cached or new address handle for `key`.
+    fn address_handle(&mut self, key: AhKey) -> Result<*mut ffi::ibv_ah, TransportError> {
+        self.ahs.stamp += 1;
+        let stamp = self.ahs.stamp;
+        if let Some(entry) = self.ahs.entries.get_mut(&key) {
+            entry.used = stamp;
+            return Ok(entry.ah);
+        }
+        self.ahs.evict();
+        let (gid, flow_label, traffic_class, service_level) = key;
+        // SAFETY: a zeroed AH attr is valid (dlid 0, no static rate).
+        let mut attr: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
+        attr.is_global = 1;
+        attr.grh.dgid = ffi::ibv_gid { raw: gid };
+        attr.grh.sgid_index = self.gid_index;
+        attr.grh.flow_label = flow_label & 0xf_ffff;
+        attr.grh.traffic_class = traffic_class;
+        attr.grh.hop_limit = 64;
+        attr.sl = service_level;
+        attr.port_num = self.port;
+        // SAFETY: `pd` is live; `attr` is valid.
+        let ah = unsafe { ffi::ibv_create_ah(self.pd, &mut attr) };
+        if ah.is_null() {
+            return Err(verbs_error("ibv_create_ah"));
+        }
+        self.ahs.entries.insert(
+            key,
+            AhEntry {
+                ah,
+                used: stamp,
+                in_flight: 0,
+            },
+        );
+        Ok(ah)
+    }
+
+    /// Reads up to `budget` completions into `out`.
+    fn poll_cq(&mut self, out: &mut Vec<Completion>, budget: usize) {
+        match self.cq {
+            Cq::None => {}
+            Cq::Plain(cq) => {
+                // SAFETY: ibv_wc is plain data; zeroed is valid.
+                let mut wcs: [ffi::ibv_wc; 16] = unsafe { std::mem::zeroed() };
+                while out.len() < budget {
+                    // SAFETY: `cq` is live; `wcs` holds 16 entries.
+                    let n = unsafe { ffi::ibv_poll_cq(cq, wcs.len() as i32, wcs.as_mut_ptr()) };
+                    let n = usize::try_from(n).unwrap_or(0).min(wcs.len());
+                    for wc in &wcs[..n] {
+                        let ok = wc.status == ffi::ibv_wc_status::IBV_WC_SUCCESS;
+                        out.push(Completion {
+                            wr_id: wc.wr_id,
+                            ok,
+                            byte_len: if ok { wc.byte_len } else { 0 },
+                            src_qp: if ok { wc.src_qp } else { 0 },
+                            grh: ok && wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0,
+                            stamped_ns: None,
+                        });
+                    }
+                    if n < wcs.len() {
+                        break;
+                    }
+                }
+            }
+            Cq::Stamped { cq, khz } => {
+                while out.len() < budget {
+                    // SAFETY: a zeroed poll attr is valid (comp_mask 0).
+                    let mut attr: ffi::ibv_poll_cq_attr = unsafe { std::mem::zeroed() };
+                    // SAFETY: `cq` is a live extended CQ; one completion per start/end pair
+                    // (never next_poll, which corrupts rxe's CQ).
+                    if unsafe { ffi::ibv_start_poll(cq, &mut attr) } != 0 {
+                        break; // ENOENT: empty
+                    }
+                    // SAFETY: between start_poll and end_poll the current completion's fields
+                    // may be read; on an error completion only wr_id and status are valid, so
+                    // nothing else is read then. The CQ was created with the standard flags and
+                    // the completion timestamp, so those readers exist.
+                    let completion = unsafe {
+                        let ok = (*cq).status == ffi::ibv_wc_status::IBV_WC_SUCCESS;
+                        Completion {
+                            wr_id: (*cq).wr_id,
+                            ok,
+                            byte_len: if ok { ffi::ibv_wc_read_byte_len(cq) } else { 0 },
+                            src_qp: if ok { ffi::ibv_wc_read_src_qp(cq) } else { 0 },
+                            grh: ok
+                                && ffi::ibv_wc_read_wc_flags(cq) & ffi::ibv_wc_flags::IBV_WC_GRH.0
+                                    != 0,
+                            stamped_ns: ok
+                                .then(|| device_ns(ffi::ibv_wc_read_completion_ts(cq), khz)),
+                        }
+                    };
+                    // SAFETY: ends the poll started above.
+                    unsafe { ffi::ibv_end_poll(cq) };
+                    out.push(completion);
+                }
+            }
+        }
+    }
+
+    /// Turns completions into events, reposting every receive slot.
+    fn handle(&mut self, completions: &mut Vec<Completion>, events: &mut Vec<Event>) {
+        for completion in completions.drain(..) {
+            let at_ns = completion.stamped_ns.unwrap_or_else(|| self.now_ns());
+            if completion.wr_id & SEND_TAG != 0 {
+                let slot = (completion.wr_id & !SEND_TAG) as usize;
+                if let Some(flight) = self.sends.get_mut(slot).and_then(Option::take) {
+                    if let Some(entry) = self.ahs.entries.get_mut(&flight.ah) {
+                        entry.in_flight = entry.in_flight.saturating_sub(1);
+                    }
+                    events.push(Event::Sent {
+                        wr_id: flight.wr_id,
+                        ok: completion.ok,
+                        at_ns,
+                    });
+                }
+                continue;
+            }
+            let slot = completion.wr_id as usize;
+            if slot >= RECV_SLOTS {
+                continue; // not one of ours: nothing to repost
+            }
+            if completion.ok {
+                let mut grh = [0u8; GRH];
+                let len = (completion.byte_len as usize)
+                    .saturating_sub(GRH)
+                    .min(MAX_PAYLOAD);
+                let mut payload = vec![0u8; len];
+                // SAFETY: the slot's receive completed, so the NIC no longer writes it until it
+                // is reposted below; both copies stay inside the slot (GRH + len <= SLOT).
+                unsafe {
+                    ptr::copy_nonoverlapping(self.buf.slot(slot), grh.as_mut_ptr(), GRH);
+                    ptr::copy_nonoverlapping(
+                        self.buf.slot(slot).add(GRH),
+                        payload.as_mut_ptr(),
+                        len,
+                    );
+                }
+                let gid = if completion.grh {
+                    source_gid(&grh).unwrap_or([0; 16])
+                } else {
+                    [0; 16]
+                };
+                let source: Source = (gid, completion.src_qp);
+                events.push(Event::Received {
+                    payload,
+                    source,
+                    at_ns,
+                });
+            } else {
+                self.failed_receives += 1;
+            }
+            if self.post_recv(slot).is_err() {
+                self.unposted.push(slot);
+            }
+        }
+    }
+}
+
+impl Endpoint for VerbsEndpoint {
+    fn address(&self) -> Address {
+        Address {
+            gid: self.gid,
+            qpn: self.qpn,
+            qkey: self.qkey,
+        }
+    }
+
+    fn clock(&self) -> Clock {
+        match self.cq {
+            Cq::Stamped { .. } => Clock::Hardware,
+            _ => Clock::Software,
+        }
+    }
+
+    fn send(
+        &mut self,
+        to: Address,
+        options: SendOptions,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<u64, TransportError> {
+        if self.gone {
+            return Err(TransportError::Gone);
+        }
+        if payload.len() > MAX_PAYLOAD {
+            return Err(TransportError::Verbs {
+                call: "ibv_post_send",
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("a {}-byte payload (at most {MAX_PAYLOAD})", payload.len()),
+                ),
+            });
+        }
+        let Some(index) = (0..SEND_SLOTS)
+            .map(|i| (self.next_send + i) % SEND_SLOTS)
+            .find(|&i| self.sends[i].is_none())
+        else {
+            return Err(TransportError::Verbs {
+                call: "ibv_post_send",
+                source: io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("all {SEND_SLOTS} send slots are in flight"),
+                ),
+            });
+        };
+        let key: AhKey = (
+            to.gid,
+            options.flow_label,
+            options.traffic_class,
+            options.service_level,
+        );
+        let ah = self.address_handle(key)?;
+        let slot = RECV_SLOTS + index;
+        // SAFETY: no send of this slot is in flight, so the NIC does not read it; the payload
+        // fits the slot.
+        unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), self.buf.slot(slot), payload.len()) };
+        let mut sge = ffi::ibv_sge {
+            addr: self.buf.slot(slot) as u64,
+            length: payload.len() as u32,
+            // SAFETY: `mr` is registered while the QP exists.
+            lkey: unsafe { (*self.mr).lkey },
+        };
+        // SAFETY: a zeroed send WR is valid (no next, no inline, no immediate).
+        let mut wr: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = SEND_TAG | index as u64;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.wr.ud = ffi::ud_t {
+            ah,
+            remote_qpn: to.qpn,
+            remote_qkey: to.qkey,
+        };
+        let mut bad = ptr::null_mut();
+        let posted_at = self.now_ns();
+        // SAFETY: `qp` is live; `wr`, `sge` and the AH outlive the call, and the AH stays until
+        // the send completes (its in-flight count keeps it from eviction).
+        let rc = unsafe { ffi::ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            self.check_device(true)?;
+            return verbs_rc("ibv_post_send", rc).map(|()| posted_at);
+        }
+        self.sends[index] = Some(InFlight { wr_id, ah: key });
+        self.next_send = (index + 1) % SEND_SLOTS;
+        if let Some(entry) = self.ahs.entries.get_mut(&key) {
+            entry.in_flight += 1;
+        }
+        Ok(posted_at)
+    }
+
+    fn poll(&mut self, events: &mut Vec<Event>, wait: Duration) -> Result<(), TransportError> {
+        let deadline = Instant::now() + wait;
+        let mut completions = Vec::new();
+        loop {
+            self.check_device(false)?;
+            for slot in std::mem::take(&mut self.unposted) {
+                if self.post_recv(slot).is_err() {
+                    self.unposted.push(slot);
+                }
+            }
+            self.poll_cq(&mut completions, RECV_SLOTS + SEND_SLOTS);
+            if !completions.is_empty() {
+                self.handle(&mut completions, events);
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep(POLL_SLEEP.min(deadline - now));
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        match self.cq {
+            Cq::Stamped { .. } => {
+                // A failed read repeats the last one rather than mixing in another clock.
+                let ns = self.device_clock().unwrap_or(self.last_hw_ns.get());
+                self.last_hw_ns.set(ns.max(self.last_hw_ns.get()));
+                self.last_hw_ns.get()
+            }
+            _ => monotonic_ns(),
+        }
+    }
+}
+
+impl Drop for VerbsEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for VerbsEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsEndpoint")
+            .field("device", &self.device)
+            .field("port", &self.port)
+            .field("gid_index", &self.gid_index)
+            .field("qpn", &self.qpn)
+            .field("clock", &self.clock())
+            .field("gone", &self.gone)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This host has no RDMA device (and maybe no RDMA kernel or no libibverbs): the calls say
+    /// so as errors, never a panic.
+    #[test]
+    fn without_devices_the_calls_answer_errors() {
+        match devices() {
+            Ok(names) => assert!(names.iter().all(|name| name != "nonexistent"), "{names:?}"),
+            Err(error) => assert_eq!(error.reason(), "unavailable", "{error}"),
+        }
+        let error = open("nonexistent", 1, 0x1111).unwrap_err();
+        assert!(
+            matches!(error.reason(), "unavailable" | "device"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_source_gid_comes_from_the_ipv4_header_or_the_grh() {
+        // RoCE v2 over IPv4: 20 undefined bytes, then 45 00 ... with 10.0.0.7 -> 10.0.0.9.
+        let mut grh = [0u8; GRH];
+        let ip4 = [
+            0x45, 0x00, 0x00, 0x4c, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 10, 0, 0, 7,
+            10, 0, 0, 9,
+        ];
+        grh[20..].copy_from_slice(&ip4);
+        let mut sum: u32 = grh[20..]
+            .chunks(2)
+            .map(|p| u32::from(u16::from_be_bytes([p[0], p[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        grh[30..32].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let gid = source_gid(&grh).unwrap();
+        assert_eq!(gid, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7]);
+        // An IB GRH / IPv6 header: version 6, the source GID in bytes 8..24.
+        let mut grh = [0u8; GRH];
+        grh[0] = 0x60;
+        for (i, byte) in grh[8..24].iter_mut().enumerate() {
+            *byte = 0xf0 + i as u8;
+        }
+        assert_eq!(source_gid(&grh).unwrap()[..2], [0xf0, 0xf1]);
+        // Neither: no source.
+        assert_eq!(source_gid(&[0u8; GRH]), None);
+    }
+
+    #[test]
+    fn device_ticks_become_nanoseconds() {
+        // 156.25 MHz: 156 250 kHz, 6.4 ns a tick.
+        assert_eq!(device_ns(1_000, 156_250), 6_400);
+        assert_eq!(device_ns(u64::MAX, 1_000_000), u64::MAX);
+        assert_eq!(device_ns(u64::MAX, 1_000), u64::MAX);
+    }
+}
