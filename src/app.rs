@@ -185,12 +185,39 @@ fn ib_fabric_collector(
     }
 }
 
+/// The `probe` collector, when `probe.enabled`: its loop starts here on the host's RDMA ports
+/// (`ports` replaces them: the demo's simulated hosts).
+fn probe_collector(
+    config: &Config,
+    ports: Option<Vec<crate::probe::agent::LocalPort>>,
+) -> Option<crate::probe::collector::ProbeCollector> {
+    use crate::probe::collector::ProbeCollector;
+    if !config.probe.enabled {
+        return None;
+    }
+    match ports {
+        None => ProbeCollector::spawn_verbs(&config.probe, &config.node.sysfs_path),
+        Some(ports) => {
+            let host = config.probe.host.clone().unwrap_or_default();
+            match ProbeCollector::start(&config.probe, host, ports) {
+                Ok(collector) => Some(collector),
+                Err(e) => {
+                    tracing::error!("the probe thread did not start: {e}");
+                    None
+                }
+            }
+        }
+    }
+}
+
 /// Sources that a config file cannot name: the demo's simulated hosts.
 #[derive(Debug, Default)]
 pub struct Simulated {
     pub netlink: Option<Arc<dyn NetlinkSource>>,
     /// The subnet the `ib_fabric` collector scans (the demo's simulated IB fabric).
     pub ib_fabric: Option<Arc<dyn crate::ib::source::FabricSource>>,
+    /// The ports the `probe` collector probes from (the demo's simulated NICs).
+    pub probe_ports: Option<Vec<crate::probe::agent::LocalPort>>,
 }
 
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
@@ -240,6 +267,10 @@ pub fn app_state_with(
     if let Some(ib_fabric) = &ib_fabric {
         collectors.push(ib_fabric.clone());
     }
+    let probe = probe_collector(config, simulated.probe_ports).map(Arc::new);
+    if let Some(probe) = &probe {
+        collectors.push(probe.clone());
+    }
     if let Some(process) = process.filter(|_| config.process.enabled) {
         collectors.push(Arc::new(process));
     }
@@ -255,5 +286,6 @@ pub fn app_state_with(
     );
     state.storm = storm;
     state.ib_fabric = ib_fabric;
+    state.probe = probe;
     state
 }

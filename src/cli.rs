@@ -356,6 +356,12 @@ pub struct CollectorFlags {
     ib_fabric: bool,
     #[arg(long = "no-collector.ib_fabric", overrides_with = "ib_fabric")]
     no_ib_fabric: bool,
+    /// Probe between RDMA NICs over UD queue pairs: loss and network RTT per local port and
+    /// path kind; peers from `probe:` in the config file [default: off].
+    #[arg(long = "collector.probe", overrides_with = "no_probe")]
+    probe: bool,
+    #[arg(long = "no-collector.probe", overrides_with = "probe")]
+    no_probe: bool,
 }
 
 impl CollectorFlags {
@@ -414,6 +420,12 @@ impl CollectorFlags {
         }
         if self.no_ib_fabric {
             config.ib_fabric.enabled = false;
+        }
+        if self.probe {
+            config.probe.enabled = true;
+        }
+        if self.no_probe {
+            config.probe.enabled = false;
         }
         if self.process {
             config.process.enabled = true;

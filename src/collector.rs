@@ -26,6 +26,7 @@ pub const KNOWN: &[&str] = &[
     "nccl",
     "switch",
     "ib_fabric",
+    "probe",
     "process",
 ];
 

@@ -50,6 +50,8 @@ pub struct Config {
     pub pods: crate::pods::config::PodsConfig,
     /// The InfiniBand subnet scan (off unless `ib_fabric.enabled`).
     pub ib_fabric: crate::ib::config::IbFabricConfig,
+    /// Active probes between RDMA NICs (off unless `probe.enabled`).
+    pub probe: crate::probe::config::ProbeConfig,
 }
 
 /// `process:`: the `process` collector.
@@ -181,6 +183,9 @@ pub fn problems(config: &Config) -> Vec<Problem> {
         }
     }
     problems.extend(nccl_problems(&config.nccl));
+    for (key, message) in config.probe.problems() {
+        problems.push(Problem::at(vec![Key("probe"), Key(key)], message));
+    }
     problems.extend(background_problems(config));
     problems
 }
@@ -223,6 +228,7 @@ pub const SERVE_PATHS: &[&str] = &[
     "/healthz",
     "/probe",
     "/ib/switch",
+    "/probe-address",
     "/api/v1/fabric",
     "/assets",
 ];

@@ -61,6 +61,8 @@ pub struct AppState {
     pub probe_gate: Arc<ProbeGate>,
     /// The `ib_fabric` collector (also among `collectors`), for `/ib/switch`.
     pub ib_fabric: Option<Arc<IbFabricCollector>>,
+    /// The `probe` collector (also among `collectors`), for `/probe-address`.
+    pub probe: Option<Arc<crate::probe::collector::ProbeCollector>>,
 }
 
 impl AppState {
@@ -83,6 +85,7 @@ impl AppState {
             switches,
             probe_gate: ProbeGate::new(MAX_PROBE_POLLS),
             ib_fabric: None,
+            probe: None,
         }
     }
 
@@ -149,6 +152,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/probe", get(probe))
         .route(IB_SWITCH_PATH, get(ib_switch))
+        .route(crate::probe::peers::PATH, get(probe_address))
         .route(
             fabric_page::SCRIPT_PATH,
             get(|| async {
@@ -371,6 +375,26 @@ async fn probe(
             )
                 .into_response()
         }
+    }
+}
+
+/// `/probe-address`: where this host's ports answer probes (GID, QPN, Q_Key per port), for its
+/// peers' agents. A 404 where probing is off.
+async fn probe_address(State(state): State<Arc<AppState>>) -> Response {
+    let Some(collector) = state.probe.clone() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "the probe collector is not enabled here (--collector.probe)\n",
+        )
+            .into_response();
+    };
+    match serde_json::to_string(&collector.published()) {
+        Ok(json) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Endpoints in memory: a fabric of queues between [`Endpoint`]s, for the tests of the probe
 //! loops and for the simulator. Each endpoint is a GID and QPN; a send lands in the receiver's
-//! queue unless the fabric's `fate` for that path drops it, after the delay `fate` gives.
+//! queue unless the fabric's `fate` for that path drops it, after the delay `fate` gives, and
+//! is stamped with its arrival time.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -147,11 +148,13 @@ impl Endpoint for MemoryEndpoint {
                     .ok_or(TransportError::Gone)?;
                 // Deliveries are in send order per sender; a later, shorter delay waits behind.
                 while queue.front().is_some_and(|(due, _, _)| *due <= now) {
-                    let (_, payload, source) = queue.pop_front().unwrap();
+                    let (due, payload, source) = queue.pop_front().unwrap();
+                    // Stamped when it arrived, not when it was polled: like a NIC's completion
+                    // timestamp, so the fabric's delay is measured exactly, whatever the lag.
                     events.push(Event::Received {
                         payload,
                         source,
-                        at_ns: now,
+                        at_ns: due,
                     });
                 }
             }

@@ -77,7 +77,7 @@ pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s
         );
         families.counter(
             "rdma_probe_responder_delay_seconds_total",
-            "Sum of the delays the responders of this port's answered probes took between receiving a probe and answering it; divided by rdma_probe_network_rtt_seconds_count, a rising mean says a busy host, not the network.",
+            "Sum of the delays the responders of this port's answered probes took between receiving a probe and answering it; divided by the RTT histogram's count, a rising mean says a busy host, not the network.",
             labels.clone(),
             Value::F64(port.responder_delay_sum),
         );

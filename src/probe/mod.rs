@@ -9,9 +9,12 @@
 //!   sample of the same rail, a few ports on other rails) and with which flow labels.
 
 pub mod agent;
+pub mod collector;
+pub mod config;
 pub mod memory;
 pub mod metrics;
 pub mod packet;
+pub mod peers;
 pub mod responder;
 pub mod rtt;
 pub mod stats;

@@ -1,0 +1,241 @@
+//! The `probe` collector: starts the probing loop on this host's RDMA ports, refreshes its
+//! peers in the background, and serves the loop's counts at each scrape (never probing on the
+//! scrape path). Where libibverbs or the kernel's RDMA support is missing, it says so once in
+//! the log and stays off; every other collector runs.
+
+use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::collector::{Collector, Outcome, Output};
+use crate::exposition::Families;
+
+use super::agent::{Agent, LocalPort};
+use super::config::ProbeConfig;
+use super::peers::{self, Published};
+use super::targets::Port;
+use super::transport::TransportError;
+
+/// How long one peer agent has to answer for its addresses.
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct ProbeCollector {
+    agent: Mutex<Option<Arc<Agent>>>,
+    host: String,
+    per_target: bool,
+    /// Dropping it ends the peers thread at its next wake-up.
+    _refresh: Option<mpsc::Sender<()>>,
+}
+
+impl std::fmt::Debug for ProbeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeCollector")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProbeCollector {
+    /// Starts probing on `ports` (their endpoints opened by the caller) and, where the config
+    /// names peers, the thread that refreshes them.
+    pub fn start(
+        config: &ProbeConfig,
+        host: String,
+        ports: Vec<LocalPort>,
+    ) -> std::io::Result<ProbeCollector> {
+        let agent = Arc::new(Agent::spawn(ports, config.settings())?);
+        let refresh =
+            if config.peers.is_empty() && config.peers_file.is_none() && config.peers_dns.is_none()
+            {
+                None
+            } else {
+                let (stop, stopped) = mpsc::channel();
+                let (weak, config, own) = (Arc::downgrade(&agent), config.clone(), host.clone());
+                std::thread::Builder::new()
+                    .name("rfe-probe-peers".into())
+                    .spawn(move || refresh_peers(&weak, &config, &own, &stopped))?;
+                Some(stop)
+            };
+        Ok(ProbeCollector {
+            agent: Mutex::new(Some(agent)),
+            host,
+            per_target: config.per_target,
+            _refresh: refresh,
+        })
+    }
+
+    /// Opens a responder and a prober endpoint on every port of this host's RDMA devices (as
+    /// `sysfs` lists them) and starts. `None`, said once in the log, where verbs are unavailable
+    /// or no port opens.
+    pub fn spawn_verbs(config: &ProbeConfig, sysfs: &Path) -> Option<ProbeCollector> {
+        let host = config.host.clone().unwrap_or_else(host_name);
+        if let Err(e) = super::verbs::devices() {
+            tracing::warn!("probing is off: {e}");
+            return None;
+        }
+        let ports = match local_ports(config, sysfs, &host) {
+            Ok(ports) if !ports.is_empty() => ports,
+            Ok(_) => {
+                tracing::warn!("probing is off: no RDMA port to probe from");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!("probing is off: {e}");
+                return None;
+            }
+        };
+        match ProbeCollector::start(config, host, ports) {
+            Ok(collector) => Some(collector),
+            Err(e) => {
+                tracing::error!("the probe thread did not start: {e}");
+                None
+            }
+        }
+    }
+
+    /// This host's ports and where they answer, for `/probe-address`.
+    pub fn published(&self) -> Published {
+        let addresses = self
+            .agent
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|a| a.addresses())
+            .unwrap_or_default();
+        Published::new(&addresses, &self.host)
+    }
+}
+
+impl Collector for ProbeCollector {
+    fn name(&self) -> &'static str {
+        "probe"
+    }
+
+    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+        let Some(stats) = self.agent.lock().unwrap().as_ref().map(|a| a.stats()) else {
+            return Ok(Outcome::ok(false));
+        };
+        let mut families = Families::default();
+        super::metrics::encode(&stats, self.per_target, &mut families);
+        out.encode(&families)?;
+        Ok(Outcome::ok(stats.ports.iter().any(|p| !p.gone)))
+    }
+
+    fn retire(&self) {
+        self.agent.lock().unwrap().take();
+    }
+}
+
+/// Every port of the devices `sysfs` lists (those `device_include` matches), each with a
+/// responder and a prober endpoint. A port that does not open is left out with a log line.
+fn local_ports(
+    config: &ProbeConfig,
+    sysfs: &Path,
+    host: &str,
+) -> Result<Vec<LocalPort>, TransportError> {
+    let include = config
+        .device_include
+        .as_ref()
+        .and_then(|p| regex::Regex::new(&format!("^(?:{p})$")).ok());
+    let class = sysfs.join("class/infiniband");
+    let mut devices: Vec<String> = std::fs::read_dir(&class)
+        .map_err(|e| TransportError::Unavailable(format!("{}: {e}", class.display())))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| include.as_ref().is_none_or(|re| re.is_match(name)))
+        .collect();
+    devices.sort();
+    let mut ports = Vec::new();
+    for (index, device) in devices.iter().enumerate() {
+        let rail = config.rails.get(device).copied().unwrap_or(index as u32);
+        let mut numbers: Vec<u8> = std::fs::read_dir(class.join(device).join("ports"))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        numbers.sort();
+        for number in numbers {
+            let open = || super::verbs::open(device, number, config.qkey);
+            match (open(), open()) {
+                (Ok(responder), Ok(prober)) => ports.push(LocalPort {
+                    port: Port {
+                        host: host.to_string(),
+                        device: device.clone(),
+                        port: u32::from(number),
+                        rail,
+                    },
+                    responder: Box::new(responder),
+                    prober: Box::new(prober),
+                }),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!("no probing on {device} port {number}: {e}");
+                }
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The system's host name, as the kernel has it.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Every `peers_refresh`: the agents the config names, asked for their addresses, handed to the
+/// loop. Ends when the collector is dropped or the loop retired.
+fn refresh_peers(
+    agent: &Weak<Agent>,
+    config: &ProbeConfig,
+    own_host: &str,
+    stopped: &mpsc::Receiver<()>,
+) {
+    let mut failing = false;
+    loop {
+        let mut agents = config.peers.clone();
+        let mut problems = Vec::new();
+        if let Some(file) = &config.peers_file {
+            match peers::read_agents_file(file) {
+                Ok(found) => agents.extend(found),
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if let Some(name) = &config.peers_dns {
+            match peers::resolve_agents(name) {
+                Ok(found) => agents.extend(found),
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        agents.sort();
+        agents.dedup();
+        let (published, errors) = peers::fetch(&agents, PEER_TIMEOUT);
+        problems.extend(errors.iter().map(|e| e.to_string()));
+        let Some(agent) = agent.upgrade() else {
+            return;
+        };
+        agent.set_peers(
+            published
+                .iter()
+                .filter(|p| p.host != own_host)
+                .flat_map(Published::peers)
+                .collect(),
+        );
+        drop(agent);
+        // Said once until the peers all answer again, not at every refresh.
+        if !problems.is_empty() && !failing {
+            tracing::warn!(
+                "probe peers: {} of {} agents did not answer: {}",
+                errors.len(),
+                agents.len(),
+                problems.join("; ")
+            );
+        }
+        failing = !problems.is_empty();
+        match stopped.recv_timeout(config.peers_refresh) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}

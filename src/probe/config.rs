@@ -1,0 +1,155 @@
+//! `probe:` in the config file and `--collector.probe*` on the command line: the `probe`
+//! collector, off by default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::agent;
+use super::responder::Limits;
+use super::targets;
+use super::transport::SendOptions;
+
+/// `probe`: which ports probe, whom, how fast, and what is served.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeConfig {
+    pub enabled: bool,
+    /// This host's name in the probe series of its peers; the system's host name when unset.
+    pub host: Option<String>,
+    /// The RDMA devices that probe (anchored regex on the device name); every device when unset.
+    pub device_include: Option<String>,
+    /// The rail of each device by name; unset, a device's rail is its place in the sorted list
+    /// of this host's probing devices (NIC i on rail i, as rail-optimized fabrics cable them).
+    pub rails: std::collections::BTreeMap<String, u32>,
+    /// The Q_Key every probe endpoint uses: peers must agree on it.
+    pub qkey: u32,
+    /// A probe without its answer after this long is lost.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub timeout: Duration,
+    /// Same-rail ports on other hosts probed per round, per local port.
+    pub rail_sample: usize,
+    /// Other-rail ports on other hosts probed per round, per local port.
+    pub cross_rail_sample: usize,
+    /// Flow labels (UDP source ports) rotated over, to cover ECMP members.
+    pub flow_labels: u32,
+    /// Probes a second one local port may send.
+    pub per_port_rate: u32,
+    /// Probes a second the host may send.
+    pub total_rate: u32,
+    /// The shortest round: a path is probed at most once a round.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub min_round: Duration,
+    /// The GRH traffic class of probes and answers (DSCP << 2): set it to ride the RDMA priority.
+    pub traffic_class: u8,
+    /// The service level of probes and answers.
+    pub service_level: u8,
+    /// Answers a second to one source, and in total.
+    pub answers_per_source: u32,
+    pub answers_total: u32,
+    /// Serve per-target series for every target, not only the losing ones (small fabrics).
+    pub per_target: bool,
+    /// Peer agents: `host:port` of their HTTP endpoints, whose `/probe-address` lists their ports.
+    pub peers: Vec<String>,
+    /// A file of peer agents, one `host:port` a line or a Prometheus file-SD document
+    /// (`- targets: [...]`), read again at every refresh.
+    pub peers_file: Option<PathBuf>,
+    /// A DNS name whose addresses are the peer agents (a Kubernetes headless Service),
+    /// `name:port`, resolved again at every refresh.
+    pub peers_dns: Option<String>,
+    /// Time between two refreshes of the peers' addresses.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub peers_refresh: Duration,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        let targets = targets::Settings::default();
+        let limits = Limits::default();
+        ProbeConfig {
+            enabled: false,
+            host: None,
+            device_include: None,
+            rails: Default::default(),
+            qkey: DEFAULT_QKEY,
+            timeout: agent::Settings::default().timeout,
+            rail_sample: targets.rail_sample,
+            cross_rail_sample: targets.cross_sample,
+            flow_labels: targets.flow_labels,
+            per_port_rate: targets.per_port_rate,
+            total_rate: targets.total_rate,
+            min_round: targets.min_round,
+            traffic_class: 0,
+            service_level: 0,
+            answers_per_source: limits.per_source,
+            answers_total: limits.total,
+            per_target: false,
+            peers: Vec::new(),
+            peers_file: None,
+            peers_dns: None,
+            peers_refresh: Duration::from_secs(60),
+        }
+    }
+}
+
+/// "RFEP" in ASCII: a Q_Key no other UD user of the port is likely to pick.
+pub const DEFAULT_QKEY: u32 = 0x5246_4550;
+
+impl ProbeConfig {
+    /// The loop's settings.
+    pub fn settings(&self) -> agent::Settings {
+        agent::Settings {
+            targets: targets::Settings {
+                rail_sample: self.rail_sample,
+                cross_sample: self.cross_rail_sample,
+                flow_labels: self.flow_labels,
+                per_port_rate: self.per_port_rate,
+                total_rate: self.total_rate,
+                min_round: self.min_round,
+            },
+            timeout: self.timeout,
+            send: SendOptions {
+                flow_label: 0,
+                traffic_class: self.traffic_class,
+                service_level: self.service_level,
+            },
+            responder: Limits {
+                per_source: self.answers_per_source,
+                total: self.answers_total,
+                ..Limits::default()
+            },
+        }
+    }
+
+    /// What is wrong with the values, each as `probe.<key>: <why>`.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if let Some(pattern) = &self.device_include {
+            if let Err(e) = regex::Regex::new(&format!("^(?:{pattern})$")) {
+                problems.push(("device_include", format!("probe.device_include: {e}")));
+            }
+        }
+        for (key, value) in [
+            ("per_port_rate", self.per_port_rate),
+            ("total_rate", self.total_rate),
+            ("flow_labels", self.flow_labels),
+            ("answers_per_source", self.answers_per_source),
+            ("answers_total", self.answers_total),
+        ] {
+            if value == 0 {
+                problems.push((key, format!("probe.{key}: must be at least 1")));
+            }
+        }
+        if self.flow_labels > 0xF_FFFF {
+            problems.push((
+                "flow_labels",
+                "probe.flow_labels: a flow label has 20 bits".to_string(),
+            ));
+        }
+        if self.timeout.is_zero() {
+            problems.push(("timeout", "probe.timeout: must be above 0".to_string()));
+        }
+        problems
+    }
+}
