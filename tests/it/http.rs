@@ -253,7 +253,9 @@ fn unknown_or_disabled_collect_names_are_a_400_with_the_names() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("unknown collector \"bogus\""), "{body}");
     assert!(
-        body.contains("sysfs, ethtool, pfc_storm, netlink, pods, nccl, switch, ib_fabric, process"),
+        body.contains(
+            "sysfs, ethtool, pfc_storm, netlink, pods, nccl, switch, ib_fabric, probe, process"
+        ),
         "{body}"
     );
     let (status, _, body) = exporter.get("/metrics?collect[]=process");
