@@ -9,14 +9,16 @@ FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 # cmake, clang and libclang-dev build rdma-mummy-sys (the probe's verbs binding: a libibverbs
-# stub that dlopens the library at run time, so the image needs no libibverbs to start).
+# stub that dlopens the library at run time, so the image needs no libibverbs to start);
+# libibverbs1 and ibverbs-providers are what it loads, copied into the image for probing.
 RUN apt-get update && apt-get install -y --no-install-recommends infiniband-diags \
-    cmake clang libclang-dev \
+    cmake clang libclang-dev libibverbs1 ibverbs-providers \
  && cargo build --release --locked --bin rdma-fabric-exporter \
  && scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs
 
-# The binary, ibnetdiscover and perfquery (the ib_fabric collector's tools), ld.so and the
-# libraries `ldd` lists for them, passwd/group and the CA bundle: no shell, no package manager.
+# The binary, ibnetdiscover and perfquery (the ib_fabric collector's tools), libibverbs with its
+# providers and /etc/libibverbs.d (the probe collector loads them), ld.so and the libraries
+# `ldd` lists for all these, passwd/group and the CA bundle: no shell, no package manager.
 FROM scratch
 COPY --from=build /rootfs/ /
 USER 65534:65534

@@ -1,9 +1,9 @@
 //! The Helm chart (`deploy/helm/rdma-fabric-exporter`): `helm lint` and `helm template` of the
 //! defaults and of every value file in its `ci/` directory, each rendered set validated as the
 //! kustomize objects are (kubernetes-validate; the prometheus-operator objects by shape); the
-//! defaults render what `deploy/kubernetes` applies, the sharded and pod-attribution values
-//! what their overlays apply; a values typo fails; the alerts and dashboards in the chart are
-//! `alerts/` and `dashboards/` (`UPDATE_DEPLOY=1` copies them in).
+//! defaults render what `deploy/kubernetes` applies, the sharded, pod-attribution and probe
+//! values what their overlays apply; a values typo fails; the alerts and dashboards in the
+//! chart are `alerts/` and `dashboards/` (`UPDATE_DEPLOY=1` copies them in).
 //!
 //! Helm: `$HELM`, else `/opt/helm/bin/helm` (where `scripts/test` installs it), else `helm` on
 //! the PATH.
@@ -466,6 +466,186 @@ fn pod_attribution_is_one_value_and_renders_the_overlays_daemonset() {
     ));
 }
 
+/// The agent's container resources of one kind (requests or limits) by name.
+fn resource_names(container: &Value, kind: &str) -> Vec<String> {
+    container["resources"][kind]
+        .as_mapping()
+        .map(|m| m.keys().map(|k| k.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Probing between NICs is one value, off by default: the agent runs with --collector.probe
+/// and a config file whose `probe:` section finds its peers through a headless Service of the
+/// agents, asks for the RDMA device plugin's resource (overridable, or none), and gains no
+/// capability nor root. The objects are the probe overlay's, and the config passes
+/// check-config.
+#[test]
+fn probing_is_one_value_off_by_default_and_grants_no_capability() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(&helm, &[ci_values("probe-values.yaml")], &[]).unwrap();
+    let daemonset = find(&objects, "DaemonSet", "rdma-node-agent");
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args = strings(&container["args"]);
+    let config_arg = "--config.file=/etc/rdma-fabric-exporter/config.yml";
+    assert!(args.contains(&"--collector.probe"), "{args:?}");
+    assert!(args.contains(&config_arg), "{args:?}");
+    for kind in ["requests", "limits"] {
+        assert_eq!(
+            container["resources"][kind]["rdma/rdma_shared_device_a"], "1",
+            "{kind}"
+        );
+    }
+    // Nothing more than the base agent's rights: non-root, every capability dropped, none added.
+    let security = &pod["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["runAsUser"], 65534);
+    assert!(pod["hostPID"].is_null());
+    let security = &container["securityContext"];
+    assert_eq!(strings(&security["capabilities"]["drop"]), ["ALL"]);
+    assert!(security["capabilities"]["add"].is_null(), "{security:?}");
+    assert_eq!(security["privileged"], false);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    // The config file, mounted where the flag reads it; a changed config rolls the pods.
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "config")
+        .expect("the config mount");
+    assert_eq!(mount["mountPath"], "/etc/rdma-fabric-exporter");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "config")
+        .unwrap();
+    assert_eq!(volume["configMap"]["name"], "rdma-node-agent");
+    assert!(
+        daemonset["spec"]["template"]["metadata"]["annotations"]["checksum/config"].is_string()
+    );
+    let text = find(&objects, "ConfigMap", "rdma-node-agent")["data"]["config.yml"]
+        .as_str()
+        .unwrap();
+    let config: Value = serde_yaml::from_str(text).unwrap();
+    let peers_dns = format!("rdma-node-agent-peers.{NAMESPACE}.svc.cluster.local:9866");
+    assert_eq!(config["probe"]["peers_dns"], peers_dns.as_str(), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yml");
+    std::fs::write(&path, text).unwrap();
+    let (code, _, stderr) =
+        common::run(&["check-config", "--config.file", common::path_str(&path)]);
+    assert_eq!(code, 0, "{text}: {stderr}");
+    // The peers' Service: headless, selecting the agent pods, on the agent's port; not
+    // selected by the agents' ServiceMonitor (no agent scraped twice).
+    let service = find(&objects, "Service", "rdma-node-agent-peers");
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert!(selects(
+        &service["spec"]["selector"],
+        &daemonset["spec"]["template"]["metadata"]["labels"]
+    ));
+    assert_eq!(service["spec"]["ports"][0]["port"], 9866);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    assert_eq!(container["ports"][0]["name"], "metrics");
+    let monitor = find(&objects, "ServiceMonitor", "rdma-node-agent");
+    assert!(!selects(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &service["metadata"]["labels"]
+    ));
+    // The same objects as the kustomize overlay's, which validates.
+    let overlay = deploy::render(&deploy::kube_dir().join("overlays/probe"));
+    for (kind, name) in [
+        ("DaemonSet", "rdma-node-agent"),
+        ("ConfigMap", "rdma-node-agent"),
+        ("Service", "rdma-node-agent-peers"),
+    ] {
+        assert_eq!(
+            essential(find(&objects, kind, name)),
+            essential(find(&overlay, kind, name)),
+            "{kind} {name}"
+        );
+    }
+    if kubernetes_validate_installed() {
+        deploy::validate(&overlay, dir.path());
+    }
+
+    // Another device plugin's resource, another port, more probe keys.
+    let objects = template(
+        &helm,
+        &[ci_values("probe-values.yaml")],
+        &[
+            "nodeAgent.probe.rdmaResource.name=rdma/hca_shared_devices_b",
+            "nodeAgent.probe.clusterDomain=gpu.example",
+            "nodeAgent.probe.config.traffic_class=104",
+            "web.port=9900",
+        ],
+    )
+    .unwrap();
+    let container = &find(&objects, "DaemonSet", "rdma-node-agent")["spec"]["template"]["spec"]
+        ["containers"][0];
+    for kind in ["requests", "limits"] {
+        assert_eq!(
+            resource_names(container, kind),
+            ["cpu", "memory", "rdma/hca_shared_devices_b"]
+        );
+    }
+    assert_eq!(
+        find(&objects, "Service", "rdma-node-agent-peers")["spec"]["ports"][0]["port"],
+        9900
+    );
+    let text = find(&objects, "ConfigMap", "rdma-node-agent")["data"]["config.yml"]
+        .as_str()
+        .unwrap();
+    let config: Value = serde_yaml::from_str(text).unwrap();
+    assert_eq!(
+        config["probe"]["peers_dns"],
+        format!("rdma-node-agent-peers.{NAMESPACE}.svc.gpu.example:9900").as_str()
+    );
+    assert_eq!(config["probe"]["traffic_class"], 104);
+    // No resource at all, when the devices come in some other way.
+    let objects = template(
+        &helm,
+        &[ci_values("probe-values.yaml")],
+        &["nodeAgent.probe.rdmaResource.name="],
+    )
+    .unwrap();
+    let container = &find(&objects, "DaemonSet", "rdma-node-agent")["spec"]["template"]["spec"]
+        ["containers"][0];
+    for kind in ["requests", "limits"] {
+        assert_eq!(resource_names(container, kind), ["cpu", "memory"]);
+    }
+
+    // Off by default: none of it.
+    let objects = template(&helm, &[], &[]).unwrap();
+    let daemonset = find(&objects, "DaemonSet", "rdma-node-agent");
+    let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
+    let args = strings(&container["args"]);
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--collector.probe") || a == &config_arg),
+        "{args:?}"
+    );
+    for kind in ["requests", "limits"] {
+        assert_eq!(resource_names(container, kind), ["cpu", "memory"]);
+    }
+    assert!(!container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "config"));
+    assert!(daemonset["spec"]["template"]["metadata"]["annotations"].is_null());
+    assert!(
+        !objects.iter().any(|o| (o["kind"] == "Service"
+            && o["metadata"]["name"] == "rdma-node-agent-peers")
+            || (o["kind"] == "ConfigMap" && o["metadata"]["name"] == "rdma-node-agent")),
+        "{:?}",
+        kinds_and_names(&objects)
+    );
+}
+
 #[test]
 fn without_the_operator_no_custom_resource_and_pods_carry_scrape_annotations() {
     let Some(helm) = helm_or_skip() else { return };
@@ -716,6 +896,8 @@ fn a_values_typo_fails() {
     for (set, word) in [
         ("nodeAgent.tolerration[0].key=x", "tolerration"),
         ("nodeAgent.podAtribution.enabled=true", "podAtribution"),
+        ("nodeAgent.probe.enabeld=true", "enabeld"),
+        ("nodeAgent.probe.rdmaResource.count=0", "count"),
         ("switchPoler.shards=2", "switchPoler"),
         ("web.tls.clientAuth=RequireAnyClientCert", "clientAuth"),
         ("switchPoller.shards=0", "shards"),

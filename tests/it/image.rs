@@ -4,8 +4,10 @@
 //! no new privileges): in `demo` mode, scraped; and as the node agent on the ConnectX-7 fixture
 //! mounted read-only at `/host/sys`, whose `/metrics` must be the golden file's, and with the
 //! args the Helm chart's DaemonSet gives it; and as the InfiniBand scanner, which finds
-//! infiniband-diags' tools in it. The image holds the binary, those tools, the libraries `ldd`
-//! names for them, passwd/group and the CA bundle, nothing else, and runs as 65534.
+//! infiniband-diags' tools in it; and with the probe collector on, which loads libibverbs in
+//! it. The image holds the binary, those tools, libibverbs with its providers and driver files,
+//! the libraries `ldd` names for all these, passwd/group and the CA bundle, nothing else, and
+//! runs as 65534.
 //!
 //! The binary is the test build's (debug, its debug info stripped by scripts/image-rootfs), or
 //! `$RFE_IMAGE_BINARY` (a release build, to measure the shipped image). Needs root, buildah,
@@ -206,12 +208,49 @@ fn run(store: &Store, name: &str, volumes: &[String], args: &[&str]) {
     store.podman_ok(&command);
 }
 
-/// The files a built image must hold: the binary, the libraries `ldd` lists for it, passwd and
-/// group, the CA bundle when the build host has one; and the directories above them.
+/// What the probe collector loads at run time, which `ldd` of the binary does not list: the
+/// path ld.so.cache gives for libibverbs.so.1, its providers (`libibverbs/` beside the
+/// library's real file) and /etc/libibverbs.d's driver files.
+fn verbs_files() -> (String, Vec<String>, Vec<String>) {
+    let cache = Command::new("/sbin/ldconfig").arg("-p").output().unwrap();
+    let libibverbs = String::from_utf8(cache.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (words.first() == Some(&"libibverbs.so.1")).then(|| words.last().unwrap().to_string())
+        })
+        .expect("libibverbs.so.1 in ld.so.cache (apt-get install libibverbs1 ibverbs-providers)");
+    let files_of = |dir: &Path, keep: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| keep(&p.file_name().unwrap().to_string_lossy()))
+            .map(|p| p.display().to_string())
+            .collect();
+        files.sort();
+        files
+    };
+    let real = std::fs::canonicalize(&libibverbs).unwrap();
+    let providers = files_of(&real.parent().unwrap().join("libibverbs"), &|name| {
+        name.starts_with("lib") && name.contains("-rdmav") && name.ends_with(".so")
+    });
+    let drivers = files_of(Path::new("/etc/libibverbs.d"), &|name| {
+        name.ends_with(".driver")
+    });
+    (libibverbs, providers, drivers)
+}
+
+/// The files a built image must hold: the binary, libibverbs with its providers and driver
+/// files, the libraries `ldd` lists for all these, passwd and group, the CA bundle when the
+/// build host has one; and the directories above them.
 fn expected_files(binary: &Path) -> BTreeSet<String> {
+    let (libibverbs, providers, drivers) = verbs_files();
     let ldd = Command::new("ldd")
         .arg(binary)
         .args(IB_TOOLS)
+        .arg(&libibverbs)
+        .args(&providers)
         .output()
         .unwrap();
     let mut files: BTreeSet<String> = String::from_utf8(ldd.stdout)
@@ -239,6 +278,9 @@ fn expected_files(binary: &Path) -> BTreeSet<String> {
     );
     files.insert("/usr/local/bin/rdma-fabric-exporter".into());
     files.extend(IB_TOOLS.iter().map(|t| t.to_string()));
+    files.insert(libibverbs);
+    files.extend(providers);
+    files.extend(drivers);
     files.insert("/etc/passwd".into());
     files.insert("/etc/group".into());
     if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file() {
@@ -349,6 +391,19 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         }
     }
     store.podman_ok(&["rm", container.trim()]);
+    // What probing loads, which no `ldd` shows: libibverbs, the providers (soft-RoCE's at
+    // least) and the driver files that name them.
+    assert!(
+        files.iter().any(|f| f.ends_with("/libibverbs.so.1")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f
+            .rsplit_once("/libibverbs/librxe-rdmav")
+            .is_some_and(|(_, version)| version.ends_with(".so"))),
+        "{files:?}"
+    );
+    assert!(files.contains("/etc/libibverbs.d/rxe.driver"), "{files:?}");
     assert_eq!(files, expected_files(&binary));
 
     // The demo, scraped.
@@ -476,6 +531,36 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         );
         assert_unprivileged(&store, &chart_agent);
     }
+
+    // The probe collector loads libibverbs and its providers from the image: probing is off for
+    // want of RDMA devices in the container, not of the library.
+    let port = free_port();
+    let prober = format!("rfe-image-probe-{}", std::process::id());
+    run(
+        &store,
+        &prober,
+        &[],
+        &[
+            "serve",
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--no-collector.netlink",
+            "--collector.probe",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let logs = text_of(&store.podman(&["logs", &prober]));
+        if logs.contains("probing is off") {
+            assert!(!logs.contains("libibverbs not found"), "{logs}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing said about probing:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_unprivileged(&store, &prober);
 
     // The InfiniBand scanner: ibnetdiscover is found on the image's PATH and runs (it gets as
     // far as opening a UMAD port, which this machine has none of).

@@ -136,3 +136,11 @@ basicAuth:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* The node agent's config.yml when it probes: the `probe:` section, its peers the agents
+behind the chart's headless Service (nodeAgent.probe.config adds or overrides keys). */}}
+{{- define "rfe.nodeAgentConfig" -}}
+{{- $p := .Values.nodeAgent.probe -}}
+{{- $peers := printf "%s-node-agent-peers.%s.svc.%s:%v" (include "rfe.fullname" .) (include "rfe.namespace" .) $p.clusterDomain .Values.web.port -}}
+{{- toYaml (dict "probe" (merge (deepCopy $p.config) (dict "peers_dns" $peers))) -}}
+{{- end -}}
