@@ -93,6 +93,13 @@ impl ProbeCollector {
         }
     }
 
+    /// Replaces the peers the loop probes (the simulator, which knows them all).
+    pub fn set_peers(&self, peers: Vec<super::agent::Peer>) {
+        if let Some(agent) = self.agent.lock().unwrap().as_ref() {
+            agent.set_peers(peers);
+        }
+    }
+
     /// This host's ports and where they answer, for `/probe-address`.
     pub fn published(&self) -> Published {
         let addresses = self

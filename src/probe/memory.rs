@@ -13,7 +13,7 @@ use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
 /// What happens to one packet from one endpoint to another: dropped (`None`) or delivered
 /// after a delay in nanoseconds.
-pub type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send>;
+pub type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send + Sync>;
 
 /// A packet on its way: when it is due, its payload, who sent it.
 type InFlight = (u64, Vec<u8>, Source);
@@ -22,27 +22,32 @@ struct Shared {
     start: Instant,
     queues: HashMap<(u128, u32), VecDeque<InFlight>>,
     gone: Vec<(u128, u32)>,
-    fate: Fate,
 }
 
-/// The fabric every endpoint of it sends through.
+/// The fabric every endpoint of it sends through. `fate` is asked without the queues' lock
+/// held: it may take locks of its own (the simulator's fabric).
 #[derive(Clone)]
-pub struct MemoryFabric(Arc<Mutex<Shared>>);
+pub struct MemoryFabric {
+    shared: Arc<Mutex<Shared>>,
+    fate: Arc<Fate>,
+}
 
 impl MemoryFabric {
     /// A fabric where every packet arrives after `fate`'s delay, or never.
     pub fn new(fate: Fate) -> MemoryFabric {
-        MemoryFabric(Arc::new(Mutex::new(Shared {
-            start: Instant::now(),
-            queues: HashMap::new(),
-            gone: Vec::new(),
-            fate,
-        })))
+        MemoryFabric {
+            shared: Arc::new(Mutex::new(Shared {
+                start: Instant::now(),
+                queues: HashMap::new(),
+                gone: Vec::new(),
+            })),
+            fate: Arc::new(fate),
+        }
     }
 
     /// A new endpoint at `gid` and `qpn`.
     pub fn endpoint(&self, gid: [u8; 16], qpn: u32, qkey: u32) -> MemoryEndpoint {
-        let mut shared = self.0.lock().unwrap();
+        let mut shared = self.shared.lock().unwrap();
         shared
             .queues
             .insert((u128::from_be_bytes(gid), qpn), VecDeque::new());
@@ -55,7 +60,7 @@ impl MemoryFabric {
 
     /// Removes the device of `gid`: its endpoints answer [`TransportError::Gone`] from now on.
     pub fn remove(&self, gid: [u8; 16]) {
-        let mut shared = self.0.lock().unwrap();
+        let mut shared = self.shared.lock().unwrap();
         let key = u128::from_be_bytes(gid);
         let removed: Vec<(u128, u32)> = shared
             .queues
@@ -70,7 +75,7 @@ impl MemoryFabric {
     }
 
     fn now_ns(&self) -> u64 {
-        self.0.lock().unwrap().start.elapsed().as_nanos() as u64
+        self.shared.lock().unwrap().start.elapsed().as_nanos() as u64
     }
 }
 
@@ -111,10 +116,11 @@ impl Endpoint for MemoryEndpoint {
         payload: &[u8],
         wr_id: u64,
     ) -> Result<u64, TransportError> {
+        // The post's time first: the fate may wait on a lock, which is not the wire's time.
         let now = self.fabric.now_ns();
-        let mut shared = self.fabric.0.lock().unwrap();
+        let delay = (self.fabric.fate)(&self.address, &to, &options);
+        let mut shared = self.fabric.shared.lock().unwrap();
         self.check(&shared)?;
-        let delay = (shared.fate)(&self.address, &to, &options);
         let source = (self.address.gid, self.address.qpn);
         if let (Some(delay), Some(queue)) = (
             delay,
@@ -135,7 +141,7 @@ impl Endpoint for MemoryEndpoint {
         loop {
             let now = self.fabric.now_ns();
             {
-                let mut shared = self.fabric.0.lock().unwrap();
+                let mut shared = self.fabric.shared.lock().unwrap();
                 self.check(&shared)?;
                 events.extend(self.sent.drain(..).map(|(wr_id, at_ns)| Event::Sent {
                     wr_id,

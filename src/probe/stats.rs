@@ -15,9 +15,10 @@ use super::transport::Address;
 /// How long a target that lost a probe keeps its own series after its last loss, in ns.
 pub const LOSS_MEMORY: u64 = 600_000_000_000;
 
-/// Upper bounds of the network RTT histogram's buckets, seconds: from a switch hop inside one
-/// leaf (a few µs on hardware) to a congested or software path (tens of ms).
-pub const RTT_BUCKETS: [f64; 8] = [25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3, 25e-3];
+/// Upper bounds of the network RTT histogram's buckets, seconds: from a path inside one leaf
+/// (under 10 µs on hardware) or over the spine (under 25 µs) to a congested or software path
+/// (soft-RoCE: about 1 ms; tens of ms under netem).
+pub const RTT_BUCKETS: [f64; 8] = [5e-6, 10e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 25e-3];
 
 /// A path: from a local port (its index) to a target, in one of the three sets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

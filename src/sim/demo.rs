@@ -163,6 +163,7 @@ impl Demo {
 
         let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
         let fabric = Arc::new(Mutex::new(fabric));
+        let probes = super::probing::memory_fabric(fabric.clone());
         let mut hosts = BTreeMap::new();
         let mut host_names = Vec::new();
         let mut kubelets = Vec::new();
@@ -200,11 +201,19 @@ impl Demo {
             // Often enough for the QP panels, seldom enough not to slow the simulation down.
             config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
             config.web.telemetry_path = Some(telemetry_path.to_string());
+            // Every host probes its peers through the simulated fabric (`probing.rs`).
+            config.probe.enabled = true;
+            config.probe.host = Some(name.clone());
+            let probe_ports = {
+                let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+                super::probing::local_ports(&probes, &fabric, index, config.probe.qkey)
+            };
             let simulated = crate::app::Simulated {
                 netlink: Some(Arc::new(SimNetlink {
                     fabric: fabric.clone(),
                     host: index,
                 })),
+                probe_ports: Some(probe_ports),
                 ..crate::app::Simulated::default()
             };
             hosts.insert(
@@ -212,6 +221,24 @@ impl Demo {
                 Arc::new(crate::app::app_state_with(&config, None, None, simulated)),
             );
             host_names.push(name.clone());
+        }
+        // Each host's peers are the others' ports, as their /probe-address would say.
+        let published: Vec<_> = hosts
+            .values()
+            .filter_map(|state: &Arc<crate::server::AppState>| state.probe.as_ref())
+            .map(|probe| probe.published())
+            .collect();
+        for state in hosts.values() {
+            if let Some(probe) = &state.probe {
+                let own = probe.published().host;
+                probe.set_peers(
+                    published
+                        .iter()
+                        .filter(|p| p.host != own)
+                        .flat_map(|p| p.peers())
+                        .collect(),
+                );
+            }
         }
         let mut config = Config::default();
         config.node.enabled = false;

@@ -7,6 +7,7 @@ pub mod demo_page;
 pub mod fabric;
 pub mod ib_fabric;
 pub mod pod_resources_server;
+pub mod probing;
 pub mod scenario;
 pub mod snmp_agent;
 pub mod switch_mib;

@@ -35,10 +35,13 @@ pub enum ScenarioName {
     IbDegradedLink,
     /// A spine port of the InfiniBand subnet congested: PortXmitWait rising, its feeders busy.
     IbCongestion,
+    /// One leaf-to-spine link of the RoCE fabric drops 2 % of the packets it carries, silently:
+    /// no error counter moves; only the probes whose flows hash onto it lose.
+    LeafSpineLoss,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 10] = [
+    pub const ALL: [ScenarioName; 11] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -49,6 +52,7 @@ impl ScenarioName {
         ScenarioName::IbHealthy,
         ScenarioName::IbDegradedLink,
         ScenarioName::IbCongestion,
+        ScenarioName::LeafSpineLoss,
     ];
 
     /// The name as given on the command line.
@@ -64,6 +68,7 @@ impl ScenarioName {
             ScenarioName::IbHealthy => "ib-healthy",
             ScenarioName::IbDegradedLink => "ib-degraded-link",
             ScenarioName::IbCongestion => "ib-congestion",
+            ScenarioName::LeafSpineLoss => "leaf-spine-loss",
         }
     }
 
@@ -80,6 +85,7 @@ impl ScenarioName {
             ScenarioName::IbHealthy => "/ib/metrics: every rdma_ib_link_width_active_lanes 4 and speed 100 Gb/s per lane, error counters flat, PortXmitWait near zero",
             ScenarioName::IbDegradedLink => "/ib/metrics: ib-leaf-01's first uplink to ib-spine-02 (both ends) active 2X of 4X enabled, symbol errors ~12/s, link downed +1 at the fault's start and end",
             ScenarioName::IbCongestion => "/ib/metrics: ib-spine-01's port to ib-leaf-02 waits 45% of the time (PortXmitWait), the leaves' uplinks into ib-spine-01 run at 97% with some wait",
+            ScenarioName::LeafSpineLoss => "no counter moves; probes between the leaves whose flow label hashes onto leaf1's uplink to spine-02 lose 2 % (rdma_probe_lost_total, path host and cross_rail; rdma_probe_target_lost_total names the targets)",
         }
     }
 }
@@ -155,7 +161,9 @@ impl Scenario {
             ScenarioName::Healthy
             | ScenarioName::IbHealthy
             | ScenarioName::IbDegradedLink
-            | ScenarioName::IbCongestion => {}
+            | ScenarioName::IbCongestion
+            // Silent by definition: the probes see it (`probing.rs`), no counter does.
+            | ScenarioName::LeafSpineLoss => {}
             ScenarioName::PfcStorm => {
                 let (victim_host, victim_nic) = PFC_STORM_NIC;
                 let leaves = self.leaves.max(1);
