@@ -225,6 +225,8 @@ fn series_budget_per_node() {
             "netlink"
         } else if n == "rdma_pfc_paused_ratio_peak" || n == "rdma_pfc_storms_detected_total" {
             "pfc_storm"
+        } else if n.starts_with("rdma_probe_") {
+            "probe"
         } else {
             "sysfs+ethtool+self"
         }
@@ -242,6 +244,11 @@ fn series_budget_per_node() {
         .copied()
         .unwrap_or_default();
     assert!(node > 100 && node < 900, "{groups:?}");
+    // Probing on (the demo's hosts probe each other, healthy: no losing target has series of
+    // its own): 20 series a port, and the 8-NIC node with probing stays under 1 000.
+    let probe = groups.get("probe").copied().unwrap_or_default();
+    assert_eq!(probe, 8 * 20, "{groups:?}");
+    assert!(node + probe < 1_000, "{groups:?}");
 }
 
 /// Series per switch and per switch port for the SNMP (`arista_eos`, the demo's leaves) and
