@@ -48,6 +48,7 @@ mod pods;
 mod prometheus_scrape;
 mod quirks;
 mod real_kernel;
+mod real_kernel_probe;
 mod reload;
 mod secrets;
 mod switch_gnmi;

@@ -1,0 +1,155 @@
+#!/bin/sh
+# The probe collector on a real kernel, run in the guest by scripts/vm/boot (tests/it/
+# real_kernel_probe.rs boots it): four soft-RoCE devices on one host, the exporter probing
+# between them as an unprivileged user, and real faults on the wire: netem delay on one
+# device's veth, netem loss on another's, `rdma link delete` of a third while it probes, and
+# `rmmod rdma_rxe`. What the exporter served at each moment goes to $RFE_OUT for the tests.
+#
+#   probe.sh EXPORTER
+#
+# The fabric: device rxeN sits on vN (10.77.N.1/24), whose peer pN is in a namespace "sw"
+# that routes between the four /24s (10.77.N.254 on pN): a router standing in for the switch,
+# as the guest kernel loads no bridge module. The devices stay in the initial namespace
+# (rdma_rxe in 6.1 opens its UDP socket there only). Policy routing sends what a device sends
+# (source 10.77.N.1) out of vN to the router instead of the local route, so every probe and
+# every answer leaves by its sender's veth and arrives on its receiver's veth: netem on vN
+# acts on exactly the round trips that touch rxeN (its probes, and its answers).
+set -u
+exporter=$1
+O=$RFE_OUT
+log() { echo "guest: $*"; }
+err() { echo "$*" >>"$O/errors.txt"; }
+scrape() {
+    timeout 30 busybox wget -q -O "$O/$1.prom" http://127.0.0.1:9866/metrics || err "scrape $1 failed"
+}
+ms() { date +%s%3N; }
+# Whether process $1 runs (a zombie the shell has not reaped yet does not).
+running() { [ -r /proc/$1/status ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; }
+
+log "booted $(uname -r)"
+# A task blocked this long is reported on the console ("blocked for more than"): a removal
+# that hangs in the kernel shows within the run instead of after the default 120 s.
+sysctl -qw kernel.hung_task_timeout_secs=10 2>/dev/null || err "no hung task detector"
+
+ip netns add sw || err "ip netns add sw failed"
+ip netns exec sw sysctl -qw net.ipv4.ip_forward=1
+ip -n sw link set lo up
+sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+    net.ipv4.conf.all.accept_local=1 net.ipv4.conf.default.accept_local=1
+for n in 0 1 2 3; do
+    ip link add v$n type veth peer name p$n
+    ip link set p$n netns sw
+    ip addr add 10.77.$n.1/24 dev v$n
+    ip -n sw addr add 10.77.$n.254/24 dev p$n
+    ip link set v$n up
+    ip -n sw link set p$n up
+    sysctl -qw net.ipv4.conf.v$n.rp_filter=0 net.ipv4.conf.v$n.accept_local=1
+    ip neigh replace 10.77.$n.254 lladdr "$(ip netns exec sw cat /sys/class/net/p$n/address)" dev v$n nud permanent
+    ip -n sw neigh replace 10.77.$n.1 lladdr "$(cat /sys/class/net/v$n/address)" dev p$n nud permanent
+    ip rule add pref 100 from 10.77.$n.1 iif lo lookup $((100 + n))
+    ip route add 10.77.0.0/16 via 10.77.$n.254 dev v$n src 10.77.$n.1 table $((100 + n))
+done
+ip rule add pref 1000 lookup local
+ip rule del pref 0
+for n in 0 1 2 3; do
+    rdma link add rxe$n type rxe netdev v$n || err "rdma link add rxe$n failed"
+done
+{ rdma link; ip rule; ip -n sw route; ls -l /dev/infiniband/; } >"$O/fabric.txt" 2>&1
+
+config=/tmp/probe.yml
+cat >$config <<'EOF'
+probe:
+  enabled: true
+  per_target: true
+  min_round: 200ms
+  timeout: 500ms
+  host: vm
+EOF
+chmod 644 $config
+
+log "exporter (uid 65534)"
+# Each port registers its probe buffers: the locked-memory limit a runtime would raise.
+ulimit -l 65536
+# RUST_BACKTRACE: a panic's backtrace in the log, should one happen.
+RUST_BACKTRACE=1 setpriv --reuid=65534 --regid=65534 --clear-groups "$exporter" serve \
+    --config.file=$config --web.listen-address=127.0.0.1:9866 --collector.probe \
+    --no-collector.ethtool --no-collector.pfc_storm >"$O/serve.log" 2>&1 &
+exporter_pid=$!
+for _ in $(seq 150); do
+    busybox wget -q -O /dev/null http://127.0.0.1:9866/healthz 2>/dev/null && break
+    sleep 0.2
+done
+# Rounds of 200 ms: 10 s is 50 rounds, every ordered pair probed about 50 times.
+sleep 10
+log "baseline"
+scrape baseline
+
+log "delay: netem delay 20ms on v3 (rxe3)"
+tc qdisc add dev v3 root netem delay 20ms || err "netem delay failed"
+sleep 8
+scrape delay-end
+tc qdisc del dev v3 root
+# Probes still in flight (or dropped with the qdisc) settle within the 500 ms timeout.
+sleep 2
+scrape loss-before
+
+log "loss: netem loss 30% on v2 (rxe2)"
+tc qdisc add dev v2 root netem loss 30% || err "netem loss failed"
+sleep 8
+tc qdisc del dev v2 root
+sleep 1.5
+scrape loss-after
+
+log "rdma link delete rxe1 while probing"
+# The kernel finishes removing a device once its users closed it: a user that keeps it open
+# holds `rdma link delete` in the kernel (uninterruptible: `timeout` cannot end it). Waited
+# for 5 s; if still blocked, where it waits and who holds the device are written down, and the
+# script goes on (the exporter's exit at the end lets it finish).
+start=$(ms)
+rdma link delete rxe1 >"$O/link-delete.txt" 2>&1 &
+delete_pid=$!
+for _ in $(seq 50); do running $delete_pid || break; sleep 0.1; done
+if running $delete_pid; then
+    echo blocked >"$O/link-delete.rc"
+    err "rdma link delete rxe1 still blocked after 5 s"
+    cat /proc/$delete_pid/stack >"$O/link-delete.stack" 2>&1
+    # The exporter's descriptors on /dev/infiniband (uverbs1 was rxe1's).
+    ls -l /proc/$exporter_pid/fd 2>&1 | grep infiniband >"$O/link-delete.held"
+else
+    wait $delete_pid
+    echo $? >"$O/link-delete.rc"
+fi
+echo $(($(ms) - start)) >"$O/link-delete.ms"
+sleep 3
+scrape after-delete
+kill -0 $exporter_pid 2>/dev/null || err "the exporter exited after rdma link delete"
+sleep 5
+scrape after-delete-later
+ls /sys/class/infiniband/ >"$O/after-delete.ls" 2>&1
+
+log "rmmod rdma_rxe while probing"
+start=$(ms)
+timeout 30 busybox rmmod rdma_rxe >"$O/rmmod.txt" 2>&1
+echo $? >"$O/rmmod.rc"
+echo $(($(ms) - start)) >"$O/rmmod.ms"
+sleep 3
+ls /sys/class/infiniband/ >"$O/after-rmmod.ls" 2>&1
+kill -0 $exporter_pid 2>/dev/null || err "the exporter exited after rmmod"
+scrape after-rmmod
+
+kill -TERM $exporter_pid
+for _ in $(seq 50); do kill -0 $exporter_pid 2>/dev/null || break; sleep 0.2; done
+if kill -0 $exporter_pid 2>/dev/null; then
+    err "the exporter did not exit within 10 s of SIGTERM"
+    kill -KILL $exporter_pid
+fi
+wait $exporter_pid
+echo $? >"$O/serve.rc"
+if [ "$(cat "$O/link-delete.rc")" = blocked ]; then
+    for _ in $(seq 100); do running $delete_pid || break; sleep 0.1; done
+    running $delete_pid && err "rdma link delete rxe1 still blocked after the exporter exited"
+    echo $(($(ms) - start)) >"$O/link-delete-finally.ms"
+fi
+dmesg >"$O/dmesg.txt" 2>&1
+ip netns del sw
+log "done"
