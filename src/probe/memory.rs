@@ -22,6 +22,8 @@ struct Shared {
     start: Instant,
     queues: HashMap<(u128, u32), VecDeque<InFlight>>,
     gone: Vec<(u128, u32)>,
+    /// Endpoints their owner closed.
+    closed: Vec<(u128, u32)>,
 }
 
 /// The fabric every endpoint of it sends through. `fate` is asked without the queues' lock
@@ -40,6 +42,7 @@ impl MemoryFabric {
                 start: Instant::now(),
                 queues: HashMap::new(),
                 gone: Vec::new(),
+                closed: Vec::new(),
             })),
             fate: Arc::new(fate),
         }
@@ -72,6 +75,20 @@ impl MemoryFabric {
             shared.queues.remove(&k);
             shared.gone.push(k);
         }
+    }
+
+    /// Removes one endpoint only, as a device that one endpoint finds gone before the other.
+    pub fn remove_endpoint(&self, gid: [u8; 16], qpn: u32) {
+        let mut shared = self.shared.lock().unwrap();
+        let key = (u128::from_be_bytes(gid), qpn);
+        shared.queues.remove(&key);
+        shared.gone.push(key);
+    }
+
+    /// Whether the endpoint at `gid` and `qpn` was closed by its owner.
+    pub fn closed(&self, gid: [u8; 16], qpn: u32) -> bool {
+        let key = (u128::from_be_bytes(gid), qpn);
+        self.shared.lock().unwrap().closed.contains(&key)
     }
 
     fn now_ns(&self) -> u64 {
@@ -173,5 +190,10 @@ impl Endpoint for MemoryEndpoint {
 
     fn now_ns(&self) -> u64 {
         self.fabric.now_ns()
+    }
+
+    fn close(&mut self) {
+        let key = self.key();
+        self.fabric.shared.lock().unwrap().closed.push(key);
     }
 }

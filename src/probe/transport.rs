@@ -91,6 +91,10 @@ pub trait Endpoint: Send {
     fn poll(&mut self, events: &mut Vec<Event>, wait: Duration) -> Result<(), TransportError>;
     /// The endpoint's clock now.
     fn now_ns(&self) -> u64;
+    /// Releases the device. The loop calls it on both endpoints of a port once either finds
+    /// the device gone: a removal waits for every user to close it (soft-RoCE cannot force
+    /// them), and the endpoint that had not looked yet would hold it open until the process ends.
+    fn close(&mut self) {}
 }
 
 /// A GID as the text the kernel prints in sysfs (`fe80:0000:...`, eight groups of four hex

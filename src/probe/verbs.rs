@@ -655,14 +655,14 @@ impl VerbsEndpoint {
             unsafe { ffi::ibv_ack_async_event(&mut event) };
         }
         if fatal || !self.uverbs.exists() {
-            self.close();
+            self.release();
             return Err(TransportError::Gone);
         }
         Ok(())
     }
 
     /// Destroys everything, QP first, context last; the endpoint is `Gone` from then on.
-    fn close(&mut self) {
+    fn release(&mut self) {
         self.gone = true;
         if !self.qp.is_null() {
             // SAFETY: created by ibv_create_qp, destroyed once.
@@ -851,6 +851,10 @@ impl VerbsEndpoint {
 }
 
 impl Endpoint for VerbsEndpoint {
+    fn close(&mut self) {
+        self.release();
+    }
+
     fn address(&self) -> Address {
         Address {
             gid: self.gid,
@@ -981,7 +985,7 @@ impl Endpoint for VerbsEndpoint {
 
 impl Drop for VerbsEndpoint {
     fn drop(&mut self) {
-        self.close();
+        self.release();
     }
 }
 
