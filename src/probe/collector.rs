@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::Families;
@@ -23,6 +23,8 @@ pub struct ProbeCollector {
     agent: Mutex<Option<Arc<Agent>>>,
     host: String,
     per_target: bool,
+    /// When the loop started: its counts are zero then.
+    started: Instant,
     /// Dropping it ends the peers thread at its next wake-up.
     _refresh: Option<mpsc::Sender<()>>,
 }
@@ -43,6 +45,7 @@ impl ProbeCollector {
         host: String,
         ports: Vec<LocalPort>,
     ) -> std::io::Result<ProbeCollector> {
+        let started = Instant::now();
         let agent = Arc::new(Agent::spawn(ports, config.settings())?);
         let refresh =
             if config.peers.is_empty() && config.peers_file.is_none() && config.peers_dns.is_none()
@@ -60,6 +63,7 @@ impl ProbeCollector {
             agent: Mutex::new(Some(agent)),
             host,
             per_target: config.per_target,
+            started,
             _refresh: refresh,
         })
     }
@@ -110,6 +114,17 @@ impl ProbeCollector {
             .map(|a| a.addresses())
             .unwrap_or_default();
         Published::new(&addresses, &self.host)
+    }
+
+    /// A copy of the loop's counts so far (the landing page's localization); `None` once
+    /// retired.
+    pub fn stats(&self) -> Option<super::stats::Stats> {
+        self.agent.lock().unwrap().as_ref().map(|a| a.stats())
+    }
+
+    /// When the loop started, its counts all zero.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 }
 

@@ -6,11 +6,14 @@
 //! - [`responder`]: what a responder answers, bounded per source and in total;
 //! - [`rtt`]: the network round trip with the responder's own delay taken out;
 //! - [`targets`]: which peers a port probes in a round (Hostmesh's intra-host mesh, a rotating
-//!   sample of the same rail, a few ports on other rails) and with which flow labels.
+//!   sample of the same rail, a few ports on other rails) and with which flow labels;
+//! - [`localize`]: from failing paths to the NIC, host, leaf, uplinks or spine they share
+//!   (docs/localization.md), for the landing page.
 
 pub mod agent;
 pub mod collector;
 pub mod config;
+pub mod localize;
 pub mod memory;
 pub mod metrics;
 pub mod packet;
