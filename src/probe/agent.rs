@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::packet::{Kind, Packet};
 use super::responder::{Limits, Responder, Verdict};
 use super::rtt::{round_trip, Clock, ProberTimes};
-use super::stats::{PathKey, Stats};
+use super::stats::{PathKey, PortIdentity, Stats};
 use super::targets::{self, PathKind, Port};
 use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
@@ -48,6 +48,9 @@ impl Default for Settings {
 /// One local port's two endpoints.
 pub struct LocalPort {
     pub port: Port,
+    /// The port's network device (RoCE: the netdev its probe GID belongs to); empty where
+    /// there is none or it is unknown.
+    pub netdev: String,
     pub responder: Box<dyn Endpoint>,
     pub prober: Box<dyn Endpoint>,
 }
@@ -56,6 +59,7 @@ impl std::fmt::Debug for LocalPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalPort")
             .field("port", &self.port)
+            .field("netdev", &self.netdev)
             .field("responder", &self.responder.address())
             .field("prober", &self.prober.address())
             .finish()
@@ -82,6 +86,8 @@ struct Answered {
 
 /// What the loop keeps per local port.
 struct PortState {
+    /// Its place in [`Stats::ports`].
+    index: usize,
     local: LocalPort,
     policy: Responder,
     pending: HashMap<u64, Pending>,
@@ -106,7 +112,12 @@ impl Agent {
         let stats = Arc::new(Mutex::new(Stats::new(
             ports
                 .iter()
-                .map(|p| (p.port.clone(), p.responder.address(), p.prober.clock()))
+                .map(|p| PortIdentity {
+                    port: p.port.clone(),
+                    netdev: p.netdev.clone(),
+                    address: p.responder.address(),
+                    clock: p.prober.clock(),
+                })
                 .collect(),
         )));
         let peers = Arc::new(Mutex::new(Vec::new()));
@@ -161,7 +172,9 @@ fn run(
     let start = ports.first().map(|p| p.prober.now_ns()).unwrap_or_default();
     let mut states: Vec<PortState> = ports
         .into_iter()
-        .map(|local| PortState {
+        .enumerate()
+        .map(|(index, local)| PortState {
+            index,
             policy: Responder::new(settings.responder, start),
             local,
             pending: HashMap::new(),
@@ -370,7 +383,10 @@ fn serve(
                     .responder
                     .send(to, settings.send, &ack.encode(), wr)
                 {
-                    Ok(_) if clock == Clock::Hardware => {
+                    Ok(_) if clock == Clock::Software => {
+                        stats.lock().unwrap().answer_sent(state.index, delay);
+                    }
+                    Ok(_) => {
                         // Bounded: an answer whose completion never comes is dropped with the
                         // oldest when the table is full.
                         if state.answered.len() >= 1_024 {
@@ -379,7 +395,6 @@ fn serve(
                         }
                         state.answered.insert(wr, Answered { to, seq, t3: at_ns });
                     }
-                    Ok(_) => {}
                     Err(e) => return fail(state, stats, &e),
                 }
             }
@@ -390,10 +405,11 @@ fn serve(
                 if !ok {
                     continue;
                 }
+                let held = at_ns.saturating_sub(answer.t3);
                 let delay = Packet {
                     kind: Kind::Delay,
                     seq: answer.seq,
-                    responder_delay_ns: at_ns.saturating_sub(answer.t3),
+                    responder_delay_ns: held,
                 };
                 let wr = state.next_wr;
                 state.next_wr += 1;
@@ -405,6 +421,7 @@ fn serve(
                 {
                     return fail(state, stats, &e);
                 }
+                stats.lock().unwrap().answer_sent(state.index, held);
             }
         }
     }
@@ -539,6 +556,7 @@ mod tests {
                     port: 1,
                     rail: u32::from(n),
                 },
+                netdev: format!("veth{n}"),
                 responder: Box::new(fabric.endpoint(gid(host * 16 + n), 100, QKEY)),
                 prober: Box::new(fabric.endpoint(gid(host * 16 + n), 200, QKEY)),
             })
@@ -590,7 +608,10 @@ mod tests {
             // Two 2 ms legs: the loop's own lag is the responder's delay, taken out, but for
             // the instant between stamping that delay and posting the answer.
             assert!((0.004..0.0042).contains(&mean), "mean RTT {mean} s");
-            assert!(port.responder_delay_sum > 0.0);
+            // Each responder held its probes a little (the loop's own lag, its polls at most
+            // 2 ms apart), and says so.
+            let held = port.answer_delays.mean_seconds(Instant::now());
+            assert!(held > 0.0 && held < 0.01, "answer delay {held} s");
         }
         // Every port probed each of the three others.
         let paths: std::collections::HashSet<(usize, String)> = stats
@@ -599,6 +620,40 @@ mod tests {
             .collect();
         assert_eq!(paths.len(), 12, "{paths:?}");
         assert_eq!(stats.losing_targets().count(), 0);
+    }
+
+    /// A responder that sees its probes 20 ms after they arrived (a busy CPU polling late)
+    /// says so in its answer delay; the probers' network RTT stays the fabric's, and nothing
+    /// is lost.
+    #[test]
+    fn a_slow_responder_raises_its_answer_delay_not_the_network_rtt() {
+        let slow = gid(16 + 2);
+        let fabric =
+            MemoryFabric::new(Box::new(|_, _, _| Some(100_000))).with_lag(Box::new(move |to| {
+                if to.gid == slow && to.qpn == 100 {
+                    20_000_000
+                } else {
+                    0
+                }
+            }));
+        let agent = Agent::spawn(host(&fabric, 1, 3), fast()).unwrap();
+        let stats = until(&agent, |s| s.ports.iter().all(|p| p.answered[0] >= 6));
+        let now = Instant::now();
+        for (n, port) in stats.ports.iter().enumerate() {
+            assert!(port.answered[0] >= 6, "{port:?}");
+            assert_eq!(port.lost, [0; 3], "{port:?}");
+            let mean = port.network_rtt.sum / port.network_rtt.count as f64;
+            assert!(
+                (0.0002..0.0003).contains(&mean),
+                "port {n}: mean RTT {mean} s"
+            );
+            let held = port.answer_delays.mean_seconds(now);
+            if n == 2 {
+                assert!((0.02..0.025).contains(&held), "answer delay {held} s");
+            } else {
+                assert!(held < 0.01, "port {n}: answer delay {held} s");
+            }
+        }
     }
 
     #[test]

@@ -185,6 +185,7 @@ fn local_ports(
                         port: u32::from(number),
                         rail,
                     },
+                    netdev: gid_netdev(&class, device, number, responder.gid_index()),
                     responder: Box::new(responder),
                     prober: Box::new(prober),
                 }),
@@ -195,6 +196,22 @@ fn local_ports(
         }
     }
     Ok(ports)
+}
+
+/// The network device of GID `gid_index` of `device`'s port `port`, as the kernel binds it
+/// (`<class>/<device>/ports/<port>/gid_attrs/ndevs/<gid_index>`): the netdev a RoCE port
+/// probes through, which LLDP names on the switch side. Empty where there is none (an
+/// InfiniBand port: the kernel refuses the read) or it cannot be read.
+fn gid_netdev(class: &Path, device: &str, port: u8, gid_index: u8) -> String {
+    let path = class
+        .join(device)
+        .join("ports")
+        .join(port.to_string())
+        .join("gid_attrs/ndevs")
+        .join(gid_index.to_string());
+    crate::bounded_read::read_to_string(&path, 256)
+        .map(|text| text.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The system's host name, as the kernel has it.
@@ -259,5 +276,25 @@ fn refresh_peers(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The netdev is the one the kernel binds to the GID the port probes on; none is empty.
+    #[test]
+    fn a_ports_netdev_is_its_probe_gids() {
+        let sys = tempfile::tempdir().unwrap();
+        let class = sys.path().join("class/infiniband");
+        let ndevs = class.join("rxe0/ports/1/gid_attrs/ndevs");
+        std::fs::create_dir_all(&ndevs).unwrap();
+        std::fs::write(ndevs.join("0"), "eth0\n").unwrap();
+        std::fs::write(ndevs.join("1"), "veth-rxe0\n").unwrap();
+        assert_eq!(gid_netdev(&class, "rxe0", 1, 1), "veth-rxe0");
+        assert_eq!(gid_netdev(&class, "rxe0", 1, 0), "eth0");
+        assert_eq!(gid_netdev(&class, "rxe0", 1, 2), "");
+        assert_eq!(gid_netdev(&class, "mlx5_0", 1, 0), "");
     }
 }

@@ -1,7 +1,8 @@
 //! Endpoints in memory: a fabric of queues between [`Endpoint`]s, for the tests of the probe
 //! loops and for the simulator. Each endpoint is a GID and QPN; a send lands in the receiver's
 //! queue unless the fabric's `fate` for that path drops it, after the delay `fate` gives, and
-//! is stamped with its arrival time.
+//! is stamped with its arrival time. A receiver may be slow to see what arrived
+//! ([`MemoryFabric::with_lag`]): a host whose busy CPU polls late.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,18 @@ use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 /// after a delay in nanoseconds.
 pub type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send + Sync>;
 
-/// A packet on its way: when it is due, its payload, who sent it.
-type InFlight = (u64, Vec<u8>, Source);
+/// How long after a packet's arrival its receiver, at the address given, first sees it, in
+/// nanoseconds: the packet is stamped when it arrived, as a NIC stamps its completion, but
+/// the poll that finds it comes this much later.
+pub type Lag = Box<dyn Fn(&Address) -> u64 + Send + Sync>;
+
+/// A packet on its way: when it arrives, when its receiver sees it, its payload, who sent it.
+struct InFlight {
+    due: u64,
+    seen: u64,
+    payload: Vec<u8>,
+    source: Source,
+}
 
 struct Shared {
     start: Instant,
@@ -32,6 +43,7 @@ struct Shared {
 pub struct MemoryFabric {
     shared: Arc<Mutex<Shared>>,
     fate: Arc<Fate>,
+    lag: Option<Arc<Lag>>,
 }
 
 impl MemoryFabric {
@@ -45,7 +57,15 @@ impl MemoryFabric {
                 closed: Vec::new(),
             })),
             fate: Arc::new(fate),
+            lag: None,
         }
+    }
+
+    /// The same fabric, its receivers seeing each packet `lag` after its arrival. Like `fate`,
+    /// `lag` is asked at the send, without the queues' lock held.
+    pub fn with_lag(mut self, lag: Lag) -> MemoryFabric {
+        self.lag = Some(Arc::new(lag));
+        self
     }
 
     /// A new endpoint at `gid` and `qpn`.
@@ -136,6 +156,10 @@ impl Endpoint for MemoryEndpoint {
         // The post's time first: the fate may wait on a lock, which is not the wire's time.
         let now = self.fabric.now_ns();
         let delay = (self.fabric.fate)(&self.address, &to, &options);
+        let lag = match (&self.fabric.lag, delay) {
+            (Some(lag), Some(_)) => lag(&to),
+            _ => 0,
+        };
         let mut shared = self.fabric.shared.lock().unwrap();
         self.check(&shared)?;
         let source = (self.address.gid, self.address.qpn);
@@ -146,7 +170,12 @@ impl Endpoint for MemoryEndpoint {
                 .get_mut(&(u128::from_be_bytes(to.gid), to.qpn)),
         ) {
             if to.qkey == self.address.qkey {
-                queue.push_back((now + delay, payload.to_vec(), source));
+                queue.push_back(InFlight {
+                    due: now + delay,
+                    seen: now + delay + lag,
+                    payload: payload.to_vec(),
+                    source,
+                });
             }
         }
         self.sent.push((wr_id, now));
@@ -170,14 +199,14 @@ impl Endpoint for MemoryEndpoint {
                     .get_mut(&self.key())
                     .ok_or(TransportError::Gone)?;
                 // Deliveries are in send order per sender; a later, shorter delay waits behind.
-                while queue.front().is_some_and(|(due, _, _)| *due <= now) {
-                    let (due, payload, source) = queue.pop_front().unwrap();
+                while queue.front().is_some_and(|packet| packet.seen <= now) {
+                    let packet = queue.pop_front().unwrap();
                     // Stamped when it arrived, not when it was polled: like a NIC's completion
                     // timestamp, so the fabric's delay is measured exactly, whatever the lag.
                     events.push(Event::Received {
-                        payload,
-                        source,
-                        at_ns: due,
+                        payload: packet.payload,
+                        source: packet.source,
+                        at_ns: packet.due,
                     });
                 }
             }

@@ -1,10 +1,11 @@
 //! The probe families, from a copy of the loop's [`Stats`]. Names in docs/metrics.md ("Probes").
 //!
-//! Per local port: 20 series (an info, up, sent and lost per path kind, the RTT histogram, the
-//! responders' delay), 160 for an 8-NIC node. Per target only for targets that lost a probe
+//! Per local port: 20 series (an info, up, sent and lost per path kind, the RTT histogram, its
+//! own responder's answer delay), 160 for an 8-NIC node. Per target only for targets that lost a probe
 //! lately, or for every target with `per_target` (small fabrics, the real-kernel tests).
 
 use std::borrow::Cow;
+use std::time::Instant;
 
 use crate::exposition::{Families, HistogramValue, Label, Value};
 
@@ -18,14 +19,25 @@ fn port_labels(port: &PortStats) -> [Label<'_>; 2] {
     ]
 }
 
-/// Encodes `stats` into `families`.
+/// Encodes `stats` into `families`; the answer delay is the mean of the 10 seconds up to now.
 pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s>) {
+    encode_at(stats, per_target, Instant::now(), families);
+}
+
+/// [`encode`] with the answer delay's window ending at `now`.
+pub fn encode_at<'s>(
+    stats: &'s Stats,
+    per_target: bool,
+    now: Instant,
+    families: &mut Families<'s>,
+) {
     for port in &stats.ports {
         let labels = port_labels(port);
         families.info(
             "rdma_probe_port_info",
-            "A local RDMA port that answers and sends probes: its rail, the GID and QPN it answers on, and where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock).",
+            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, and where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock).",
             labels.iter().cloned().chain([
+                ("netdev", Cow::Borrowed(port.netdev.as_str())),
                 ("rail", Cow::Owned(port.port.rail.to_string())),
                 ("gid", Cow::Owned(gid_text::format(&port.address.gid))),
                 ("qpn", Cow::Owned(port.address.qpn.to_string())),
@@ -75,11 +87,11 @@ pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s
                 count: h.count,
             },
         );
-        families.counter(
-            "rdma_probe_responder_delay_seconds_total",
-            "Sum of the delays the responders of this port's answered probes took between receiving a probe and answering it; divided by the RTT histogram's count, a rising mean says a busy host, not the network.",
+        families.gauge(
+            "rdma_probe_answer_delay_seconds",
+            "Mean time this port's responder took from a probe's arrival to its answer's post, over the answers it sent in the last 10 seconds (0 when it sent none): the delay it writes into its answers, which the probers take out of the network RTT. Rising, it says a busy host, not the network.",
             labels.clone(),
-            Value::F64(port.responder_delay_sum),
+            Value::F64(port.answer_delays.mean_seconds(now)),
         );
         for (reason, count) in port.dropped.iter().chain(&port.bad) {
             families.counter(
@@ -147,7 +159,7 @@ pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s
 mod tests {
     use super::*;
     use crate::probe::rtt::{Clock, RoundTrip};
-    use crate::probe::stats::PathKey;
+    use crate::probe::stats::{PathKey, PortIdentity};
     use crate::probe::targets::{PathKind, Port};
     use crate::probe::transport::Address;
 
@@ -169,7 +181,12 @@ mod tests {
                         qpn: 100 + n,
                         qkey: 1,
                     };
-                    (port(n), address, Clock::Software)
+                    PortIdentity {
+                        port: port(n),
+                        netdev: format!("ens{}f0np0", n + 1),
+                        address,
+                        clock: Clock::Software,
+                    }
                 })
                 .collect(),
         )
@@ -235,5 +252,48 @@ mod tests {
         // The first port's histogram holds the seven answers, all in the 25 µs bucket.
         let rtt = &stats.ports[0].network_rtt;
         assert_eq!((rtt.count, rtt.buckets[2]), (7, 7));
+    }
+
+    /// The answer delay is this port's responder's own, over its answers of the last 10 s;
+    /// the info names the port's netdev.
+    #[test]
+    fn the_answer_delay_is_the_responders_own_and_the_info_names_the_netdev() {
+        let mut stats = eight_ports();
+        stats.answer_sent(2, 20_000_000);
+        stats.answer_sent(2, 22_000_000);
+        stats.answer_sent(5, 4_000);
+        let gauges = |now: Instant| -> Vec<f64> {
+            let mut families = Families::default();
+            encode_at(&stats, false, now, &mut families);
+            families
+                .samples()
+                .filter(|(name, _, _)| *name == "rdma_probe_answer_delay_seconds")
+                .map(|(_, _, value)| match value {
+                    Value::F64(v) => v,
+                    Value::U64(v) => v as f64,
+                })
+                .collect()
+        };
+        let now = gauges(Instant::now());
+        assert_eq!(now.len(), 8);
+        assert!((now[2] - 0.021).abs() < 1e-9, "{now:?}");
+        assert!((now[5] - 4e-6).abs() < 1e-12, "{now:?}");
+        assert_eq!(now[0], 0.0);
+        let later = gauges(Instant::now() + std::time::Duration::from_secs(11));
+        assert_eq!(later, vec![0.0; 8]);
+        let mut families = Families::default();
+        encode(&stats, false, &mut families);
+        let netdevs: Vec<String> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_probe_port_info")
+            .filter_map(|(_, labels, _)| {
+                labels
+                    .iter()
+                    .find(|(k, _)| *k == "netdev")
+                    .map(|(_, v)| v.to_string())
+            })
+            .collect();
+        assert_eq!(netdevs.len(), 8);
+        assert_eq!(netdevs[3], "ens4f0np0");
     }
 }

@@ -7,6 +7,7 @@
 //! lately is kept (and served with `per_target`, for small fabrics and tests).
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use super::rtt::{Clock, RoundTrip};
 use super::targets::{PathKind, Port};
@@ -19,6 +20,63 @@ pub const LOSS_MEMORY: u64 = 600_000_000_000;
 /// (under 10 µs on hardware) or over the spine (under 25 µs) to a congested or software path
 /// (soft-RoCE: about 1 ms; tens of ms under netem).
 pub const RTT_BUCKETS: [f64; 8] = [5e-6, 10e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 25e-3];
+
+/// How far back the mean answer delay looks: answers sent in the last 10 seconds.
+pub const ANSWER_DELAY_WINDOW: Duration = Duration::from_secs(10);
+
+/// The delays a port's responder took to answer (from a probe's arrival to its answer's post,
+/// as it writes them into its answers), over the last [`ANSWER_DELAY_WINDOW`]: one slot per
+/// second, each tagged with its second, so a slot from an earlier lap counts for nothing.
+#[derive(Debug, Clone)]
+pub struct AnswerDelays {
+    epoch: Instant,
+    /// (second since `epoch`, sum of delays in ns, answers).
+    slots: [(u64, u64, u64); AnswerDelays::SLOTS],
+}
+
+impl AnswerDelays {
+    const SLOTS: usize = ANSWER_DELAY_WINDOW.as_secs() as usize;
+
+    pub fn new(epoch: Instant) -> AnswerDelays {
+        AnswerDelays {
+            epoch,
+            slots: [(u64::MAX, 0, 0); AnswerDelays::SLOTS],
+        }
+    }
+
+    fn second(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_secs()
+    }
+
+    /// One answer sent at `at` after holding its probe `delay_ns`.
+    pub fn record(&mut self, at: Instant, delay_ns: u64) {
+        let second = self.second(at);
+        let slot = &mut self.slots[(second % Self::SLOTS as u64) as usize];
+        if slot.0 != second {
+            *slot = (second, 0, 0);
+        }
+        slot.1 = slot.1.saturating_add(delay_ns);
+        slot.2 += 1;
+    }
+
+    /// The mean delay, in seconds, of the answers sent in the window that ends at `now`; 0
+    /// when there were none.
+    pub fn mean_seconds(&self, now: Instant) -> f64 {
+        let now = self.second(now);
+        let (sum, count) = self
+            .slots
+            .iter()
+            .filter(|(second, _, _)| *second <= now && now - *second < Self::SLOTS as u64)
+            .fold((0u64, 0u64), |(sum, count), slot| {
+                (sum.saturating_add(slot.1), count + slot.2)
+            });
+        if count == 0 {
+            0.0
+        } else {
+            sum as f64 / count as f64 / 1e9
+        }
+    }
+}
 
 /// A path: from a local port (its index) to a target, in one of the three sets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,6 +121,8 @@ impl Histogram {
 #[derive(Debug, Clone)]
 pub struct PortStats {
     pub port: Port,
+    /// The port's network device (RoCE), empty where there is none or it is unknown.
+    pub netdev: String,
     /// Where this port answers probes.
     pub address: Address,
     pub clock: Clock,
@@ -73,9 +133,9 @@ pub struct PortStats {
     pub answered: [u64; 3],
     pub lost: [u64; 3],
     pub network_rtt: Histogram,
-    /// Sum (seconds) and count of the responders' delays: a rising mean says "not the network".
-    pub responder_delay_sum: f64,
-    pub responder_delay_count: u64,
+    /// This port's responder's own delays in answering: a rising mean says a busy host, not
+    /// the network.
+    pub answer_delays: AnswerDelays,
     /// Answers with impossible times, by reason.
     pub bad: BTreeMap<&'static str, u64>,
     /// Packets dropped unanswered or unmatched, by reason.
@@ -104,22 +164,32 @@ pub struct Stats {
     now_ns: u64,
 }
 
+/// What [`Stats::new`] needs of a local port.
+#[derive(Debug, Clone)]
+pub struct PortIdentity {
+    pub port: Port,
+    pub netdev: String,
+    pub address: Address,
+    pub clock: Clock,
+}
+
 impl Stats {
-    pub fn new(ports: Vec<(Port, Address, Clock)>) -> Stats {
+    pub fn new(ports: Vec<PortIdentity>) -> Stats {
+        let epoch = Instant::now();
         Stats {
             ports: ports
                 .into_iter()
-                .map(|(port, address, clock)| PortStats {
-                    port,
-                    address,
-                    clock,
+                .map(|identity| PortStats {
+                    port: identity.port,
+                    netdev: identity.netdev,
+                    address: identity.address,
+                    clock: identity.clock,
                     gone: false,
                     sent: [0; 3],
                     answered: [0; 3],
                     lost: [0; 3],
                     network_rtt: Histogram::default(),
-                    responder_delay_sum: 0.0,
-                    responder_delay_count: 0,
+                    answer_delays: AnswerDelays::new(epoch),
                     bad: BTreeMap::new(),
                     dropped: BTreeMap::new(),
                     errors: BTreeMap::new(),
@@ -156,11 +226,16 @@ impl Stats {
         let port = &mut self.ports[path.from];
         port.answered[kind_index(path.kind)] += 1;
         port.network_rtt.observe(rtt.network_ns as f64 / 1e9);
-        port.responder_delay_sum += rtt.responder_delay_ns as f64 / 1e9;
-        port.responder_delay_count += 1;
         let target = self.targets.entry(path.clone()).or_default();
         target.rtt_sum_ns += rtt.network_ns;
         target.answered += 1;
+    }
+
+    /// Local port `port`'s responder answered a probe it held `delay_ns`.
+    pub(super) fn answer_sent(&mut self, port: usize, delay_ns: u64) {
+        if let Some(port) = self.ports.get_mut(port) {
+            port.answer_delays.record(Instant::now(), delay_ns);
+        }
     }
 
     pub(super) fn lost(&mut self, path: &PathKey, now_ns: u64) {
@@ -214,5 +289,34 @@ impl Stats {
             t.last_loss_ns
                 .is_some_and(|at| self.now_ns.saturating_sub(at) < LOSS_MEMORY)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_delay_is_the_mean_of_the_last_ten_seconds_answers() {
+        let epoch = Instant::now();
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        let mut delays = AnswerDelays::new(epoch);
+        assert_eq!(delays.mean_seconds(at(0)), 0.0);
+        delays.record(at(100), 10_000);
+        delays.record(at(900), 30_000);
+        assert!((delays.mean_seconds(at(950)) - 20e-6).abs() < 1e-12);
+        // A busy second: 20 ms answers.
+        for n in 0..4 {
+            delays.record(at(5_000 + n), 20_000_000);
+        }
+        let mean = delays.mean_seconds(at(9_500));
+        assert!((mean - (40_000 + 80_000_000) as f64 / 6.0 / 1e9).abs() < 1e-12);
+        // Ten seconds on, the first second's answers are out of the window; past the busy
+        // second's ten, nothing is left, however the slots were reused.
+        assert!((delays.mean_seconds(at(10_100)) - 0.02).abs() < 1e-12);
+        assert_eq!(delays.mean_seconds(at(15_000)), 0.0);
+        delays.record(at(21_000), 1_000);
+        assert!((delays.mean_seconds(at(21_000)) - 1e-6).abs() < 1e-12);
+        assert_eq!(delays.mean_seconds(at(31_500)), 0.0);
     }
 }

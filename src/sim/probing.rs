@@ -95,6 +95,8 @@ pub fn local_ports(
                 port: 1,
                 rail: n as u32,
             },
+            // The NIC's own netdev: the one its leaf port's LLDP neighbour names.
+            netdev: nic.spec.netdev.clone().unwrap_or_default(),
             responder: Box::new(memory.endpoint(gid(host, n), 2, qkey)),
             prober: Box::new(memory.endpoint(gid(host, n), 3, qkey)),
         })
