@@ -343,7 +343,14 @@ impl Nic {
     }
 
     fn errors(&mut self, c: &NicCondition, dt: f64) {
-        use Group::HwCounters;
+        use Group::{Counters, Ethtool, HwCounters};
+        // A failing optic: symbol errors on the lanes, and the frames they corrupt fail their
+        // CRC (RoCE's port_rcv_errors mirrors the PHY's CRC errors).
+        let link_errors = c.link_errors_per_s * dt;
+        self.add(Counters, "symbol_error", link_errors);
+        self.add(Ethtool, "rx_symbol_err_phy", link_errors);
+        self.add(Counters, "port_rcv_errors", link_errors * 0.5);
+        self.add(Ethtool, "rx_crc_errors_phy", link_errors * 0.5);
         self.add(HwCounters, "out_of_sequence", c.transport_errors_per_s * dt);
         self.add(
             HwCounters,

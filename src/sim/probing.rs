@@ -1,8 +1,13 @@
 //! The simulated fabric probes too: every NIC of every host answers and sends probes through
 //! an in-memory fabric ([`MemoryFabric`]) whose delays follow the topology (a NIC's leaf, and
-//! the spine between the leaves) and whose losses follow the scenario (`leaf-spine-loss`).
+//! the spine between the leaves) and whose losses and lags follow the scenario, during its
+//! fault only: `leaf-spine-loss` (one leaf's uplink to one spine drops 2 %),
+//! `nic-optic-failure` (one NIC loses half of what it sends and half of what it receives),
+//! `leaf-ecmp-blackhole` (one leaf drops all it sends toward one spine) and `host-cpu-load`
+//! (one host's responders see their probes 20 ms late).
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use crate::probe::agent::LocalPort;
 use crate::probe::memory::MemoryFabric;
@@ -10,7 +15,7 @@ use crate::probe::targets::Port;
 use crate::probe::transport::{Address, SendOptions};
 
 use super::fabric::Fabric;
-use super::scenario::{Scenario, ScenarioName};
+use super::scenario::{Scenario, ScenarioName, BUSY_HOST, FADING_OPTIC_NIC};
 
 /// One way through one leaf (NIC, leaf, NIC): two links and a cut-through switch.
 const SAME_LEAF_NS: u64 = 3_000;
@@ -21,6 +26,17 @@ pub const SPINES: u32 = 2;
 /// `leaf-spine-loss`: the leaf whose uplink drops, the spine it leads to, and how much.
 pub const LOSSY_UPLINK: (usize, u32) = (0, 1);
 pub const UPLINK_LOSS: f64 = 0.02;
+/// `nic-optic-failure`: the share of the frames the fading NIC sends, and of those it
+/// receives, that are lost.
+pub const OPTIC_LOSS: f64 = 0.5;
+/// `leaf-ecmp-blackhole`: the leaf (`leaf2`) and the spine whose ECMP member it drops every
+/// packet into (`flow_label % SPINES`).
+pub const BLACKHOLE: (usize, u32) = (1, 1);
+/// `host-cpu-load`: how long the busy host's responders take to see a probe that arrived.
+pub const CPU_LAG_NS: u64 = 20_000_000;
+/// The queue pairs of a simulated port: its responder's and its prober's.
+pub const RESPONDER_QPN: u32 = 2;
+pub const PROBER_QPN: u32 = 3;
 
 /// The probe GID of NIC `nic` of host `host`: `::ffff:10.<host>.<nic>.1`.
 pub fn gid(host: usize, nic: usize) -> [u8; 16] {
@@ -38,41 +54,125 @@ fn nic_of(address: &Address) -> (usize, usize) {
     (usize::from(address.gid[13]), usize::from(address.gid[14]))
 }
 
-/// The in-memory fabric of `fabric`'s hosts.
+/// The fabric's simulated time as the probes see it, read without waiting: the demo holds
+/// the fabric's lock while it steps the model and rewrites every host's files (milliseconds in
+/// a debug build), and a probe loop waiting on it would count that wait as its responders'
+/// delay. A send that finds the lock taken uses the time the last one read.
+struct SimClock {
+    fabric: Arc<Mutex<Fabric>>,
+    /// The last time read, as `f64` bits.
+    last: AtomicU64,
+}
+
+impl SimClock {
+    fn new(fabric: Arc<Mutex<Fabric>>) -> SimClock {
+        let time_s = fabric.lock().unwrap_or_else(|p| p.into_inner()).time_s;
+        SimClock {
+            fabric,
+            last: AtomicU64::new(time_s.to_bits()),
+        }
+    }
+
+    fn time_s(&self) -> f64 {
+        let read = match self.fabric.try_lock() {
+            Ok(fabric) => Some(fabric.time_s),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner().time_s),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        match read {
+            Some(time_s) => {
+                self.last.store(time_s.to_bits(), Ordering::Relaxed);
+                time_s
+            }
+            None => f64::from_bits(self.last.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn in_fault(&self) -> bool {
+        Scenario::in_fault(self.time_s())
+    }
+}
+
+/// The in-memory fabric of `fabric`'s hosts. The wiring and the scenario are read once (they
+/// never change), the simulated time at each send without waiting ([`SimClock`]).
 pub fn memory_fabric(fabric: Arc<Mutex<Fabric>>) -> MemoryFabric {
-    // A small deterministic generator for the lossy uplink's drops.
+    let (name, leaves) = {
+        let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+        let leaves: Vec<Vec<usize>> = fabric
+            .hosts
+            .iter()
+            .map(|h| h.nics.iter().map(|n| n.leaf).collect())
+            .collect();
+        (fabric.scenario.name, leaves)
+    };
+    let clock = Arc::new(SimClock::new(fabric));
+    // The scenarios whose fault drops probes.
+    let drops = matches!(
+        name,
+        ScenarioName::LeafSpineLoss
+            | ScenarioName::NicOpticFailure
+            | ScenarioName::LeafEcmpBlackhole
+    );
+    let lag = {
+        let clock = clock.clone();
+        move |to: &Address| -> u64 {
+            let busy = name == ScenarioName::HostCpuLoad
+                && to.qpn == RESPONDER_QPN
+                && nic_of(to).0 == BUSY_HOST;
+            if busy && clock.in_fault() {
+                CPU_LAG_NS
+            } else {
+                0
+            }
+        }
+    };
+    // A small deterministic generator for the random drops.
     let state = Mutex::new(0x9e37_79b9_7f4a_7c15_u64);
+    let lost = move |chance: f64| {
+        let mut x = state.lock().unwrap_or_else(|p| p.into_inner());
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        ((*x % 10_000) as f64 / 10_000.0) < chance
+    };
     MemoryFabric::new(Box::new(move |from, to, options: &SendOptions| {
         let (a, b) = (nic_of(from), nic_of(to));
-        let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
-        let leaf = |(host, nic): (usize, usize)| {
-            fabric
-                .hosts
-                .get(host)
-                .and_then(|h| h.nics.get(nic))
-                .map(|n| n.leaf)
-        };
+        let leaf = |(host, nic): (usize, usize)| leaves.get(host)?.get(nic).copied();
         let (leaf_a, leaf_b) = (leaf(a)?, leaf(b)?);
-        if leaf_a == leaf_b {
-            return Some(SAME_LEAF_NS);
-        }
+        let fault = drops && clock.in_fault();
         let spine = options.flow_label % SPINES;
-        let lossy = fabric.scenario.name == ScenarioName::LeafSpineLoss
-            && Scenario::in_fault(fabric.time_s)
-            && spine == LOSSY_UPLINK.1
-            && (leaf_a == LOSSY_UPLINK.0 || leaf_b == LOSSY_UPLINK.0);
-        drop(fabric);
-        if lossy {
-            let mut x = state.lock().unwrap_or_else(|p| p.into_inner());
-            *x ^= *x << 13;
-            *x ^= *x >> 7;
-            *x ^= *x << 17;
-            if (*x % 10_000) as f64 / 10_000.0 < UPLINK_LOSS {
+        let crosses = leaf_a != leaf_b;
+        // Each frame through the fading optic, out and in, is a coin toss.
+        let optic = |nic| name == ScenarioName::NicOpticFailure && fault && nic == FADING_OPTIC_NIC;
+        let chances = [
+            (optic(a), OPTIC_LOSS),
+            (optic(b), OPTIC_LOSS),
+            (
+                name == ScenarioName::LeafSpineLoss
+                    && fault
+                    && crosses
+                    && spine == LOSSY_UPLINK.1
+                    && (leaf_a == LOSSY_UPLINK.0 || leaf_b == LOSSY_UPLINK.0),
+                UPLINK_LOSS,
+            ),
+            // Toward the spine only: what comes down into the leaf is forwarded.
+            (
+                name == ScenarioName::LeafEcmpBlackhole
+                    && fault
+                    && crosses
+                    && leaf_a == BLACKHOLE.0
+                    && spine == BLACKHOLE.1,
+                1.0,
+            ),
+        ];
+        for (applies, chance) in chances {
+            if applies && lost(chance) {
                 return None;
             }
         }
-        Some(OVER_SPINE_NS)
+        Some(if crosses { OVER_SPINE_NS } else { SAME_LEAF_NS })
     }))
+    .with_lag(Box::new(lag))
 }
 
 /// Host `host`'s probing ports on `memory`: each NIC port 1, rail = its index.
@@ -97,8 +197,8 @@ pub fn local_ports(
             },
             // The NIC's own netdev: the one its leaf port's LLDP neighbour names.
             netdev: nic.spec.netdev.clone().unwrap_or_default(),
-            responder: Box::new(memory.endpoint(gid(host, n), 2, qkey)),
-            prober: Box::new(memory.endpoint(gid(host, n), 3, qkey)),
+            responder: Box::new(memory.endpoint(gid(host, n), RESPONDER_QPN, qkey)),
+            prober: Box::new(memory.endpoint(gid(host, n), PROBER_QPN, qkey)),
         })
         .collect()
 }
@@ -108,13 +208,27 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::probe::transport::Endpoint;
+    use crate::probe::transport::{Endpoint, Event};
     use crate::sim::fabric::Shape;
 
-    fn memory(name: ScenarioName, time_s: f64) -> MemoryFabric {
-        let mut fabric = Fabric::new(Shape::default(), Scenario::new(name));
+    /// The small shape of the end-to-end tests: `demo --hosts 2 --nics-per-host 6 --leaves 3`.
+    fn small() -> Shape {
+        Shape {
+            hosts: 2,
+            nics_per_host: 6,
+            leaves: 3,
+            ..Shape::default()
+        }
+    }
+
+    fn memory_of(shape: Shape, name: ScenarioName, time_s: f64) -> MemoryFabric {
+        let mut fabric = Fabric::new(shape, Scenario::new(name));
         fabric.time_s = time_s;
         memory_fabric(Arc::new(Mutex::new(fabric)))
+    }
+
+    fn memory(name: ScenarioName, time_s: f64) -> MemoryFabric {
+        memory_of(Shape::default(), name, time_s)
     }
 
     fn label(flow_label: u32) -> SendOptions {
@@ -124,15 +238,17 @@ mod tests {
         }
     }
 
-    /// Sends `count` packets from host 0 NIC 0 to `to` with `options`; how many arrived.
-    fn delivered(
+    /// Sends `count` packets from NIC `from`'s prober to NIC `to`'s responder with `options`;
+    /// how many arrived.
+    fn sent_between(
         memory: &MemoryFabric,
+        from: (usize, usize),
         to: (usize, usize),
         options: SendOptions,
         count: usize,
     ) -> usize {
-        let mut from = memory.endpoint(gid(0, 0), 3, 1);
-        let mut to = memory.endpoint(gid(to.0, to.1), 2, 1);
+        let mut from = memory.endpoint(gid(from.0, from.1), PROBER_QPN, 1);
+        let mut to = memory.endpoint(gid(to.0, to.1), RESPONDER_QPN, 1);
         for _ in 0..count {
             from.send(to.address(), options, b"x", 1).unwrap();
         }
@@ -140,6 +256,33 @@ mod tests {
         let mut events = Vec::new();
         to.poll(&mut events, Duration::ZERO).unwrap();
         events.len()
+    }
+
+    /// [`sent_between`] from host 0 NIC 0.
+    fn delivered(
+        memory: &MemoryFabric,
+        to: (usize, usize),
+        options: SendOptions,
+        count: usize,
+    ) -> usize {
+        sent_between(memory, (0, 0), to, options, count)
+    }
+
+    /// Every NIC's condition in `name` is healthy's, at every phase of the cycle.
+    fn no_nic_notices(shape: Shape, name: ScenarioName) {
+        let fabric = Fabric::new(shape, Scenario::new(name));
+        let healthy = Fabric::new(shape, Scenario::new(ScenarioName::Healthy));
+        for t in [0.0, 61.0, 100.0, 200.0, 239.0, 250.0] {
+            for h in 0..fabric.hosts.len() {
+                for n in 0..fabric.hosts[h].nics.len() {
+                    assert_eq!(
+                        fabric.scenario.condition(t, h, n),
+                        healthy.scenario.condition(t, h, n),
+                        "{name:?} at {t} s: host {h} NIC {n}"
+                    );
+                }
+            }
+        }
     }
 
     /// In `leaf-spine-loss`, during the fault, about 2 % of the packets between the leaves
@@ -178,12 +321,248 @@ mod tests {
             5_000
         );
         // The scenario moves no counter: every NIC's condition is healthy's.
-        let lossy = Scenario::new(ScenarioName::LeafSpineLoss);
-        let healthy = Scenario::new(ScenarioName::Healthy);
-        for t in [0.0, 100.0, 200.0] {
-            for (h, n) in [(0, 0), (1, 5), (3, 7)] {
-                assert_eq!(lossy.condition(t, h, n), healthy.condition(t, h, n));
+        no_nic_notices(Shape::default(), ScenarioName::LeafSpineLoss);
+    }
+
+    /// With three leaves (the end-to-end shape) the lossy uplink is still leaf1's: paths
+    /// with an end on leaf1 lose on its spine, paths between leaf2 and leaf3 do not.
+    #[test]
+    fn the_lossy_uplink_is_leaf1s_with_three_leaves() {
+        let lossy = memory_of(small(), ScenarioName::LeafSpineLoss, 100.0);
+        // NIC n is on leaf n % 3: NIC 0 on leaf1, 1 on leaf2, 2 on leaf3.
+        let arrived = sent_between(&lossy, (0, 0), (1, 2), label(LOSSY_UPLINK.1), 10_000);
+        assert!((9_700..9_900).contains(&arrived), "{arrived} of 10 000");
+        let arrived = sent_between(&lossy, (1, 1), (0, 3), label(LOSSY_UPLINK.1), 10_000);
+        assert!((9_700..9_900).contains(&arrived), "{arrived} of 10 000");
+        assert_eq!(
+            sent_between(&lossy, (0, 1), (1, 2), label(LOSSY_UPLINK.1), 5_000),
+            5_000
+        );
+        assert_eq!(
+            sent_between(&lossy, (0, 0), (1, 3), label(LOSSY_UPLINK.1), 5_000),
+            5_000
+        );
+        no_nic_notices(small(), ScenarioName::LeafSpineLoss);
+    }
+
+    /// In `nic-optic-failure`, during the fault, gpu-node-02's NIC 3 loses half of what it
+    /// sends and half of what it receives, on every flow label, inside its leaf and over the
+    /// spine; nothing else loses, before the fault nothing does; its symbol and receive error
+    /// counters creep up (a few a second) while its link stays up, and no other NIC's moves.
+    #[test]
+    fn the_fading_optic_loses_half_each_way_and_only_its_errors_rise() {
+        assert_eq!(FADING_OPTIC_NIC, (1, 3));
+        for shape in [Shape::default(), small()] {
+            let optic = memory_of(shape, ScenarioName::NicOpticFailure, 100.0);
+            let peers = [(0, 0), (0, 1), (0, 3), (1, 0), (1, 5)];
+            for (peer, flow_label) in peers.into_iter().zip(0..) {
+                for (from, to) in [(FADING_OPTIC_NIC, peer), (peer, FADING_OPTIC_NIC)] {
+                    let arrived = sent_between(&optic, from, to, label(flow_label), 4_000);
+                    assert!(
+                        (1_800..2_200).contains(&arrived),
+                        "{shape:?}: {from:?} to {to:?}: {arrived} of 4 000"
+                    );
+                }
             }
+            for (from, to) in [((0, 0), (1, 2)), ((1, 2), (0, 3)), ((0, 3), (1, 4))] {
+                assert_eq!(
+                    sent_between(&optic, from, to, label(1), 2_000),
+                    2_000,
+                    "{shape:?}: {from:?} to {to:?}"
+                );
+            }
+            for time_s in [10.0, 250.0] {
+                let outside = memory_of(shape, ScenarioName::NicOpticFailure, time_s);
+                assert_eq!(
+                    sent_between(&outside, FADING_OPTIC_NIC, (0, 0), label(0), 2_000),
+                    2_000
+                );
+                assert_eq!(
+                    sent_between(&outside, (0, 0), FADING_OPTIC_NIC, label(0), 2_000),
+                    2_000
+                );
+            }
+
+            let mut fabric = Fabric::new(shape, Scenario::new(ScenarioName::NicOpticFailure));
+            let before = fabric.clone();
+            for _ in 0..300 {
+                fabric.step(1.0);
+            }
+            for (h, host) in fabric.hosts.iter().enumerate() {
+                for (n, nic) in host.nics.iter().enumerate() {
+                    let rose = |name: &str| {
+                        let then = &before.hosts[h].nics[n].spec;
+                        nic.spec
+                            .counter(name)
+                            .zip(then.counter(name))
+                            .map(|(now, then)| now - then)
+                            .or_else(|| {
+                                nic.spec
+                                    .ethtool_stat(name)
+                                    .zip(then.ethtool_stat(name))
+                                    .map(|(now, then)| now - then)
+                            })
+                            .unwrap()
+                    };
+                    let errors = [
+                        rose("symbol_error"),
+                        rose("port_rcv_errors"),
+                        rose("rx_symbol_err_phy"),
+                        rose("rx_crc_errors_phy"),
+                    ];
+                    if (h, n) == FADING_OPTIC_NIC {
+                        // 180 s of fault: ~2 symbol errors and ~1 CRC error a second.
+                        assert_eq!(errors, [360, 180, 360, 180], "{shape:?}");
+                    } else {
+                        assert_eq!(errors, [0; 4], "{shape:?}: host {h} NIC {n}");
+                    }
+                    assert_eq!(rose("link_downed"), 0);
+                    assert!(nic.spec.state.starts_with("4:"), "{}", nic.spec.state);
+                }
+            }
+            for t in [10.0, 100.0, 250.0] {
+                let c = fabric.scenario.condition(t, 1, 3);
+                assert!(c.link_up);
+                assert_eq!(c.link_errors_per_s > 0.0, Scenario::in_fault(t));
+            }
+        }
+    }
+
+    /// In `leaf-ecmp-blackhole`, during the fault, leaf2 drops every packet it sends toward the
+    /// spine on the member `flow_label % SPINES == 1` picks: what leaves leaf2 for another
+    /// leaf on that member is lost, what leaves on the other member, comes down into leaf2 or
+    /// stays inside a leaf arrives; outside the fault nothing is lost; no NIC notices.
+    #[test]
+    fn the_blackhole_swallows_only_what_leaf2_sends_onto_one_spine() {
+        for shape in [Shape::default(), small()] {
+            let fabric = Fabric::new(shape, Scenario::new(ScenarioName::LeafEcmpBlackhole));
+            let leaves = fabric.leaves.len();
+            let on_leaf = |leaf: usize, host: usize| -> (usize, usize) {
+                let n = (0..fabric.hosts[host].nics.len())
+                    .find(|&n| fabric.hosts[host].nics[n].leaf == leaf)
+                    .unwrap();
+                (host, n)
+            };
+            assert_eq!(fabric.leaves[BLACKHOLE.0].name, "leaf2");
+            let hole = memory_of(shape, ScenarioName::LeafEcmpBlackhole, 100.0);
+            let sender = on_leaf(BLACKHOLE.0, 0);
+            for other in (0..leaves).filter(|&l| l != BLACKHOLE.0) {
+                let target = on_leaf(other, 1);
+                for flow_label in 0..8 {
+                    let arrived = sent_between(&hole, sender, target, label(flow_label), 500);
+                    let expected = if flow_label % SPINES == BLACKHOLE.1 {
+                        0
+                    } else {
+                        500
+                    };
+                    assert_eq!(
+                        arrived,
+                        expected,
+                        "{shape:?}: leaf2 to leaf{} on label {flow_label}",
+                        other + 1
+                    );
+                }
+            }
+            // From any other leaf, into leaf2 or not, and inside leaf2: delivered.
+            for from in (0..leaves).filter(|&l| l != BLACKHOLE.0) {
+                for to in (0..leaves).filter(|&l| l != from) {
+                    assert_eq!(
+                        sent_between(
+                            &hole,
+                            on_leaf(from, 0),
+                            on_leaf(to, 1),
+                            label(BLACKHOLE.1),
+                            500
+                        ),
+                        500,
+                        "{shape:?}: leaf{} to leaf{}",
+                        from + 1,
+                        to + 1
+                    );
+                }
+            }
+            assert_eq!(
+                sent_between(&hole, sender, on_leaf(BLACKHOLE.0, 1), label(1), 500),
+                500
+            );
+            for time_s in [10.0, 250.0] {
+                let outside = memory_of(shape, ScenarioName::LeafEcmpBlackhole, time_s);
+                let target = on_leaf(0, 1);
+                assert_eq!(
+                    sent_between(&outside, sender, target, label(BLACKHOLE.1), 500),
+                    500
+                );
+            }
+            no_nic_notices(shape, ScenarioName::LeafEcmpBlackhole);
+        }
+    }
+
+    /// Sends one packet from NIC `from`'s prober to NIC `to`'s endpoint `qpn` and polls until
+    /// it is seen: (the send's time, the arrival it is stamped with, when it was first seen).
+    fn first_seen(
+        memory: &MemoryFabric,
+        from: (usize, usize),
+        to: (usize, usize),
+        qpn: u32,
+    ) -> (u64, u64, u64) {
+        let mut from = memory.endpoint(gid(from.0, from.1), PROBER_QPN, 1);
+        let mut to = memory.endpoint(gid(to.0, to.1), qpn, 1);
+        let sent = from.send(to.address(), label(0), b"x", 1).unwrap();
+        let mut events = Vec::new();
+        loop {
+            to.poll(&mut events, Duration::from_millis(100)).unwrap();
+            if let Some(Event::Received { at_ns, .. }) = events.first() {
+                return (sent, *at_ns, to.now_ns());
+            }
+            assert!(to.now_ns() - sent < 1_000_000_000, "never seen");
+        }
+    }
+
+    /// In `host-cpu-load`, during the fault, gpu-node-02's responders see each probe 20 ms
+    /// after it arrived, stamped with its arrival (so the responder's reported delay holds the
+    /// 20 ms and the network RTT does not); its probers and every other host's responders see
+    /// theirs at once; nothing is lost; no NIC notices.
+    #[test]
+    fn the_busy_hosts_responders_see_their_probes_late_stamped_on_arrival() {
+        for shape in [Shape::default(), small()] {
+            let busy = memory_of(shape, ScenarioName::HostCpuLoad, 100.0);
+            for (from, to) in [((0, 0), (BUSY_HOST, 0)), ((0, 1), (BUSY_HOST, 4))] {
+                let (sent, at, seen) = first_seen(&busy, from, to, RESPONDER_QPN);
+                assert!(at - sent <= OVER_SPINE_NS, "stamped {} ns on", at - sent);
+                assert!(seen - at >= CPU_LAG_NS, "seen {} ns after", seen - at);
+            }
+            for (to, qpn) in [
+                ((BUSY_HOST, 0), PROBER_QPN),
+                ((0, 1), RESPONDER_QPN),
+                ((0, 2), PROBER_QPN),
+            ] {
+                let (_, at, seen) = first_seen(&busy, (0, 0), to, qpn);
+                assert!(
+                    seen - at < CPU_LAG_NS,
+                    "{to:?} {qpn}: seen {} ns after",
+                    seen - at
+                );
+            }
+            for time_s in [10.0, 250.0] {
+                let outside = memory_of(shape, ScenarioName::HostCpuLoad, time_s);
+                let (_, at, seen) = first_seen(&outside, (0, 0), (BUSY_HOST, 0), RESPONDER_QPN);
+                assert!(
+                    seen - at < CPU_LAG_NS,
+                    "at {time_s} s: seen {} ns after",
+                    seen - at
+                );
+            }
+            // Late, not lost.
+            let mut from = busy.endpoint(gid(0, 0), PROBER_QPN, 1);
+            let mut to = busy.endpoint(gid(BUSY_HOST, 1), RESPONDER_QPN, 1);
+            for _ in 0..2_000 {
+                from.send(to.address(), label(1), b"x", 1).unwrap();
+            }
+            std::thread::sleep(Duration::from_nanos(CPU_LAG_NS * 3));
+            let mut events = Vec::new();
+            to.poll(&mut events, Duration::ZERO).unwrap();
+            assert_eq!(events.len(), 2_000);
+            no_nic_notices(shape, ScenarioName::HostCpuLoad);
         }
     }
 }

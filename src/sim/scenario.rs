@@ -11,6 +11,10 @@ pub const PFC_STORM_NIC: (usize, usize) = (0, 2);
 pub const FLAPPING_NIC: (usize, usize) = (1, 5);
 pub const CNP_IGNORING_NIC: (usize, usize) = (1, 1);
 pub const TRANSPORT_ERROR_NIC: (usize, usize) = (1, 0);
+/// `nic-optic-failure`: the NIC whose optic fades (gpu-node-02's fourth NIC).
+pub const FADING_OPTIC_NIC: (usize, usize) = (1, 3);
+/// `host-cpu-load`: the host whose responders answer late (gpu-node-02).
+pub const BUSY_HOST: usize = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScenarioName {
@@ -38,10 +42,22 @@ pub enum ScenarioName {
     /// One leaf-to-spine link of the RoCE fabric drops 2 % of the packets it carries, silently:
     /// no error counter moves; only the probes whose flows hash onto it lose.
     LeafSpineLoss,
+    /// One NIC's optic fades: half the frames it sends and half of those it receives are lost
+    /// (three round trips in four through it fail); its symbol and receive error counters creep
+    /// up, its link stays up.
+    NicOpticFailure,
+    /// One leaf sends every packet that ECMP hashes onto one spine into a black hole (an uplink
+    /// it did not withdraw): the probes leaving it for another leaf on that member are lost,
+    /// nothing else is, and no counter moves.
+    LeafEcmpBlackhole,
+    /// One host's CPU is busy: its responders see each probe ~20 ms after it arrived and answer
+    /// that late. The responders' delay rises, the network RTT (that delay taken out) does not,
+    /// no probe is lost and no counter moves.
+    HostCpuLoad,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 11] = [
+    pub const ALL: [ScenarioName; 14] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -53,6 +69,9 @@ impl ScenarioName {
         ScenarioName::IbDegradedLink,
         ScenarioName::IbCongestion,
         ScenarioName::LeafSpineLoss,
+        ScenarioName::NicOpticFailure,
+        ScenarioName::LeafEcmpBlackhole,
+        ScenarioName::HostCpuLoad,
     ];
 
     /// The name as given on the command line.
@@ -69,6 +88,9 @@ impl ScenarioName {
             ScenarioName::IbDegradedLink => "ib-degraded-link",
             ScenarioName::IbCongestion => "ib-congestion",
             ScenarioName::LeafSpineLoss => "leaf-spine-loss",
+            ScenarioName::NicOpticFailure => "nic-optic-failure",
+            ScenarioName::LeafEcmpBlackhole => "leaf-ecmp-blackhole",
+            ScenarioName::HostCpuLoad => "host-cpu-load",
         }
     }
 
@@ -86,6 +108,9 @@ impl ScenarioName {
             ScenarioName::IbDegradedLink => "/ib/metrics: ib-leaf-01's first uplink to ib-spine-02 (both ends) active 2X of 4X enabled, symbol errors ~12/s, link downed +1 at the fault's start and end",
             ScenarioName::IbCongestion => "/ib/metrics: ib-spine-01's port to ib-leaf-02 waits 45% of the time (PortXmitWait), the leaves' uplinks into ib-spine-01 run at 97% with some wait",
             ScenarioName::LeafSpineLoss => "no counter moves; probes between the leaves whose flow label hashes onto leaf1's uplink to spine-02 lose 2 % (rdma_probe_lost_total, path host and cross_rail; rdma_probe_target_lost_total names the targets)",
+            ScenarioName::NicOpticFailure => "gpu-node-02 mlx5_3: ~75 % of the probes to and from it lost (rdma_probe_lost_total on its own paths, rdma_probe_target_lost_total naming it from every host), symbol errors and port_rcv_errors creep up (~2/s, ~1/s), link stays up",
+            ScenarioName::LeafEcmpBlackhole => "no counter moves; every probe leaving leaf2 for another leaf whose flow label hashes onto spine-02 is lost (~half of the host and cross_rail probes from leaf2's NICs to other leaves); nothing into leaf2 or inside a leaf is lost",
+            ScenarioName::HostCpuLoad => "gpu-node-02's responders answer ~20 ms late: its rdma_probe_answer_delay_seconds ~0.02, every other host's network RTT toward it unchanged (6-12 µs), no probe lost, no counter moves",
         }
     }
 }
@@ -105,6 +130,8 @@ pub struct NicCondition {
     /// DCQCN off on this NIC: CNPs for its traffic are ignored, not handled.
     pub ignores_cnps: bool,
     pub transport_errors_per_s: f64,
+    /// Physical errors per second on the NIC's receive side (a failing optic or cable).
+    pub link_errors_per_s: f64,
     /// Packets the switch drops per second on the queue toward this NIC.
     pub switch_drops_per_s: f64,
 }
@@ -117,6 +144,7 @@ const HEALTHY: NicCondition = NicCondition {
     ecn_mark_fraction: 2e-4,
     ignores_cnps: false,
     transport_errors_per_s: 0.0,
+    link_errors_per_s: 0.0,
     switch_drops_per_s: 0.0,
 };
 
@@ -162,8 +190,16 @@ impl Scenario {
             | ScenarioName::IbHealthy
             | ScenarioName::IbDegradedLink
             | ScenarioName::IbCongestion
-            // Silent by definition: the probes see it (`probing.rs`), no counter does.
-            | ScenarioName::LeafSpineLoss => {}
+            // Silent by definition: the probes see them (`probing.rs`), no counter does.
+            | ScenarioName::LeafSpineLoss
+            | ScenarioName::LeafEcmpBlackhole
+            | ScenarioName::HostCpuLoad => {}
+            // The probes see the loss (`probing.rs`); the optic's errors show on the NIC.
+            ScenarioName::NicOpticFailure => {
+                if me == FADING_OPTIC_NIC {
+                    c.link_errors_per_s = 2.0;
+                }
+            }
             ScenarioName::PfcStorm => {
                 let (victim_host, victim_nic) = PFC_STORM_NIC;
                 let leaves = self.leaves.max(1);
