@@ -23,7 +23,7 @@ pub const HOST_MIN_PORTS: usize = 2;
 /// `leaf` (an ECMP member that delivers nothing), less `uplink` (a link that drops some).
 pub const LEAF_LOSS: f64 = 0.2;
 /// A responder slower than this on average (seconds) is `responder`: a busy host.
-pub const SLOW_RESPONDER_SECONDS: f64 = 1e-3;
+pub const SLOW_RESPONDER_SECONDS: f64 = 5e-3;
 
 /// A probing port.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -348,7 +348,7 @@ fn loss_verdicts(
     Vec::new()
 }
 
-/// `responder`: each live port whose responder took more than 1 ms on average. No failing path
+/// `responder`: each live port whose responder took more than 5 ms on average. No failing path
 /// agrees or disagrees: it says the host is busy, whatever else is named.
 fn responders(ports: &[LivePort]) -> Vec<Verdict> {
     ports
