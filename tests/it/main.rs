@@ -10,7 +10,6 @@ mod common;
 
 mod alerts;
 mod alerts_e2e;
-mod probe_localization_e2e;
 mod cardinality;
 mod cli;
 mod corpus_harness;
@@ -46,6 +45,7 @@ mod nccl_triage;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod pods;
+mod probe_localization_e2e;
 mod prometheus_scrape;
 mod quirks;
 mod real_kernel;
