@@ -161,6 +161,20 @@ fn every_port_is(scenario: &str, expected: &str, exit_code: i32, direction: &str
             "{row}"
         );
         assert_eq!(row["evidence"]["line_rate_gbps"], 400.0, "{row}");
+        // The demo's NICs probe each other: the probe RTT joins the row, before the run too
+        // (the minute before the window), which proves the queries on a real Prometheus. The
+        // notes are not asserted: the simulated fabric's delays are fixed whatever the ECN
+        // scenario (no queues grow), but its ports time probes with the host's clock, which
+        // the machine's load moves. A rise with PFC, or without, is proven on tables
+        // (src/diag/ecn_tune/evidence.rs), not forced on the demo.
+        assert_eq!(row["evidence"]["probe_clock"], "software", "{row}");
+        for key in [
+            "probe_network_rtt_seconds",
+            "probe_network_rtt_baseline_seconds",
+        ] {
+            let rtt = row["evidence"][key].as_f64();
+            assert!(rtt.is_some_and(|r| r > 0.0 && r < 1.0), "{key}: {row}");
+        }
     }
     for row in report["switch_ports"].as_array().unwrap() {
         // LLDP joined every leaf port to the NIC behind it, whose rate it took.
@@ -196,6 +210,11 @@ fn every_port_is(scenario: &str, expected: &str, exit_code: i32, direction: &str
     );
     assert!(
         text.stdout.contains(&format!("move: {direction}")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("probe network RTT "),
         "{}",
         text.stdout
     );

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::classify::{classify, Signals, Verdict};
+use super::classify::{classify, Signals, Verdict, ECN_FEEDBACK_LOW, PFC_NEAR_ZERO};
 use super::query::{Labels, QueryError, Sample};
 use super::window::Window;
 
@@ -48,9 +48,34 @@ const SWITCH_DETAIL_LABELS: [&str; 9] = [
 const QUANTA_BITS: f64 = 65_535.0 * 512.0;
 /// A NIC that pauses its switch port more than this share of the time is a storm source or a
 /// stuck receiver (the agent's storm rule uses 0.9; half is already no ECN question).
-const PAUSING_ITS_SWITCH: f64 = 0.5;
+pub const PAUSING_ITS_SWITCH: f64 = 0.5;
 /// Frames per second received from a neighbour that `RdmaSwitchPfcPauseSustained` pages on.
 const SWITCH_RX_PFC_SUSTAINED: f64 = 10_000.0;
+/// The probes' RTT rose in the window when it is more than this many times its baseline...
+pub const PROBE_RTT_RISE_FACTOR: f64 = 1.5;
+/// ...and at least this much more, seconds, where the NIC stamps the probes (`clock` label
+/// `hardware`): a few microseconds are the path mix (a rotating sample of targets, same leaf or
+/// over the spine), not queues...
+pub const PROBE_RTT_RISE_MIN_SECONDS: f64 = 10e-6;
+/// ...or this much where the host's clock times them (`software`, or not known): the probe
+/// loop reads that clock at polls up to 100 µs apart, later on a busy host, so the mean moves
+/// by tens of microseconds with the host's load alone (the demo's moves 10 -> 20 µs).
+pub const PROBE_RTT_RISE_MIN_SECONDS_SOFTWARE: f64 = 100e-6;
+
+/// Whether the probes' mean RTT rose from `before` to `now` by more than noise: both
+/// [`PROBE_RTT_RISE_FACTOR`] times and the clock's floor.
+pub fn probe_rtt_rose(now: f64, before: f64, clock: Option<&str>) -> bool {
+    let floor = if clock == Some("hardware") {
+        PROBE_RTT_RISE_MIN_SECONDS
+    } else {
+        PROBE_RTT_RISE_MIN_SECONDS_SOFTWARE
+    };
+    now > PROBE_RTT_RISE_FACTOR * before && now - before >= floor
+}
+
+/// Labels a NIC's probe series join its rows on (the probe families name the port by device
+/// and port, as the NIC's own do; `job` may differ where the probes are scraped apart).
+const PROBE_JOIN_LABELS: [&str; 4] = ["cluster", "instance", "device", "port"];
 
 /// Something that answers instant queries (the Prometheus client, or a table in tests).
 pub trait Source {
@@ -86,6 +111,18 @@ pub struct NicEvidence {
     pub cnp_handled_per_second: Option<f64>,
     pub cnp_handled_per_packet: Option<f64>,
     pub cnp_ignored_per_second: Option<f64>,
+    /// Mean network round trip of the port's probes in the window, seconds
+    /// (`rdma_probe_network_rtt_seconds`, the responders' own delay taken out). Absent where
+    /// the port does not probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_network_rtt_seconds: Option<f64>,
+    /// The same before the run: the lowest 5-minute mean of the hour before the window
+    /// (`rdma:probe_network_rtt_seconds:mean_rate5m`), the port's RTT with its queues emptiest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_network_rtt_baseline_seconds: Option<f64>,
+    /// Where the probes' times come from (`hardware`, `software`: `rdma_probe_port_info`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_clock: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -331,6 +368,7 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
     let ignored = nic("avg_over_time(rdma:nic_cnp_ignored_per_second:rate5m%S[%W])")?;
     let rate = nic("max_over_time(rdma_port_rate_bytes_per_second%S[%W])")?;
     let info = q.run("max_over_time(rdma_port_info%S[%W])")?;
+    let probes = probe_rtts(&q)?;
 
     let mut netdevs: BTreeMap<Labels, String> = BTreeMap::new();
     for s in &info {
@@ -374,7 +412,11 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
             cnp_handled_per_second: single(&handled, &k),
             cnp_handled_per_packet: single(&handled_pp, &k),
             cnp_ignored_per_second: single(&ignored, &k),
+            probe_network_rtt_seconds: None,
+            probe_network_rtt_baseline_seconds: None,
+            probe_clock: None,
         };
+        let evidence = probes.fill(&k, evidence);
         let signals = Signals {
             paused: evidence.pfc_rx_paused_ratio.avg,
             feedback_on_sent: evidence.cnp_handled_per_packet,
@@ -429,6 +471,144 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
     })
 }
 
+/// The probes' mean network RTT per port, in the window and before it, and their clock;
+/// keyed by [`PROBE_JOIN_LABELS`]. Empty where nothing probes.
+#[derive(Default)]
+struct ProbeRtts {
+    window: BTreeMap<Vec<Option<String>>, f64>,
+    baseline: BTreeMap<Vec<Option<String>>, f64>,
+    clock: BTreeMap<Vec<Option<String>>, String>,
+}
+
+fn probe_key(labels: &Labels) -> Vec<Option<String>> {
+    PROBE_JOIN_LABELS
+        .iter()
+        .map(|l| labels.get(*l).cloned())
+        .collect()
+}
+
+impl ProbeRtts {
+    fn fill(&self, nic: &Labels, mut e: NicEvidence) -> NicEvidence {
+        let k = probe_key(nic);
+        e.probe_network_rtt_seconds = self.window.get(&k).copied();
+        e.probe_network_rtt_baseline_seconds = self.baseline.get(&k).copied();
+        e.probe_clock = self.clock.get(&k).cloned();
+        e
+    }
+}
+
+/// The window's mean from the histogram itself (its sum and count over exactly the window: the
+/// 5-minute rule averaged over the window would carry the minutes before the run into its
+/// first five). The baseline is the lowest 5-minute mean of the hour before the run: queues
+/// add to a path's RTT, so the RTT to compare with is the one with the queues emptiest; the
+/// window just before a run is often the previous run of the tuning loop, and an hour's
+/// average carries every other job's queues (`RdmaProbeNetworkRttHigh` averages the hour, for
+/// a slower question: did the fabric change).
+fn probe_rtts(q: &Queries) -> Result<ProbeRtts, QueryError> {
+    let keyed = |samples: Vec<Sample>| -> BTreeMap<Vec<Option<String>>, f64> {
+        let mut map = BTreeMap::new();
+        for s in samples {
+            if let Some(v) = s.value.filter(|v| *v >= 0.0) {
+                map.entry(probe_key(&s.labels)).or_insert(v);
+            }
+        }
+        map
+    };
+    let window = keyed(q.run(
+        "rate(rdma_probe_network_rtt_seconds_sum%S[%W]) / (rate(rdma_probe_network_rtt_seconds_count%S[%W]) > 0)",
+    )?);
+    if window.is_empty() {
+        return Ok(ProbeRtts::default());
+    }
+    let baseline =
+        keyed(q.run("min_over_time(rdma:probe_network_rtt_seconds:mean_rate5m%S[1h] offset %W)")?);
+    let mut clock = BTreeMap::new();
+    for s in q.run("max_over_time(rdma_probe_port_info%S[%W])")? {
+        if let Some(c) = s.labels.get("clock").filter(|c| !c.is_empty()) {
+            clock
+                .entry(probe_key(&s.labels))
+                .or_insert_with(|| c.clone());
+        }
+    }
+    Ok(ProbeRtts {
+        window,
+        baseline,
+        clock,
+    })
+}
+
+/// `12.3 µs`, `4.56 ms`.
+pub fn rtt_text(seconds: f64) -> String {
+    if seconds >= 1e-3 {
+        format!("{:.2} ms", seconds * 1e3)
+    } else {
+        format!("{:.1} µs", seconds * 1e6)
+    }
+}
+
+/// What a rise of the probes' RTT in the window means, given the port's PFC and ECN: queues
+/// (congestion) or something else (a failing component, a reroute). Nothing when the port does
+/// not probe, has no baseline, or its RTT did not rise.
+fn probe_note(e: &NicEvidence) -> Option<String> {
+    let (Some(now), Some(before)) = (
+        e.probe_network_rtt_seconds,
+        e.probe_network_rtt_baseline_seconds,
+    ) else {
+        return None;
+    };
+    if !probe_rtt_rose(now, before, e.probe_clock.as_deref()) {
+        return None;
+    }
+    let rose = format!(
+        "probe RTT rose from {} to {}",
+        rtt_text(before),
+        rtt_text(now)
+    );
+    let paused = [e.pfc_rx_paused_ratio.avg, e.pfc_tx_paused_ratio.avg]
+        .into_iter()
+        .flatten()
+        .max_by(f64::total_cmp);
+    let feedback: Vec<f64> = [
+        e.ecn_marked_per_packet,
+        e.cnp_sent_per_packet,
+        e.cnp_handled_per_packet,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let ecn_moving = feedback.iter().any(|f| *f > ECN_FEEDBACK_LOW);
+    let software = if e.probe_clock.as_deref() == Some("software") {
+        "; this port stamps its probes with the host's clock, so a busy host adds to it too"
+    } else {
+        ""
+    };
+    let storming = e
+        .pfc_tx_paused_ratio
+        .avg
+        .is_some_and(|p| p > PAUSING_ITS_SWITCH);
+    Some(match paused {
+        _ if storming => format!(
+            "{rose} while this NIC pauses its switch most of the time: queues behind its own PFC storm (RdmaPfcStormNic), a fault of this host, not congestion"
+        ),
+        Some(p) if p >= PFC_NEAR_ZERO => format!(
+            "{rose} with PFC pauses (paused {:.2} % of the time): congestion (queues), not a fault",
+            p * 100.0
+        ),
+        None => format!(
+            "{rose}; no PFC pause series to tell congestion (queues) from a fault (RdmaProbeSuspect, a reroute)"
+        ),
+        Some(_) if ecn_moving => format!(
+            "{rose} with ECN marking and no PFC: congestion (queues) that ECN keeps below the PFC threshold, not a fault"
+        ),
+        Some(_) if feedback.is_empty() => format!(
+            "{rose} without PFC pauses, and no ECN counters to show queues below the PFC threshold: if the switch marked nothing either, not congestion: look for lost probes (RdmaProbeSuspect) or a reroute onto a longer path{software}"
+        ),
+        Some(_) => format!(
+            "{rose} while neither PFC nor ECN moved: not congestion; look for lost probes (RdmaProbeSuspect) or a reroute onto a longer path{software}"
+        ),
+    })
+}
+
 fn nic_notes(e: &NicEvidence) -> Vec<String> {
     let mut notes = Vec::new();
     if e.cnp_ignored_per_second.is_some_and(|v| v > 0.0) {
@@ -456,6 +636,7 @@ fn nic_notes(e: &NicEvidence) -> Vec<String> {
     {
         notes.push("no ECN or CNP counters for this NIC (rdma_hw_np_* / rp_*): its driver may not expose them".into());
     }
+    notes.extend(probe_note(e));
     notes
 }
 
@@ -907,6 +1088,232 @@ mod tests {
         };
         let e = gather(&table, &ask).unwrap();
         assert!(e.nics.is_empty() && e.switch_ports.is_empty());
+    }
+
+    /// [`too_high_fabric`] with the NIC's probes: `rtt` in the window, `baseline` before it.
+    fn probing(mut table: Table, rtt: f64, baseline: f64, clock: &'static str) -> Table {
+        // The probe series carry their own job: the join is on cluster, instance, device, port.
+        let probe = |extra: &[(&'static str, &'static str)]| {
+            let mut v = with(&[("job", "rdma-probe")]);
+            v.extend_from_slice(extra);
+            v
+        };
+        table.0.push((
+            "rdma_probe_network_rtt_seconds_sum",
+            vec![s(&probe(&[]), rtt)],
+        ));
+        table.0.push((
+            "rdma:probe_network_rtt_seconds:mean_rate5m",
+            vec![s(&probe(&[]), baseline)],
+        ));
+        table.0.push((
+            "rdma_probe_port_info",
+            vec![s(&probe(&[("clock", clock), ("rail", "0")]), 1.0)],
+        ));
+        table
+    }
+
+    fn gathered(table: &Table) -> Evidence {
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "cluster=\"a\"",
+            line_rate_gbps: None,
+        };
+        gather(table, &ask).unwrap()
+    }
+
+    fn probe_notes(e: &Evidence) -> Vec<&String> {
+        e.nics[0]
+            .notes
+            .iter()
+            .filter(|n| n.contains("probe RTT"))
+            .collect()
+    }
+
+    /// Sets every NIC PFC series to `paused` and the ECN feedback per packet to `feedback`.
+    fn with_pfc_and_ecn(mut table: Table, paused: f64, feedback: f64) -> Table {
+        for (metric, samples) in table.0.iter_mut() {
+            if *metric == "rdma:nic_pfc_paused_ratio:rate1m" {
+                for sample in samples.iter_mut() {
+                    sample.value = Some(paused);
+                }
+            }
+            if metric.ends_with("_per_packet:ratio_rate5m") {
+                *samples = vec![s(&NIC, feedback)];
+            }
+        }
+        table
+    }
+
+    #[test]
+    fn a_probe_rtt_that_rose_with_pfc_pauses_is_congestion() {
+        // too_high_fabric: paused 15 % of the time by its switch.
+        let table = probing(too_high_fabric(), 48e-6, 9e-6, "hardware");
+        let e = gathered(&table);
+        let nic = &e.nics[0].evidence;
+        assert_eq!(nic.probe_network_rtt_seconds, Some(48e-6));
+        assert_eq!(nic.probe_network_rtt_baseline_seconds, Some(9e-6));
+        assert_eq!(nic.probe_clock.as_deref(), Some("hardware"));
+        assert_eq!(
+            probe_notes(&e),
+            ["probe RTT rose from 9.0 µs to 48.0 µs with PFC pauses (paused 15.00 % of the time): congestion (queues), not a fault"]
+        );
+        // The verdict is the same as without probes: the note adds, it does not decide.
+        let without = gathered(&too_high_fabric());
+        assert_eq!(e.nics[0].verdict, without.nics[0].verdict);
+        let asked = table.1.borrow();
+        assert!(
+            asked.contains(&"rate(rdma_probe_network_rtt_seconds_sum{cluster=\"a\"}[600s]) / (rate(rdma_probe_network_rtt_seconds_count{cluster=\"a\"}[600s]) > 0)".to_string()),
+            "{asked:#?}"
+        );
+        assert!(
+            asked.contains(&"min_over_time(rdma:probe_network_rtt_seconds:mean_rate5m{cluster=\"a\"}[1h] offset 600s)".to_string()),
+            "{asked:#?}"
+        );
+        // A PFC pause the NIC sends (tx) counts as much as one it receives.
+        let mut table = with_pfc_and_ecn(
+            probing(too_high_fabric(), 48e-6, 9e-6, "hardware"),
+            0.0,
+            0.0,
+        );
+        for (metric, samples) in table.0.iter_mut() {
+            if *metric == "rdma:nic_pfc_paused_ratio:rate1m" {
+                for sample in samples.iter_mut() {
+                    if sample.labels["direction"] == "tx" {
+                        sample.value = Some(0.02);
+                    }
+                }
+            }
+        }
+        let notes = probe_notes(&gathered(&table))
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>();
+        assert!(
+            notes[0].contains("with PFC pauses (paused 2.00 %"),
+            "{notes:?}"
+        );
+        // Unless the NIC storms: then its pauses are the fault, not the network's queues.
+        for (metric, samples) in table.0.iter_mut() {
+            if *metric == "rdma:nic_pfc_paused_ratio:rate1m" {
+                for sample in samples.iter_mut() {
+                    if sample.labels["direction"] == "tx" {
+                        sample.value = Some(0.9);
+                    }
+                }
+            }
+        }
+        let notes = probe_notes(&gathered(&table))
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>();
+        assert!(
+            notes[0].contains("queues behind its own PFC storm (RdmaPfcStormNic)"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_probe_rtt_that_rose_without_pfc_or_ecn_is_not_congestion() {
+        let table = with_pfc_and_ecn(
+            probing(too_high_fabric(), 48e-6, 9e-6, "hardware"),
+            0.0,
+            1e-7,
+        );
+        let e = gathered(&table);
+        assert_eq!(
+            probe_notes(&e),
+            ["probe RTT rose from 9.0 µs to 48.0 µs while neither PFC nor ECN moved: not congestion; look for lost probes (RdmaProbeSuspect) or a reroute onto a longer path"]
+        );
+        // On a software clock only a rise of 100 µs counts, and the busy host is named too.
+        let e = gathered(&with_pfc_and_ecn(
+            probing(too_high_fabric(), 48e-6, 9e-6, "software"),
+            0.0,
+            1e-7,
+        ));
+        assert!(probe_notes(&e).is_empty(), "{:?}", e.nics[0].notes);
+        let e = gathered(&with_pfc_and_ecn(
+            probing(too_high_fabric(), 480e-6, 90e-6, "software"),
+            0.0,
+            1e-7,
+        ));
+        assert_eq!(
+            probe_notes(&e),
+            ["probe RTT rose from 90.0 µs to 480.0 µs while neither PFC nor ECN moved: not congestion; look for lost probes (RdmaProbeSuspect) or a reroute onto a longer path; this port stamps its probes with the host's clock, so a busy host adds to it too"]
+        );
+        // ECN marking without PFC is congestion that ECN handles.
+        let e = gathered(&with_pfc_and_ecn(
+            probing(too_high_fabric(), 48e-6, 9e-6, "hardware"),
+            0.0,
+            5e-4,
+        ));
+        let notes = probe_notes(&e);
+        assert!(
+            notes[0].contains("with ECN marking and no PFC: congestion (queues)"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_probe_rtt_that_did_not_rise_enough_says_nothing() {
+        // 1.5 times and 10 µs, both: 6 -> 12 µs is the path mix, 100 -> 140 µs is noise.
+        for (rtt, baseline) in [(12e-6, 6e-6), (140e-6, 100e-6), (9e-6, 9e-6), (5e-6, 9e-6)] {
+            let e = gathered(&probing(too_high_fabric(), rtt, baseline, "hardware"));
+            assert!(
+                probe_notes(&e).is_empty(),
+                "{rtt} {baseline}: {:?}",
+                e.nics[0].notes
+            );
+            assert_eq!(e.nics[0].evidence.probe_network_rtt_seconds, Some(rtt));
+        }
+        // No baseline (nothing probed in the hour before, or the rules not loaded): nothing.
+        let mut table = probing(too_high_fabric(), 48e-6, 9e-6, "hardware");
+        table
+            .0
+            .retain(|(m, _)| *m != "rdma:probe_network_rtt_seconds:mean_rate5m");
+        let e = gathered(&table);
+        assert!(probe_notes(&e).is_empty(), "{:?}", e.nics[0].notes);
+        assert_eq!(e.nics[0].evidence.probe_network_rtt_baseline_seconds, None);
+    }
+
+    #[test]
+    fn without_probe_series_nothing_changes() {
+        let table = too_high_fabric();
+        let e = gathered(&table);
+        let nic = &e.nics[0];
+        assert_eq!(nic.evidence.probe_network_rtt_seconds, None);
+        assert_eq!(nic.evidence.probe_network_rtt_baseline_seconds, None);
+        assert_eq!(nic.evidence.probe_clock, None);
+        assert!(probe_notes(&e).is_empty(), "{:?}", nic.notes);
+        // The JSON is what it was before probes existed.
+        let json = serde_json::to_value(&nic.evidence).unwrap();
+        assert!(json.get("probe_network_rtt_seconds").is_none(), "{json}");
+        assert!(json.get("probe_clock").is_none(), "{json}");
+        // Only the one probe query is asked when it finds nothing.
+        let asked = table.1.borrow();
+        assert_eq!(
+            asked.iter().filter(|q| q.contains("probe")).count(),
+            1,
+            "{asked:#?}"
+        );
+        // Probes of another NIC (another instance) do not land on this one.
+        let mut other = too_high_fabric();
+        other.0.push((
+            "rdma_probe_network_rtt_seconds_sum",
+            vec![s(
+                &[
+                    ("cluster", "a"),
+                    ("instance", "gpu-node-02"),
+                    ("device", "mlx5_0"),
+                    ("port", "1"),
+                ],
+                48e-6,
+            )],
+        ));
+        let e = gathered(&other);
+        assert_eq!(e.nics[0].evidence.probe_network_rtt_seconds, None);
+        assert_eq!(e.nics.len(), 1, "probe series alone make no NIC row");
     }
 
     #[test]

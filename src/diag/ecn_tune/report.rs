@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::classify::{self, Class};
-use super::evidence::{Evidence, NicRow, Stat, SwitchRow};
+use super::evidence::{rtt_text, Evidence, NicRow, Stat, SwitchRow};
 use super::thresholds::Suggestion;
 use super::window::{rfc3339, Window};
 
@@ -201,6 +201,18 @@ fn nic_block(out: &mut String, n: &NicRow) {
         num(e.cnp_handled_per_packet),
         num(e.cnp_ignored_per_second)
     );
+    if let Some(rtt) = e.probe_network_rtt_seconds {
+        let before = e
+            .probe_network_rtt_baseline_seconds
+            .map_or("no probes in the hour before".into(), |b| {
+                format!("{} at its lowest in the hour before", rtt_text(b))
+            });
+        let _ = writeln!(
+            out,
+            "            probe network RTT {} ({before})",
+            rtt_text(rtt)
+        );
+    }
     let _ = writeln!(out, "            move: {}", n.verdict.direction);
     for note in &n.notes {
         let _ = writeln!(out, "            note: {note}");
