@@ -2,7 +2,8 @@
 //! its RDMA devices, with the fix for each problem found.
 //!
 //! Each submodule checks one thing and returns findings; this module reads the node once, runs
-//! the checks in order and prints the report.
+//! the checks in order and prints the report. Only `--exporter` looks beyond the node: the
+//! exporter running on it, for its probes of the local ports (`probe.rs`).
 
 mod devices;
 mod gids;
@@ -11,6 +12,7 @@ mod mtu;
 mod netns;
 mod ports;
 mod prio_traffic;
+mod probe;
 mod qos;
 mod report;
 mod resources;
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::ecn_tune::query::Endpoint;
 use super::OutputFormat;
 use crate::node::dcb::{AnswerFiles, DcbSource, KernelDcb};
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
@@ -61,6 +64,14 @@ pub struct DoctorArgs {
     /// iproute2's `rdma` tool, for QP and other resource use.
     #[arg(long = "rdma-tool", default_value = "rdma")]
     pub rdma_tool: PathBuf,
+    /// The exporter running on this node (http://[user:password@]host:9866): its probes of the
+    /// local ports are read, probe loss and mean network RTT per port, from two scrapes
+    /// `--exporter-interval` apart. Default: none, the node alone is read.
+    #[arg(long, value_name = "URL")]
+    pub exporter: Option<String>,
+    /// Time between the two scrapes of `--exporter`.
+    #[arg(long = "exporter-interval", value_name = "DURATION", default_value = "10s", value_parser = crate::yaml::parse_duration, requires = "exporter")]
+    pub exporter_interval: Duration,
     /// Report format.
     #[arg(long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -97,6 +108,8 @@ pub enum DoctorError {
     Getifaddrs(#[source] std::io::Error),
     #[error("reading {path}: {detail}")]
     Sysfs { path: PathBuf, detail: String },
+    #[error(transparent)]
+    Exporter(#[from] crate::diag::ecn_tune::query::QueryError),
 }
 
 /// Runs the checks; exit 0 healthy, 1 problems found, 2 could not run.
@@ -121,16 +134,35 @@ pub fn main(args: &DoctorArgs) -> ExitCode {
 }
 
 /// All checks, in the order an operator would fix things: devices, access, limits, links,
-/// namespace and addressing, QoS, resources.
+/// namespace and addressing, QoS, resources; then the probes, with `--exporter`.
 pub fn run(args: &DoctorArgs) -> Result<Report, DoctorError> {
+    // A URL that cannot be used is a mistake in the arguments: said before any check runs.
+    let exporter = args
+        .exporter
+        .as_deref()
+        .map(|url| Endpoint::parse_flag("--exporter", url))
+        .transpose()?;
     let snapshot = read_snapshot(&args.sysfs)?;
     let mut report = Report::default();
     report.add(devices::check_presence(&args.sysfs, &snapshot));
     report.extend(devices::check_dev_files(&args.dev));
     report.extend(limits::check(&args.procfs));
-    if snapshot.devices.is_empty() {
-        return Ok(report);
+    if !snapshot.devices.is_empty() {
+        check_devices(args, &snapshot, &mut report)?;
     }
+    // The exporter sees the node's devices even where this container does not.
+    if let Some(exporter) = exporter {
+        report.extend(probe::check(exporter, args.exporter_interval)?);
+    }
+    Ok(report)
+}
+
+/// Ports, namespace and addressing, QoS, resources: the checks of a node with devices.
+fn check_devices(
+    args: &DoctorArgs,
+    snapshot: &NodeSnapshot,
+    report: &mut Report,
+) -> Result<(), DoctorError> {
     let view = match &args.netns_view {
         Some(path) => NetnsView::from_file(path)?,
         None => NetnsView::from_kernel()?,
@@ -145,14 +177,14 @@ pub fn run(args: &DoctorArgs) -> Result<Report, DoctorError> {
     };
     check_ports(
         args,
-        &snapshot,
+        snapshot,
         &view,
         ethtool.as_ref(),
         dcb.as_ref(),
-        &mut report,
+        report,
     );
     report.extend(resources::check(&args.rdma_tool, &args.sysfs));
-    Ok(report)
+    Ok(())
 }
 
 /// Reads the devices. A `class/infiniband` that exists but cannot be listed (the walk's only

@@ -820,3 +820,72 @@ fn an_unreadable_dcb_answer_falls_back_to_the_statistics() {
         "{stdout}"
     );
 }
+
+/// `--exporter`: the probes of the local ports, read from the exporter on the node. The demo's
+/// first host stands in for it: its NICs (mlx5_0, mlx5_1, the fixture's names) probe each other
+/// and the other host's through the simulated fabric, which loses nothing in `healthy`. A rise
+/// with PFC and lost probes are proven on expositions in src/diag/doctor/probe.rs.
+#[test]
+fn probes_of_the_local_ports_from_the_exporter() {
+    let demo = common::Exporter::small_demo("healthy", "0", "1s", "2");
+    let host = "/hosts/gpu-node-01";
+    // Until both ports have answered probes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (status, _, body) = demo.get(&format!("{host}/metrics?collect[]=probe"));
+        assert_eq!(status, 200, "{body}");
+        let answered = body
+            .lines()
+            .filter(|l| l.starts_with("rdma_probe_network_rtt_seconds_count{"))
+            .filter(|l| l.rsplit(' ').next().is_some_and(|v| v != "0"))
+            .count();
+        if answered == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demo's host never answered probes on both ports:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let node = Node::new(2);
+    let url = demo.url(host);
+    let (code, stdout, stderr) = node.doctor(&["--exporter", &url, "--exporter-interval", "3s"]);
+    assert_no_panic(&stderr);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for device in ["mlx5_0", "mlx5_1"] {
+        let section = device_section(&stdout, device);
+        assert!(
+            section.contains("OK    probe-loss: ") && section.contains(", none lost ("),
+            "{section}"
+        );
+        // OK, or INFO on a machine so loaded that the demo's host clock (its ports time
+        // probes in software) moved the mean by 100 µs: never a problem either way.
+        assert!(
+            section.contains("probe-rtt: ") && section.contains("mean network RTT "),
+            "{section}"
+        );
+    }
+
+    // Without --exporter nothing is asked.
+    let (_, stdout, _) = node.doctor(&[]);
+    assert!(!stdout.contains("probe"), "{stdout}");
+
+    // An exporter that is not there is a warning, named, with the address to give.
+    let port = common::prometheus::free_port();
+    let gone = format!("http://127.0.0.1:{port}");
+    let (code, stdout, stderr) = node.doctor(&["--exporter", &gone, "--exporter-interval", "1s"]);
+    assert_no_panic(&stderr);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("WARN  probe: cannot reach the exporter at {gone}")),
+        "{stdout}"
+    );
+    // An unusable URL is a mistake in the arguments.
+    let (code, _, stderr) = node.doctor(&["--exporter", "https://node:9866"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--exporter: https is not supported"),
+        "{stderr}"
+    );
+}

@@ -66,13 +66,19 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// `--prometheus URL`.
     pub fn parse(url: &str) -> Result<Endpoint, QueryError> {
-        let bad = |why: &str| QueryError::Url(format!("--prometheus: {why}"));
+        Endpoint::parse_flag("--prometheus", url)
+    }
+
+    /// The URL given to `flag`, which messages about it name.
+    pub fn parse_flag(flag: &str, url: &str) -> Result<Endpoint, QueryError> {
+        let bad = |why: &str| QueryError::Url(format!("{flag}: {why}"));
         let rest = if let Some(rest) = url.strip_prefix("http://") {
             rest
         } else if url.starts_with("https://") {
             return Err(bad(
-                "https is not supported: give Prometheus' plain http address (from inside the cluster, or through `kubectl port-forward`)",
+                "https is not supported: give the plain http address (from inside the cluster, or through `kubectl port-forward`)",
             ));
         } else {
             return Err(bad("expected http://host:port"));
@@ -177,11 +183,14 @@ pub fn form_encode(text: &str) -> String {
     out
 }
 
-/// Runs instant queries against one Prometheus.
+/// Runs instant queries against one Prometheus (or GETs other paths of a server: `doctor`
+/// scrapes the exporter with it).
 pub struct Client {
     endpoint: Endpoint,
     timeout: Duration,
     runtime: tokio::runtime::Runtime,
+    /// The command named in the User-Agent.
+    tool: &'static str,
 }
 
 impl Client {
@@ -198,7 +207,14 @@ impl Client {
             endpoint,
             timeout,
             runtime,
+            tool: "ecn-tune",
         })
+    }
+
+    /// The command the User-Agent names (`ecn-tune` unless told).
+    pub fn with_tool(mut self, tool: &'static str) -> Client {
+        self.tool = tool;
+        self
     }
 
     pub fn url(&self) -> &str {
@@ -207,24 +223,17 @@ impl Client {
 
     /// `expr` evaluated at `time` (Unix seconds): its instant vector.
     pub fn query(&self, expr: &str, time: f64) -> Result<Vec<Sample>, QueryError> {
-        let path = format!(
-            "{}/api/v1/query?query={}&time={time:.3}",
-            self.endpoint.prefix,
-            form_encode(expr)
-        );
-        let fetched = self
-            .runtime
-            .block_on(async { tokio::time::timeout(self.timeout, self.get(&path)).await });
-        let (status, body) = match fetched {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(QueryError::Timeout {
-                    url: self.endpoint.display.clone(),
+        let path = format!("/api/v1/query?query={}&time={time:.3}", form_encode(expr));
+        let (status, body) = self
+            .get_path(&path, "application/json")
+            .map_err(|e| match e {
+                QueryError::Timeout { url, timeout, .. } => QueryError::Timeout {
+                    url,
                     query: expr.to_string(),
-                    timeout: self.timeout,
-                })
-            }
-        };
+                    timeout,
+                },
+                other => other,
+            })?;
         decode_vector(&body, status).map_err(|failure| match failure {
             Failure::Api { status, message } => QueryError::Api {
                 url: self.endpoint.display.clone(),
@@ -240,7 +249,28 @@ impl Client {
         })
     }
 
-    async fn get(&self, path: &str) -> Result<(u16, Vec<u8>), QueryError> {
+    /// GET `path_and_query` below the endpoint's prefix, accepting `accept`: the status and the
+    /// body, within the deadline (a [`QueryError::Timeout`] naming the path past it).
+    pub fn get_path(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<(u16, Vec<u8>), QueryError> {
+        let path = format!("{}{path_and_query}", self.endpoint.prefix);
+        let fetched = self
+            .runtime
+            .block_on(async { tokio::time::timeout(self.timeout, self.get(&path, accept)).await });
+        match fetched {
+            Ok(result) => result,
+            Err(_) => Err(QueryError::Timeout {
+                url: self.endpoint.display.clone(),
+                query: path_and_query.to_string(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    async fn get(&self, path: &str, accept: &str) -> Result<(u16, Vec<u8>), QueryError> {
         let unreachable = |message: String| QueryError::Unreachable {
             url: self.endpoint.display.clone(),
             message,
@@ -260,13 +290,13 @@ impl Client {
         });
         let mut request = hyper::Request::get(path)
             .header(hyper::header::HOST, self.endpoint.host_header())
-            .header(hyper::header::ACCEPT, "application/json")
+            .header(hyper::header::ACCEPT, accept)
             .header(
                 hyper::header::USER_AGENT,
-                concat!(
-                    "rdma-fabric-exporter/",
+                format!(
+                    "rdma-fabric-exporter/{} {}",
                     env!("CARGO_PKG_VERSION"),
-                    " ecn-tune"
+                    self.tool
                 ),
             );
         if let Some(authorization) = &self.endpoint.authorization {
@@ -274,7 +304,7 @@ impl Client {
         }
         let request = request
             .body(String::new())
-            .map_err(|e| QueryError::Url(format!("--prometheus: {e}")))?;
+            .map_err(|e| QueryError::Url(format!("{}: {e}", self.endpoint.display)))?;
         let response = sender
             .send_request(request)
             .await
@@ -423,6 +453,11 @@ mod tests {
             "http://a b:9090",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+        // doctor's --exporter: the same URLs, its own flag in the messages.
+        match Endpoint::parse_flag("--exporter", "https://node:9866") {
+            Err(QueryError::Url(m)) => assert!(m.starts_with("--exporter: https"), "{m}"),
+            other => panic!("{other:?}"),
         }
     }
 
