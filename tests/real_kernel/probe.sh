@@ -1,9 +1,10 @@
 #!/bin/sh
 # The probe collector on a real kernel, run in the guest by scripts/vm/boot (tests/it/
 # real_kernel_probe.rs boots it): four soft-RoCE devices on one host, the exporter probing
-# between them as an unprivileged user, and real faults on the wire: netem delay on one
-# device's veth, netem loss on another's, `rdma link delete` of a third while it probes, and
-# `rmmod rdma_rxe`. What the exporter served at each moment goes to $RFE_OUT for the tests.
+# between them as an unprivileged user, and real faults on the wire: netem loss on one
+# device's veth (scraped every 5 s, as Prometheus would), netem delay on another's, `rdma link
+# delete` of a third while it probes, and `rmmod rdma_rxe`. What the exporter served at each
+# moment goes to $RFE_OUT for the tests.
 #
 #   probe.sh EXPORTER
 #
@@ -23,6 +24,12 @@ scrape() {
     timeout 30 busybox wget -q -O "$O/$1.prom" http://127.0.0.1:9866/metrics || err "scrape $1 failed"
 }
 ms() { date +%s%3N; }
+# Sleeps until $1 (milliseconds since the epoch), at once if that is past.
+sleep_until() {
+    left=$(($1 - $(ms)))
+    [ $left -gt 0 ] && sleep "$((left / 1000)).$(printf %03d $((left % 1000)))"
+    return 0
+}
 # Whether process $1 runs (a zombie the shell has not reaped yet does not).
 running() { [ -r /proc/$1/status ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; }
 
@@ -84,21 +91,36 @@ sleep 10
 log "baseline"
 scrape baseline
 
+# A series of scrapes every 5 s, as Prometheus would take them, from just before the loss to
+# its end (loss-series-00 .. -06, when each was taken in loss-series.ms): the tests replay it
+# through the localization rules. 30 s of 30% loss: about 150 probes on each of the 6 paths
+# touching rxe2, so every one of them fails (the rules name nothing under 3 failing paths).
+# It comes first: the rules look 2 minutes back, where no other fault may be (removing the
+# delay's qdisc below drops the odd probe it holds).
+log "loss: netem loss 30% on v2 (rxe2) for 30 s, scraped every 5 s"
+start=$(ms)
+series=0
+scrape_series() {
+    sleep_until $((start + series * 5000))
+    echo "$series $(($(ms) - start))" >>"$O/loss-series.ms"
+    scrape "loss-series-0$series"
+    series=$((series + 1))
+}
+scrape_series
+tc qdisc add dev v2 root netem loss 30% || err "netem loss failed"
+for _ in 1 2 3 4 5 6; do scrape_series; done
+tc qdisc del dev v2 root
+# Probes still in flight settle within the 500 ms timeout.
+sleep 1.5
+scrape loss-after
+
 log "delay: netem delay 20ms on v3 (rxe3)"
 tc qdisc add dev v3 root netem delay 20ms || err "netem delay failed"
 sleep 8
 scrape delay-end
 tc qdisc del dev v3 root
 # Probes still in flight (or dropped with the qdisc) settle within the 500 ms timeout.
-sleep 2
-scrape loss-before
-
-log "loss: netem loss 30% on v2 (rxe2)"
-tc qdisc add dev v2 root netem loss 30% || err "netem loss failed"
-sleep 8
-tc qdisc del dev v2 root
-sleep 1.5
-scrape loss-after
+sleep 1
 
 log "rdma link delete rxe1 while probing"
 # The kernel finishes removing a device once its users closed it: a user that keeps it open
