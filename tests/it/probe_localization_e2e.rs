@@ -56,16 +56,18 @@ const EXPECTED: [Expected; 4] = [
     Expected {
         scenario: "nic-optic-failure",
         alert: "RdmaProbeSuspect",
+        // Its leaf port joins the verdict once the switch poller's LLDP series are in; a page
+        // that comes before names the NIC alone.
         labels: &[
             ("kind", "nic"),
             ("host", "gpu-node-02"),
             ("device", "mlx5_3"),
-            ("switch", "leaf1"),
         ],
         verdict: &[
             ("kind", "nic"),
             ("host", "gpu-node-02"),
             ("device", "mlx5_3"),
+            ("switch", "leaf1"),
         ],
     },
     Expected {
@@ -165,27 +167,28 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
             d.labels
         );
     }
-    // The recorded verdicts now: in each fabric exactly the expected suspect (its `responder`
-    // verdicts, one per port of the busy host, count as one). `responder` verdicts elsewhere
-    // name no network component and are left out: on a machine this loaded (four demos and
-    // Prometheus on two cores) a healthy host's probe loop can be kept off the CPU too.
+    // The recorded verdicts now: in each fabric the expected one, and no other verdict that
+    // names the network. `responder` verdicts of other hosts are allowed: on a machine this
+    // loaded (four demos and Prometheus on two cores) a healthy host's probe loop can be kept
+    // off the CPU too, and saying so is right.
     for e in &EXPECTED {
         let verdicts = prometheus::query(
             &address,
             &format!(
-                "count by (kind, host, device, switch) (rdma:probe_suspect:failing_paths{{cluster=\"{}\", kind{}}})",
-                e.scenario,
-                if e.verdict[0].1 == "responder" {
-                    "=\"responder\""
-                } else {
-                    "!=\"responder\""
-                }
+                "count by (kind, host, device, switch) (rdma:probe_suspect:failing_paths{{cluster=\"{}\"}})",
+                e.scenario
             ),
         );
-        assert!(!verdicts.is_empty(), "{}: no verdict recorded", e.scenario);
+        assert!(
+            verdicts.iter().any(|(labels, _)| has(labels, e.verdict)),
+            "{}: no verdict {:?} in {verdicts:?}",
+            e.scenario,
+            e.verdict
+        );
         for (labels, _) in &verdicts {
             assert!(
-                has(labels, e.verdict),
+                has(labels, e.verdict)
+                    || labels.get("kind").map(String::as_str) == Some("responder"),
                 "{}: verdict {labels:?}, expected {:?}",
                 e.scenario,
                 e.verdict
