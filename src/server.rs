@@ -514,6 +514,7 @@ async fn fabric_view(state: &AppState) -> crate::web::fabric_json::FabricView {
             name: crate::web::fabric_json::hostname(),
             node: node.clone(),
             storm: state.storm.clone(),
+            probe: state.probe.clone(),
         })
         .collect();
     crate::web::fabric_json::build(

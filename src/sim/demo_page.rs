@@ -41,6 +41,7 @@ pub async fn view(demo: &Demo) -> FabricView {
                 name: name.clone(),
                 node: state.node.clone()?,
                 storm: state.storm.clone(),
+                probe: state.probe.clone(),
             })
         })
         .collect();

@@ -1,6 +1,8 @@
 //! `/api/v1/fabric`: what the landing page draws, as JSON. Hosts (the demo's simulated ones, or
 //! this node alone), their RDMA ports with state and rates, the leaf switches and the LLDP
-//! wiring between them, the storm sources with their evidence in words, the demo's scenario.
+//! wiring between them, the storm sources with their evidence in words, the demo's scenario,
+//! and what the probes between NICs say (`fabric_probes.rs`): the failing paths and the
+//! component they share.
 //!
 //! Cheap by construction: it reads each node's last walk (a scrape's, or its own when the last
 //! one is older than `STALE_AFTER`, at most one at a time) and the storm sampler's latest
@@ -12,11 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use super::fabric_probes::{ProbeFeed, ProbeMemory, ProbesView};
 use super::fabric_rates::{port_rates, PortRates};
 use crate::direction::Direction;
 use crate::node::storm::StormDetector;
 use crate::node::sysfs::NodeSnapshot;
 use crate::node::NodeCollector;
+use crate::probe::collector::ProbeCollector;
+use crate::probe::localize::{Leaf, PortId};
 use crate::switch::poller::Poller;
 use crate::switch::profile::{Metric, SampleValue};
 
@@ -41,6 +46,8 @@ pub struct HostFeed {
     pub name: String,
     pub node: Arc<NodeCollector>,
     pub storm: Option<Arc<StormDetector>>,
+    /// Its probe collector, when it probes.
+    pub probe: Option<Arc<ProbeCollector>>,
 }
 
 /// The demo's scenario and where in its cycle the fabric is.
@@ -61,6 +68,8 @@ pub struct RateMemory {
     seen: Mutex<HashMap<String, Seen>>,
     /// One refresh walk at a time: requests that arrive during one take its result.
     refreshing: tokio::sync::Mutex<()>,
+    /// The probe counts the page saw, for its window.
+    probes: ProbeMemory,
 }
 
 struct Seen {
@@ -77,6 +86,8 @@ pub struct FabricView {
     pub hosts: Vec<HostView>,
     pub switches: Vec<SwitchView>,
     pub storm_sources: Vec<StormSource>,
+    /// The probes between NICs: failing paths and verdicts; `None` where no host probes.
+    pub probes: Option<ProbesView>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -302,6 +313,7 @@ pub async fn build(
         storm_sources.extend(sources_of(&view));
         host_views.push(view);
     }
+    let probes = probes_view(hosts, &host_views, memory);
     FabricView {
         version: crate::build::VERSION,
         mode,
@@ -309,7 +321,41 @@ pub async fn build(
         hosts: host_views,
         switches: switch_views,
         storm_sources,
+        probes,
     }
+}
+
+/// The probes of the hosts that probe, each port's leaf where LLDP names it.
+fn probes_view(hosts: &[HostFeed], views: &[HostView], memory: &RateMemory) -> Option<ProbesView> {
+    let mut leaves = HashMap::new();
+    for view in views {
+        for nic in &view.nics {
+            let (Some(end), Ok(port)) = (&nic.switch, nic.port.parse()) else {
+                continue;
+            };
+            leaves.insert(
+                PortId {
+                    host: view.name.clone(),
+                    device: nic.device.clone(),
+                    port,
+                },
+                Leaf {
+                    switch: end.switch.clone(),
+                    switch_port: Some(end.port.clone()),
+                },
+            );
+        }
+    }
+    let feeds: Vec<ProbeFeed<'_>> = hosts
+        .iter()
+        .filter_map(|h| {
+            Some(ProbeFeed {
+                host: &h.name,
+                collector: h.probe.as_deref()?,
+            })
+        })
+        .collect();
+    super::fabric_probes::view(&memory.probes, &feeds, &leaves, std::time::Instant::now())
 }
 
 fn host_view(

@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::fabric_json::{FabricView, Status, PATH};
+use crate::probe::localize::Kind;
 
 /// The drawing script and its style, served from the binary (no CDN, no library).
 pub const SCRIPT: &str = include_str!("assets/fabric.js");
@@ -111,6 +112,9 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
     html.push_str("<section id=\"storm\" aria-live=\"polite\">");
     html.push_str(&storm_sources(view));
     html.push_str("</section>");
+    html.push_str("<section id=\"probes\" aria-live=\"polite\">");
+    html.push_str(&probe_suspects(view));
+    html.push_str("</section>");
     html.push_str(
         "<section id=\"drawing-section\"><h2>Fabric</h2>\
          <div id=\"drawing\">\
@@ -125,6 +129,15 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
             status.as_str(),
             escape(status.legend())
         );
+    }
+    if view.probes.is_some() {
+        for (class, words) in PROBE_LEGEND {
+            let _ = write!(
+                html,
+                "<li><span class=\"swatch {class}\" aria-hidden=\"true\"></span>{}</li>",
+                escape(words)
+            );
+        }
     }
     html.push_str("</ul></div></section>");
     html.push_str("<section id=\"tables\">");
@@ -168,6 +181,70 @@ pub fn storm_sources(view: &FabricView) -> String {
             escape(&source.host),
             escape(&source.device),
             escape(&source.evidence)
+        );
+    }
+    html.push_str("</ul>");
+    html
+}
+
+/// The legend of what the probes add to the drawing.
+const PROBE_LEGEND: [(&str, &str); 2] = [
+    (
+        "probe-path",
+        "⇢ failing probe path: the probes between these two NICs lost some in the window (thicker: more)",
+    ),
+    (
+        "suspect",
+        "◎ probe suspect: the NIC, host, leaf, leaf uplinks or spine layer most failing paths share (docs/localization.md); ⏱ a slow responder",
+    ),
+];
+
+/// What a verdict names, in a few words.
+fn suspect_name(v: &super::fabric_probes::VerdictView) -> String {
+    let or = |s: &Option<String>| s.as_deref().unwrap_or("?").to_string();
+    let port = v.port.map_or("?".into(), |p| p.to_string());
+    match v.kind {
+        Kind::Nic => format!("NIC {} {} port {port}", or(&v.host), or(&v.device)),
+        Kind::Host => format!("host {}", or(&v.host)),
+        Kind::Leaf => format!("leaf {}", or(&v.switch)),
+        Kind::Uplink => format!("uplinks of {}", or(&v.switch)),
+        Kind::Spine => "the spine layer".into(),
+        Kind::Responder => format!(
+            "slow responder {} {} port {port}",
+            or(&v.host),
+            or(&v.device)
+        ),
+    }
+}
+
+/// The probes' verdicts with their evidence (where hosts probe).
+pub fn probe_suspects(view: &FabricView) -> String {
+    let Some(probes) = &view.probes else {
+        return String::new();
+    };
+    let mut html = String::from("<h2>Probe suspects</h2>");
+    let _ = write!(
+        html,
+        "<p class=\"{}\">{}</p>",
+        if probes.failing_path_count == 0 {
+            "calm"
+        } else {
+            "note"
+        },
+        escape(&probes.summary)
+    );
+    if probes.verdicts.is_empty() {
+        return html;
+    }
+    html.push_str("<ul class=\"suspects\">");
+    for verdict in &probes.verdicts {
+        let _ = write!(
+            html,
+            "<li data-kind=\"{}\"><strong>◎ {}: {}</strong>: {}</li>",
+            verdict.kind.as_str(),
+            verdict.kind.as_str(),
+            escape(&suspect_name(verdict)),
+            escape(&verdict.evidence)
         );
     }
     html.push_str("</ul>");
@@ -288,6 +365,34 @@ pub fn tables(view: &FabricView) -> String {
             html.push_str("</tbody></table>");
         }
     }
+    if let Some(probes) = view.probes.as_ref().filter(|p| !p.failing_paths.is_empty()) {
+        let _ = write!(
+            html,
+            "<h2>Failing probe paths</h2><p>{} of {} paths between live ports lost probes over the \
+             last {:.0} s; the worst {} below.</p><table class=\"probe-paths\"><thead><tr>\
+             <th>from</th><th>to</th><th>sent</th><th>lost</th><th>lost share</th></tr></thead><tbody>",
+            probes.failing_path_count,
+            probes.paths,
+            probes.window_seconds,
+            probes.failing_paths.len(),
+        );
+        for path in &probes.failing_paths {
+            let _ = write!(
+                html,
+                "<tr><td>{} {} port {}</td><td>{} {} port {}</td><td>{}</td><td>{}</td><td>{:.1}%</td></tr>",
+                escape(&path.from.host),
+                escape(&path.from.device),
+                path.from.port,
+                escape(&path.to.host),
+                escape(&path.to.device),
+                path.to.port,
+                path.sent,
+                path.lost,
+                path.loss_share * 100.0
+            );
+        }
+        html.push_str("</tbody></table>");
+    }
     if !view.switches.is_empty() {
         html.push_str("<h2>Switches</h2><table class=\"switches\"><thead><tr><th>switch</th><th>state</th><th>reason</th><th>last poll</th><th>ports with an LLDP neighbour</th></tr></thead><tbody>");
         for switch in &view.switches {
@@ -358,7 +463,9 @@ pub fn asset(content_type: &'static str, body: &'static str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::localize::PortId;
     use crate::web::fabric_json::{HostView, NicView};
+    use crate::web::fabric_probes::{FailingPathView, ProbesView, VerdictView};
 
     fn hostile_view() -> FabricView {
         let evil = "<script>alert(1)</script>";
@@ -393,6 +500,43 @@ mod tests {
             }],
             switches: Vec::new(),
             storm_sources: Vec::new(),
+            probes: Some(hostile_probes(evil)),
+        }
+    }
+
+    fn hostile_probes(evil: &str) -> ProbesView {
+        let port = PortId {
+            host: evil.into(),
+            device: evil.into(),
+            port: 1,
+        };
+        ProbesView {
+            window_seconds: 120.0,
+            localized: true,
+            live_ports: 2,
+            paths: 2,
+            failing_path_count: 1,
+            failing_paths: vec![FailingPathView {
+                from: port.clone(),
+                to: port,
+                sent: 10,
+                lost: 1,
+                loss_share: 0.1,
+            }],
+            verdicts: vec![VerdictView {
+                kind: Kind::Nic,
+                host: Some(evil.into()),
+                device: Some(evil.into()),
+                port: Some(1),
+                switch: Some(evil.into()),
+                switch_port: Some(evil.into()),
+                failing_paths: 1,
+                explained_ratio: 1.0,
+                mean_path_loss: Some(0.1),
+                answer_delay_seconds: None,
+                evidence: evil.into(),
+            }],
+            summary: evil.into(),
         }
     }
 
@@ -410,6 +554,8 @@ mod tests {
         assert_eq!(page.matches("<script").count(), 1, "{page}");
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(page.contains("100 Gb/s"));
+        assert!(page.contains("<h2>Probe suspects</h2>") && page.contains("Failing probe paths"));
+        assert!(page.contains("◎ nic: NIC &lt;script&gt;"), "{page}");
         let json = String::from_utf8(super::super::fabric_json::to_json(&view)).unwrap();
         let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(

@@ -8,12 +8,14 @@
 //! Beside it, what every listener does whatever the config: `serve` (the accept loop),
 //! `negotiate` (`Accept`, `Accept-Encoding`), `gzip`, `panic_guard`, and `probe_gate` (the
 //! bound on `/probe` polls); and the landing page every listener serves: `fabric_page` (the
-//! HTML and its embedded script), `fabric_json` (`/api/v1/fabric`), `fabric_rates`.
+//! HTML and its embedded script), `fabric_json` (`/api/v1/fabric`), `fabric_rates`,
+//! `fabric_probes` (the probes' failing paths and verdicts).
 
 pub mod auth;
 pub mod client_share;
 pub mod fabric_json;
 pub mod fabric_page;
+pub mod fabric_probes;
 pub mod fabric_rates;
 pub mod gzip;
 pub mod negotiate;

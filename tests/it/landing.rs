@@ -1,10 +1,11 @@
 //! The landing page and `/api/v1/fabric` without a browser: the JSON's shape on a real node
-//! tree, hostile names escaped in the page and the JSON, basic auth on both, and their cost
-//! (they reuse the last walk: no sysfs walk per request).
+//! tree, hostile names escaped in the page and the JSON, basic auth on both, their cost (they
+//! reuse the last walk: no sysfs walk per request), and the probes' verdicts in the demo.
 
 use crate::common;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::*;
 use rdma_fabric_exporter::config::Config;
@@ -51,6 +52,8 @@ fn the_fabric_json_of_a_node_and_its_page_with_hostile_names() {
     assert!(mlx5_2["rate_bytes_per_second"].as_f64().unwrap() > 0.0);
     assert!(first["switches"].as_array().unwrap().is_empty());
     assert!(first["storm_sources"].as_array().unwrap().is_empty());
+    // No probe collector here: no probes.
+    assert!(first["probes"].is_null(), "{}", first["probes"]);
 
     // A scrape is a second read: the endpoint now has rates, between the two.
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -194,4 +197,121 @@ async fn the_json_and_the_page_reuse_the_last_walk() {
         assert_eq!(get(&router, "/").await.0, 200);
     }
     assert_eq!(node.walks(), 2);
+}
+
+/// `/api/v1/fabric`'s `probes` once its window is long enough to name anything (30 s of
+/// probing), polled every 2 s until `done` says so or `deadline`.
+fn probes_until(
+    demo: &Exporter,
+    deadline: Instant,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    loop {
+        let probes = json(demo)["probes"].clone();
+        assert!(probes.is_object(), "the demo's hosts probe: {probes}");
+        if probes["localized"] == true && done(&probes) {
+            return probes;
+        }
+        assert!(Instant::now() < deadline, "{probes:#}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// The loss verdicts (kind, switch or host). `responder` verdicts are left out: they say the
+/// probe loop answers late, which a loaded test machine makes true of any scenario (the idle
+/// loop answers within its 2 ms poll).
+fn verdicts(probes: &serde_json::Value) -> Vec<(String, String)> {
+    probes["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["kind"] != "responder")
+        .map(|v| {
+            let name = v["switch"].as_str().or(v["host"].as_str()).unwrap_or("");
+            (v["kind"].as_str().unwrap().to_string(), name.to_string())
+        })
+        .collect()
+}
+
+/// In `leaf-spine-loss` with three leaves (leaf1's uplink to one spine drops 2 % of the flows
+/// hashed onto it), the page names leaf1's uplinks and nothing else, with the failing paths
+/// between the leaves; in `healthy`, nothing. Both from the start of the fault (60 s into the
+/// cycle: it lasts 180 s).
+#[test]
+fn the_fabric_json_names_a_lossy_uplink_and_nothing_when_healthy() {
+    let _exclusive = exclusive(module_path!());
+    let demo = |scenario: &str| {
+        Exporter::start_subcommand(
+            "demo",
+            &[
+                "--scenario",
+                scenario,
+                "--leaves",
+                "3",
+                "--start-at",
+                "60",
+                "--switch-interval",
+                "2s",
+            ],
+        )
+    };
+    let lossy = demo("leaf-spine-loss");
+    let healthy = demo("healthy");
+    let deadline = Instant::now() + Duration::from_secs(150);
+
+    let named = |p: &serde_json::Value| verdicts(p).iter().any(|(kind, _)| kind == "uplink");
+    let probes = probes_until(&lossy, deadline, named);
+    assert_eq!(
+        verdicts(&probes),
+        [("uplink".to_string(), "leaf1".to_string())],
+        "{probes:#}"
+    );
+    assert_eq!(probes["live_ports"], 32, "4 hosts of 8 NICs");
+    let verdict = probes["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["kind"] == "uplink")
+        .unwrap();
+    assert!(
+        verdict["explained_ratio"].as_f64().unwrap() >= 0.8,
+        "{verdict}"
+    );
+    assert!(
+        verdict["mean_path_loss"].as_f64().unwrap() < 0.2,
+        "{verdict}"
+    );
+    assert!(
+        verdict["host"].is_null() && verdict["device"].is_null(),
+        "{verdict}"
+    );
+    let evidence = verdict["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("cross leaf1's uplinks") && evidence.contains("less than 20%"),
+        "{evidence}"
+    );
+    // The failing paths are drawn from host/device to host/device, with their loss share.
+    let failing = probes["failing_paths"].as_array().unwrap();
+    assert!(
+        failing.len() >= 3 && probes["failing_path_count"].as_u64().unwrap() >= 3,
+        "{probes:#}"
+    );
+    for path in failing {
+        assert!(path["from"]["host"]
+            .as_str()
+            .unwrap()
+            .starts_with("gpu-node-"));
+        assert!(path["to"]["device"].as_str().unwrap().starts_with("mlx5_"));
+        assert!(path["lost"].as_u64().unwrap() > 0);
+        let share = path["loss_share"].as_f64().unwrap();
+        assert!(share > 0.0 && share <= 1.0, "{path}");
+    }
+    // The page says it in words, where the storm sources' evidence is.
+    let (status, _, page) = lossy.get("/");
+    assert_eq!(status, 200);
+    let section = &page[page.find("id=\"probes\"").expect("a probes section")..];
+    assert!(section.contains("uplinks of leaf1"), "{section}");
+
+    let probes = probes_until(&healthy, deadline, |_| true);
+    assert_eq!(verdicts(&probes), [], "{probes:#}");
 }

@@ -1,7 +1,9 @@
 //! The demo's landing page in a real browser: headless Chromium (Debian's `chromium`) loads it
 //! during `pfc-storm` and during `healthy`, runs its script, and the test reads the DOM the
 //! script built (the storm source host and NIC named in the drawing and in words) and the
-//! screenshots (the drawing is not blank, and the two scenarios differ).
+//! screenshots (the drawing is not blank, and the two scenarios differ); and during
+//! `leaf-spine-loss` on three leaves, the failing probe paths and leaf1's uplinks drawn as the
+//! suspect, with the evidence in words.
 //!
 //! `UPDATE_SCREENSHOT=1 cargo test --test it landing_browser::` also writes the storm's
 //! screenshot to `docs/img/demo-pfc-storm.png`, the one README shows.
@@ -319,4 +321,82 @@ fn the_demo_page_draws_the_storm_and_its_source_in_a_real_browser() {
         "{} is {size} bytes (UPDATE_SCREENSHOT=1 writes it)",
         committed.display()
     );
+}
+
+#[test]
+fn the_demo_page_draws_the_failing_probe_paths_and_the_suspect_uplinks() {
+    let _exclusive = exclusive(module_path!());
+    let Some(binary) = chromium() else {
+        return skip_or_fail("chromium is not installed (Debian package `chromium`)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let demo = Exporter::start_subcommand(
+        "demo",
+        &[
+            "--scenario",
+            "leaf-spine-loss",
+            "--leaves",
+            "3",
+            "--start-at",
+            "60",
+            "--switch-interval",
+            "2s",
+        ],
+    );
+    // Until the JSON names leaf1's uplinks: 30 s of probing at least, the leaves polled.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let (status, _, body) = demo.get("/api/v1/fabric");
+        assert_eq!(status, 200, "{body}");
+        let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let named = view["probes"]["verdicts"].as_array().is_some_and(|v| {
+            v.iter()
+                .any(|v| v["kind"] == "uplink" && v["switch"] == "leaf1")
+        });
+        if named {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no uplink verdict: {:#}",
+            view["probes"]
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let dom = match run_chromium(
+        &binary,
+        &dir.path().join("dom"),
+        &["--dump-dom"],
+        &demo.url("/"),
+    ) {
+        Ok(dom) => dom,
+        Err(e) => return skip_or_fail(&format!("headless chromium does not run here: {e}")),
+    };
+    drop(demo);
+    let svg = drawing(&dom);
+    // leaf1's uplinks drawn as the suspect, labelled; the other leaves' not.
+    assert!(
+        svg.contains("<g class=\"uplink suspect\" data-switch=\"leaf1\">"),
+        "leaf1's uplinks are not drawn as the suspect: {svg}"
+    );
+    assert_eq!(svg.matches("class=\"uplink suspect\"").count(), 1, "{svg}");
+    assert_eq!(svg.matches("class=\"uplink\"").count(), 2, "{svg}");
+    assert!(svg.contains("◎ uplinks of leaf1"), "{svg}");
+    assert!(svg.contains("spine layer"), "{svg}");
+    // No NIC, host or leaf is (a loaded machine may make responders slow: not the network).
+    for kind in ["nic", "host", "leaf"] {
+        let ring = format!("class=\"suspect-ring\" data-kind=\"{kind}\"");
+        assert!(!svg.contains(&ring), "{kind}: {svg}");
+    }
+    // The failing paths, NIC to NIC, each titled with what it lost.
+    let paths = svg.matches("class=\"probe-path\"").count();
+    assert!(paths >= 3, "{paths} failing paths drawn");
+    assert!(svg.contains("probes ("), "{svg}");
+    // The evidence in words, beside the storm sources'; the legend says what the marks mean.
+    let words = &dom[dom.find("id=\"probes\"").expect("a probes section")..];
+    assert!(
+        words.contains("uplink: uplinks of leaf1") && words.contains("cross leaf1's uplinks"),
+        "{words}"
+    );
+    assert!(dom.contains("failing probe path") && dom.contains("probe suspect"));
 }

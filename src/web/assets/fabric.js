@@ -1,5 +1,7 @@
 // The landing page's drawing: reads /api/v1/fabric (the path is the body's data-api) every
-// 2 s and draws hosts, their NICs, the leaf switches and the LLDP wiring as inline SVG. Every
+// 2 s and draws hosts, their NICs, the leaf switches and the LLDP wiring as inline SVG, and,
+// where hosts probe, the failing probe paths between NICs and the suspect the localization
+// names (a NIC, a host, a leaf, a leaf's uplinks, the spine layer, a slow responder). Every
 // name goes in through textContent or attributes, never as markup: names come from outside.
 "use strict";
 (function () {
@@ -7,6 +9,9 @@
   var POLL_MS = 2000;
   var NIC_W = 44, NIC_GAP = 6, HOST_PAD = 10, HOST_GAP = 24;
   var HOST_Y = 10, NIC_Y = 48, NIC_H = 40, BEND_Y = 330, LEAF_Y = 430, LEAF_H = 46;
+  // The spine layer, drawn under the leaves where hosts probe: the probes see it, not the poller.
+  var SPINE_Y = LEAF_Y + LEAF_H + 44, SPINE_H = 28;
+  var SUSPECT = "◎";
   var SYMBOL = { "down": "✕", "storm-source": "⚠", "paused": "‖", "errors": "!",
     "cnp-ignored": "↯", "ecn-heavy": "≈", "no-rate": "…", "ok": "✓" };
 
@@ -61,22 +66,56 @@
     return lines.join("\n");
   }
 
+  // A port's key in the drawing's maps.
+  function portKey(host, device, port) {
+    return host + "\u0000" + device + "\u0000" + port;
+  }
+
+  // What a verdict names, in a few words.
+  function suspectName(v) {
+    switch (v.kind) {
+      case "nic": return "NIC " + v.host + " " + v.device + " port " + v.port;
+      case "host": return "host " + v.host;
+      case "leaf": return "leaf " + v.switch;
+      case "uplink": return "uplinks of " + v.switch;
+      case "spine": return "the spine layer";
+      case "responder": return "slow responder " + v.host + " " + v.device + " port " + v.port;
+      default: return v.kind;
+    }
+  }
+
+  function addClass(node, name) {
+    node.setAttribute("class", node.getAttribute("class") + " " + name);
+  }
+
+  // A dashed ring around a box, titled with the verdict's evidence.
+  function ring(parent, x, y, w, h, v) {
+    var r = el("rect", { x: x - 5, y: y - 5, width: w + 10, height: h + 10, rx: 8,
+      "class": "suspect-ring", "data-kind": v.kind });
+    r.appendChild(el("title", {}, SUSPECT + " " + suspectName(v) + ": " + v.evidence));
+    parent.appendChild(r);
+  }
+
   function draw(view) {
     var hosts = view.hosts;
+    var probes = view.probes;
     var nicsMax = 1;
     hosts.forEach(function (h) { nicsMax = Math.max(nicsMax, h.nics.length); });
     var hostW = HOST_PAD * 2 + nicsMax * NIC_W + (nicsMax - 1) * NIC_GAP;
     var width = Math.max(900, hosts.length * hostW + (hosts.length + 1) * HOST_GAP);
-    var height = LEAF_Y + LEAF_H + 20;
+    var height = probes ? SPINE_Y + SPINE_H + 12 : LEAF_Y + LEAF_H + 20;
     var svg = el("svg", { id: "fabric-svg", viewBox: "0 0 " + width + " " + height,
       width: "100%", role: "img", "aria-labelledby": "fabric-title" });
     svg.appendChild(el("title", { id: "fabric-title" },
       "Fabric: " + hosts.length + " host(s), their NICs and " + view.switches.length +
       " switch(es), each link labelled with its state; the tables below say the same in rows"));
     var links = el("g", { "class": "links" });
+    var paths = el("g", { "class": "probe-paths" });
     var boxes = el("g", { "class": "boxes" });
     svg.appendChild(links);
+    svg.appendChild(paths);
     svg.appendChild(boxes);
+    var nicAt = {}, hostAt = {}, leafAt = {};
 
     // Leaves along the bottom; their ports in the order LLDP lists them.
     var switches = view.switches;
@@ -92,6 +131,7 @@
         "class": "small" }, sw.up ? "polled, up" : "down: " + (sw.reason || "not polled yet")));
       g.appendChild(el("title", {}, sw.name + (sw.up ? " up" : " down " + (sw.reason || ""))));
       boxes.appendChild(g);
+      leafAt[sw.name] = { x: x, w: leafW, g: g };
       var wired = sw.ports.filter(function (p) { return p.neighbor_host; });
       wired.forEach(function (p, k) {
         portAt[p.neighbor_host + "\u0000" + p.neighbor_port] =
@@ -109,6 +149,7 @@
       g.appendChild(el("rect", { x: hx, y: HOST_Y, width: hostW, height: NIC_Y + NIC_H + 10 - HOST_Y, rx: 8 }));
       g.appendChild(el("text", { x: hx + HOST_PAD, y: HOST_Y + 22, "class": "name" }, host.name));
       boxes.appendChild(g);
+      hostAt[host.name] = { x: hx, w: hostW, g: g, label: HOST_Y + 22 };
       host.nics.forEach(function (nic, n) {
         var nx = hx + HOST_PAD + n * (NIC_W + NIC_GAP);
         var cx = nx + NIC_W / 2;
@@ -122,6 +163,7 @@
           SYMBOL[status] || "?"));
         ng.appendChild(el("title", {}, details(host, nic)));
         g.appendChild(ng);
+        nicAt[portKey(host.name, nic.device, nic.port)] = { x: nx, cx: cx, g: ng, host: g };
 
         // The link: straight down from the NIC, then to its leaf port (or a stub).
         var end = portAt[host.name + "\u0000" + (nic.netdev || "")];
@@ -142,9 +184,103 @@
         g.appendChild(el("text", { x: hx + hostW - HOST_PAD, y: HOST_Y + 22, "text-anchor": "end",
           "class": "source" }, "⚠ storm source: " + sources.map(function (s) {
             return s.device; }).join(", ")));
+        hostAt[host.name].label = HOST_Y + 36;
       }
     });
+    if (probes) { drawProbes(probes, svg, paths, boxes, nicAt, hostAt, leafAt, width); }
     return svg;
+  }
+
+  // The failing paths as curves from NIC to NIC under the hosts, the spine layer under the
+  // leaves with each leaf's uplinks, and a ring and a label on what each verdict names.
+  function drawProbes(probes, svg, paths, boxes, nicAt, hostAt, leafAt, width) {
+    var top = NIC_Y + NIC_H;
+    probes.failing_paths.forEach(function (p) {
+      var a = nicAt[portKey(p.from.host, p.from.device, p.from.port)];
+      var b = nicAt[portKey(p.to.host, p.to.device, p.to.port)];
+      if (!a || !b) { return; }
+      // Longer paths dip lower; the two directions of one pair take slightly different curves.
+      var dip = 40 + Math.min(BEND_Y - top - 60, Math.abs(a.cx - b.cx) / 4) +
+        (a.cx < b.cx ? 0 : 12);
+      var line = el("path", { "class": "probe-path", "data-from": portKey(p.from.host,
+        p.from.device, p.from.port), "data-to": portKey(p.to.host, p.to.device, p.to.port),
+        d: "M " + a.cx + " " + top + " C " + a.cx + " " + (top + dip) + " " + b.cx + " " +
+          (top + dip) + " " + b.cx + " " + top,
+        "stroke-width": (1.5 + 6 * p.loss_share).toFixed(1) });
+      line.appendChild(el("title", {}, "⇢ " + p.from.host + " " + p.from.device + " → " +
+        p.to.host + " " + p.to.device + ": lost " + p.lost + " of " + p.sent + " probes (" +
+        percent(p.loss_share) + ")"));
+      paths.appendChild(line);
+    });
+
+    var spine = el("g", { "class": "spine" });
+    spine.appendChild(el("rect", { x: HOST_GAP, y: SPINE_Y, width: width - 2 * HOST_GAP,
+      height: SPINE_H, rx: 6 }));
+    spine.appendChild(el("text", { x: width / 2, y: SPINE_Y + 18, "text-anchor": "middle",
+      "class": "small" }, "spine layer (ECMP: which spine a flow takes is the switches' secret)"));
+    Object.keys(leafAt).forEach(function (name) {
+      var leaf = leafAt[name];
+      var uplinks = el("g", { "class": "uplink", "data-switch": name });
+      [1, 2].forEach(function (k) {
+        var x = leaf.x + k * leaf.w / 3;
+        uplinks.appendChild(el("line", { x1: x, y1: LEAF_Y + LEAF_H, x2: x, y2: SPINE_Y }));
+      });
+      uplinks.appendChild(el("title", {}, name + "'s uplinks to the spine layer"));
+      leaf.uplinks = uplinks;
+      boxes.appendChild(uplinks);
+    });
+    boxes.appendChild(spine);
+
+    // Per host, the NICs named (one line each for suspects and slow responders).
+    var named = {};
+    probes.verdicts.forEach(function (v) {
+      var words = SUSPECT + " " + suspectName(v);
+      if (v.kind === "nic" || v.kind === "responder") {
+        var nic = nicAt[portKey(v.host, v.device, v.port)];
+        if (!nic) { return; }
+        addClass(nic.g, v.kind === "nic" ? "suspect" : "slow-responder");
+        ring(nic.host, nic.x, NIC_Y, NIC_W, NIC_H, v);
+        var lists = named[v.host] = named[v.host] || { nic: [], responder: [] };
+        lists[v.kind].push(v.device);
+      } else if (v.kind === "host") {
+        var host = hostAt[v.host];
+        if (!host) { return; }
+        addClass(host.g, "suspect");
+        ring(host.g, host.x, HOST_Y, host.w, NIC_Y + NIC_H + 10 - HOST_Y, v);
+        host.g.appendChild(el("text", { x: host.x + host.w - HOST_PAD, y: host.label,
+          "text-anchor": "end", "class": "suspect-label" }, words));
+      } else if (v.kind === "leaf" || v.kind === "uplink") {
+        var leaf = leafAt[v.switch];
+        if (!leaf) { return; }
+        if (v.kind === "leaf") {
+          addClass(leaf.g, "suspect");
+          ring(leaf.g, leaf.x, LEAF_Y, leaf.w, LEAF_H, v);
+        } else {
+          addClass(leaf.uplinks, "suspect");
+          leaf.uplinks.appendChild(el("title", {}, words + ": " + v.evidence));
+        }
+        boxes.appendChild(el("text", { x: leaf.x + leaf.w / 2, y: LEAF_Y + LEAF_H + 26,
+          "text-anchor": "middle", "class": "suspect-label", "data-kind": v.kind }, words));
+      } else if (v.kind === "spine") {
+        addClass(spine, "suspect");
+        spine.appendChild(el("title", {}, words + ": " + v.evidence));
+        spine.appendChild(el("text", { x: HOST_GAP + 10, y: SPINE_Y + 18,
+          "class": "suspect-label" }, words));
+      }
+    });
+    Object.keys(named).forEach(function (name) {
+      var h = hostAt[name];
+      if (!h) { return; }
+      [["nic", SUSPECT + " probe suspect: "], ["responder", "⏱ slow responder: "]]
+        .forEach(function (kind) {
+          var devices = named[name][kind[0]];
+          if (!devices.length) { return; }
+          var list = devices.length > 2 ? devices.length + " NICs" : devices.join(", ");
+          h.g.appendChild(el("text", { x: h.x + h.w - HOST_PAD, y: h.label,
+            "text-anchor": "end", "class": "suspect-label host-label" }, kind[1] + list));
+          h.label += 12;
+        });
+    });
   }
 
   function scenario(view) {
@@ -181,6 +317,27 @@
     box.appendChild(list);
   }
 
+  // The probes' verdicts with their evidence, as the storm sources'.
+  function probeSuspects(view) {
+    var box = document.getElementById("probes");
+    if (!box) { return; }
+    box.textContent = "";
+    if (!view.probes) { return; }
+    var p = view.probes;
+    box.appendChild(html("h2", "Probe suspects"));
+    box.appendChild(html("p", p.summary, p.failing_path_count ? "note" : "calm"));
+    if (!p.verdicts.length) { return; }
+    var list = html("ul", undefined, "suspects");
+    p.verdicts.forEach(function (v) {
+      var item = html("li");
+      item.setAttribute("data-kind", v.kind);
+      item.appendChild(html("strong", SUSPECT + " " + v.kind + ": " + suspectName(v)));
+      item.appendChild(document.createTextNode(": " + v.evidence));
+      list.appendChild(item);
+    });
+    box.appendChild(list);
+  }
+
   function status(text) {
     var line = document.getElementById("live");
     if (line) { line.textContent = text; }
@@ -195,6 +352,7 @@
     drawing.appendChild(draw(view));
     scenario(view);
     storm(view);
+    probeSuspects(view);
     status("Live: redrawn every " + POLL_MS / 1000 + " s from " + api +
       " (last " + new Date().toLocaleTimeString() + "). The tables below are as of the page's load.");
   }
