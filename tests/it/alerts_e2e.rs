@@ -15,19 +15,20 @@ use common::alerting::{self, alertmanager, webhook};
 use common::prometheus;
 use common::*;
 
-/// Prometheus with the given rule files, sending alerts to `alertmanager`.
+/// Prometheus with the given rule files, sending alerts to `alertmanager`, scraping and
+/// evaluating every `interval`; its guard and its address.
 pub(crate) fn prometheus(
     dir: &Path,
     interval: &str,
     rule_files: &[&Path],
     alertmanager: &str,
     scrape_configs: &str,
-) -> ChildGuard {
+) -> (ChildGuard, String) {
     let config = format!(
         "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nscrape_configs:\n{scrape_configs}",
         prometheus::rule_file_list(rule_files)
     );
-    prometheus::launch(dir, &config).0
+    prometheus::launch(dir, &config)
 }
 
 /// The shipped alerts with every `for:` cut to 10 s: the expressions and thresholds are the
@@ -139,7 +140,7 @@ fn each_scenario_pages_with_its_own_alert_and_healthy_pages_nothing() {
         })
         .collect();
     let fast = alerts_without_long_waits(dir.path());
-    let _prometheus = prometheus(
+    let (_prometheus, _) = prometheus(
         dir.path(),
         "2s",
         &[&project_root().join("alerts/rdma-rules.yml"), &fast],

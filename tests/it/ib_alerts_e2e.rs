@@ -33,7 +33,7 @@ fn degraded_link_and_congestion_raise_their_ib_alerts_and_healthy_none() {
         })
         .collect();
     let fast = crate::alerts_e2e::alerts_without_long_waits(dir.path());
-    let _prometheus = crate::alerts_e2e::prometheus(
+    let (_prometheus, _) = crate::alerts_e2e::prometheus(
         dir.path(),
         "2s",
         &[&project_root().join("alerts/rdma-rules.yml"), &fast],

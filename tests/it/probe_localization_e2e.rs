@@ -13,7 +13,7 @@ use common::alerting::{alertmanager, webhook};
 use common::prometheus;
 use common::*;
 
-use super::alerts_e2e::alerts_without_long_waits;
+use super::alerts_e2e::{alerts_without_long_waits, prometheus};
 
 /// A small fabric of 2 hosts of 6 NICs on three leaves: with two leaves every path between them
 /// has an end on each, and the uplinks of neither could be told apart.
@@ -114,11 +114,13 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
         .collect();
     let fast = alerts_without_long_waits(dir.path());
     let rules = project_root().join("alerts/rdma-rules.yml");
-    let config = format!(
-        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n  evaluation_interval: 2s\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{am_address}']\nscrape_configs:\n{scrape_configs}",
-        prometheus::rule_file_list(&[&rules, &fast])
+    let (_prometheus, address) = prometheus(
+        dir.path(),
+        "2s",
+        &[&rules, &fast],
+        &am_address,
+        &scrape_configs,
     );
-    let (_prometheus, address) = prometheus::launch(dir.path(), &config);
     let started = Instant::now();
     let arrived = |e: &Expected| {
         received.lock().unwrap().iter().any(|d| {
@@ -225,11 +227,7 @@ fn probe_faults_page_with_the_shipped_intervals() {
         .collect();
     let rules = common::alerting::shipped_rule_files();
     let rule_refs: Vec<&std::path::Path> = rules.iter().map(|p| p.as_path()).collect();
-    let config = format!(
-        "global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{am_address}']\nscrape_configs:\n{scrape_configs}",
-        prometheus::rule_file_list(&rule_refs)
-    );
-    let _prometheus = prometheus::launch(dir.path(), &config);
+    let _prometheus = prometheus(dir.path(), "15s", &rule_refs, &am_address, &scrape_configs);
     // The fault lasts 180 s.
     let deadline = fault_starts + Duration::from_secs(180);
     let page = |e: &Expected| {
