@@ -330,7 +330,13 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         .env("TMPDIR", store.dir.path());
     let started = Instant::now();
     let out = build.output().unwrap();
-    assert!(out.status.success(), "build-image: {}", text_of(&out));
+    assert!(
+        out.status.success(),
+        "build-image ({}, after {:.1} s): {}",
+        out.status,
+        started.elapsed().as_secs_f64(),
+        text_of(&out)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).lines().last(),
         Some(TAG)
