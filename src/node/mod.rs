@@ -8,6 +8,7 @@ pub mod device_reads;
 pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;
+pub mod ethtool_netlink;
 pub mod metrics;
 pub mod netlink_collector;
 pub mod parse;
