@@ -224,9 +224,9 @@ fn map_errno(netdev: &str, op: &'static str, source: io::Error) -> EthtoolError 
     }
 }
 
-type IfName = [c_char; IFNAMSIZ];
+pub(crate) type IfName = [c_char; IFNAMSIZ];
 
-fn ifr_name(netdev: &str) -> Result<IfName, EthtoolError> {
+pub(crate) fn ifr_name(netdev: &str) -> Result<IfName, EthtoolError> {
     let bytes = netdev.as_bytes();
     // The kernel silently truncates at IFNAMSIZ-1 and would query a different device.
     if bytes.is_empty() || bytes.len() >= IFNAMSIZ || bytes.contains(&0) {
@@ -241,7 +241,7 @@ fn ifr_name(netdev: &str) -> Result<IfName, EthtoolError> {
     Ok(name)
 }
 
-fn open_socket() -> io::Result<OwnedFd> {
+pub(crate) fn open_socket() -> io::Result<OwnedFd> {
     // SAFETY: no pointer arguments.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -256,7 +256,11 @@ fn open_socket() -> io::Result<OwnedFd> {
 /// # Safety
 /// `data` must point to writable memory large enough for everything the kernel writes back
 /// for the command it holds.
-unsafe fn ethtool_ioctl(sock: &OwnedFd, ifname: &IfName, data: *mut c_void) -> io::Result<()> {
+pub(crate) unsafe fn ethtool_ioctl(
+    sock: &OwnedFd,
+    ifname: &IfName,
+    data: *mut c_void,
+) -> io::Result<()> {
     let mut ifr = IfReq {
         ifr_name: *ifname,
         ifr_data: data,

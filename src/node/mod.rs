@@ -11,6 +11,7 @@ pub mod ethtool_map;
 pub mod ethtool_netlink;
 pub mod metrics;
 pub mod netlink_collector;
+pub mod optics;
 pub mod parse;
 pub mod priority_traffic;
 pub mod rdma_netlink;
