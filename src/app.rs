@@ -37,6 +37,7 @@ fn node_collector(
         ethtool,
         ethtool_include: node.ethtool.include.clone(),
         hw_counters: Arc::new(node.hw_counters.clone()),
+        ecn_parameters: node.ecn_settings.parameters,
     }))
 }
 

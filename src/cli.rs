@@ -182,6 +182,10 @@ pub struct ServeArgs {
     /// Never read the port and device hw_counters whose whole name matches (anchored regex).
     #[arg(long = "collector.sysfs.hw-counters-exclude", value_name = "REGEX", value_parser = anchored_regex)]
     pub hw_counters_exclude: Option<Regex>,
+    /// Also export the DCQCN parameters of MLNX_OFED's `class/net/<netdev>/ecn/` (19 gauges a
+    /// RoCE port).
+    #[arg(long = "collector.sysfs.ecn-parameters")]
+    pub ecn_parameters: bool,
     #[arg(long = "collector.ethtool.source", value_enum, value_name = "SOURCE")]
     pub ethtool_source: Option<EthtoolSourceKind>,
     /// Directory of `<netdev>.txt` files in `ethtool -S` format (with --collector.ethtool.source=files).
@@ -253,6 +257,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.hw_counters_exclude {
             node.hw_counters.set_exclude(v.clone());
+        }
+        if self.ecn_parameters {
+            node.ecn_settings.parameters = true;
         }
         if let Some(v) = self.ethtool_source {
             node.ethtool.source = v;

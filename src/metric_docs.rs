@@ -105,6 +105,13 @@ fn docs_list_every_label_value() {
         ),
         ("Netlink error reasons", NetlinkError::REASONS.to_vec()),
         (
+            "| `rdma_ecn_enabled` |",
+            labels(
+                &crate::node::ecn_settings::Point::ALL,
+                crate::node::ecn_settings::Point::as_label,
+            ),
+        ),
+        (
             "`rdma_ib_fabric_query_failures{reason}`",
             labels(
                 crate::ib::model::QueryFailureReason::ALL.as_slice(),

@@ -36,6 +36,8 @@ pub struct NodeConfig {
     pub pfc_storm: StormConfig,
     /// RDMA resources and queue pairs over RDMA netlink (the `netlink` collector).
     pub netlink: NetlinkConfig,
+    /// The NIC's ECN/DCQCN settings (MLNX_OFED's `class/net/<netdev>/ecn/`).
+    pub ecn_settings: super::ecn_settings::EcnSettingsConfig,
 }
 
 impl Default for NodeConfig {
@@ -50,6 +52,7 @@ impl Default for NodeConfig {
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),
             netlink: NetlinkConfig::default(),
+            ecn_settings: Default::default(),
         }
     }
 }

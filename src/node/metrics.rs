@@ -200,6 +200,7 @@ pub fn add_node_metrics<'a>(
                 &mut issues,
             );
             add_ethtool(families, device, port, ethtool_include, &mut issues);
+            super::ecn_settings::add_metrics(families, device, port, &mut issues);
         }
     }
     issues

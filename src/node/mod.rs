@@ -5,6 +5,7 @@ pub mod counter_filter;
 pub mod counters;
 pub mod dcb;
 pub mod device_reads;
+pub mod ecn_settings;
 pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;
@@ -59,6 +60,8 @@ pub struct NodeCollectorConfig {
     pub ethtool_include: Option<Regex>,
     /// Port and device `hw_counters` to read (all by default).
     pub hw_counters: Arc<counter_filter::CounterFilter>,
+    /// Export the DCQCN parameters of `ecn/` besides the per-priority enables.
+    pub ecn_parameters: bool,
 }
 
 /// One failure seen during a scrape, as the landing page shows it.
@@ -167,10 +170,13 @@ impl NodeCollector {
         let read_stats: Arc<device_reads::PortHook> = {
             let source = self.config.ethtool.clone();
             let tally = tally.clone();
+            let ecn_parameters = self.config.ecn_parameters;
             Arc::new(move |device: &str, port: &mut sysfs::Port| {
                 if let Some(source) = &source {
                     tally.read(source.as_ref(), device, port);
                 }
+                // The ECN settings of the priorities the statistics show in use.
+                ecn_settings::read_port(&tally.class_net, port, ecn_parameters);
             })
         };
         let snapshot = self.reads.read_node(

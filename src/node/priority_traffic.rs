@@ -127,6 +127,22 @@ impl PriorityTraffic {
         }
     }
 
+    /// The priorities whose congestion-control settings are worth a series
+    /// (`ecn_settings`), a bit per priority: those with PFC enabled, the lossless ones RDMA is
+    /// meant to run on; where the driver shows PFC on none (a lossy fabric, or a driver that
+    /// does not tell), those that carried traffic. Narrower than the traffic series' rule (a
+    /// lossless port also carries TCP and CNPs on other priorities): two settings series per
+    /// priority, and the series budget allows about two per port.
+    pub fn settings_priorities(&self, pfc_shown: bool) -> u8 {
+        let mask =
+            |keep: &dyn Fn(usize) -> bool| (0..8).filter(|&p| keep(p)).fold(0u8, |m, p| m | 1 << p);
+        let pfc = mask(&|p| pfc_shown && self.pause_listed[p]);
+        if pfc != 0 {
+            return pfc;
+        }
+        mask(&|p| self.counters[p].carried_traffic())
+    }
+
     fn note_drop(&mut self, priority: u8, kind: DropKind, value: u64) -> bool {
         self.drops[usize::from(priority).min(7)][kind as usize] = Some(value);
         true
@@ -290,6 +306,30 @@ mod tests {
             .filter(|l| l.starts_with("rdma_priority_ecn_marked_packets_total"))
             .count();
         assert_eq!(marks, 2, "priorities 0 and 3: {got:#?}");
+    }
+
+    /// The priorities of `stats` (an mlx5 listing) whose ECN settings are exported.
+    fn settings_priorities(stats: &[(String, u64)]) -> u8 {
+        let mut traffic = PriorityTraffic::default();
+        for (name, value) in stats {
+            if let Some(stat) = classify_for(Some("mlx5_core"), name) {
+                traffic.note(stat, *value);
+            }
+        }
+        traffic.settings_priorities(true)
+    }
+
+    #[test]
+    fn settings_priorities_are_the_pfc_ones_else_those_with_traffic() {
+        let mut list: Vec<(String, u64)> = Vec::new();
+        for p in 0..8 {
+            let traffic = if [0, 3, 6].contains(&p) { 10 } else { 0 };
+            list.push((format!("tx_prio{p}_bytes"), traffic));
+        }
+        assert_eq!(settings_priorities(&list), 0b0100_1001, "lossy: traffic");
+        list.push(("rx_prio3_pause".into(), 0));
+        assert_eq!(settings_priorities(&list), 0b0000_1000, "PFC on 3 only");
+        assert_eq!(settings_priorities(&[]), 0, "no statistics: none");
     }
 
     #[test]

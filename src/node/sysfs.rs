@@ -82,6 +82,9 @@ pub struct Port {
     /// `netdev` lives in another network namespace (an SR-IOV VF in a pod): no driver
     /// statistics from here, and no read error. Set by the node collector.
     pub netdev_in_other_netns: bool,
+    /// The congestion-control settings of `netdev` (MLNX_OFED's `ecn/`), read by the node
+    /// collector after the driver statistics.
+    pub ecn: super::ecn_settings::EcnRead,
 }
 
 impl Port {
@@ -431,6 +434,7 @@ impl Walk {
             hw_counters: self.hw_counter_dir(device, dir),
             ethtool: Default::default(),
             netdev_in_other_netns: false,
+            ecn: Default::default(),
         }
         .with_netdev_driver(device_dir)
     }
@@ -585,7 +589,11 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
 }
 
 /// Maps an I/O error to its reason.
-fn io_reason_at(dir: Option<&SysDir>, path: &Path, e: &std::io::Error) -> ReadErrorReason {
+pub(super) fn io_reason_at(
+    dir: Option<&SysDir>,
+    path: &Path,
+    e: &std::io::Error,
+) -> ReadErrorReason {
     match e.kind() {
         ErrorKind::NotFound if is_link(dir, path) => ReadErrorReason::DanglingSymlink,
         ErrorKind::NotFound => ReadErrorReason::Vanished,
