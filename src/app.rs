@@ -38,6 +38,7 @@ fn node_collector(
         ethtool_include: node.ethtool.include.clone(),
         hw_counters: Arc::new(node.hw_counters.clone()),
         ecn_parameters: node.ecn_settings.parameters,
+        pcie_detail: node.pcie.detail,
     }))
 }
 

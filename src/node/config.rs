@@ -38,6 +38,8 @@ pub struct NodeConfig {
     pub netlink: NetlinkConfig,
     /// The NIC's ECN/DCQCN settings (MLNX_OFED's `class/net/<netdev>/ecn/`).
     pub ecn_settings: super::ecn_settings::EcnSettingsConfig,
+    /// How much of each RDMA device's PCIe link is exported.
+    pub pcie: super::pcie_metrics::PcieConfig,
 }
 
 impl Default for NodeConfig {
@@ -53,6 +55,7 @@ impl Default for NodeConfig {
             pfc_storm: StormConfig::default(),
             netlink: NetlinkConfig::default(),
             ecn_settings: Default::default(),
+            pcie: Default::default(),
         }
     }
 }

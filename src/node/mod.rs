@@ -14,6 +14,8 @@ pub mod metrics;
 pub mod netlink_collector;
 pub mod optics;
 pub mod parse;
+pub mod pcie;
+pub mod pcie_metrics;
 pub mod priority_traffic;
 pub mod rdma_netlink;
 pub mod reader_pool;
@@ -62,6 +64,8 @@ pub struct NodeCollectorConfig {
     pub hw_counters: Arc<counter_filter::CounterFilter>,
     /// Export the DCQCN parameters of `ecn/` besides the per-priority enables.
     pub ecn_parameters: bool,
+    /// `node.pcie.detail`: the PCIe families beyond the default 6 series a device.
+    pub pcie_detail: bool,
 }
 
 /// One failure seen during a scrape, as the landing page shows it.
@@ -230,6 +234,7 @@ impl NodeCollector {
             &collection.snapshot,
             self.config.ethtool_include.as_ref(),
         );
+        pcie_metrics::add_node_pcie(&mut families, &collection.snapshot, self.config.pcie_detail);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.record(&self.config.sysfs_root, &collection, &issues);
         add_read_errors(&mut families, &state);

@@ -55,6 +55,9 @@ pub struct Device {
     /// Device-level `hw_counters/*`, raw names, in name order (includes `lifespan`).
     pub hw_counters: Counters,
     pub ports: Vec<Port>,
+    /// The PCIe link of the device's PCI function (`pcie.rs`); `None` off PCI or where sysfs
+    /// does not link the device to a PCI function.
+    pub pcie: Option<super::pcie::PcieLink>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -388,6 +391,7 @@ impl Walk {
             node_guid: text(self, "node_guid"),
             hw_counters: self.hw_counter_dir(name, dir),
             ports: Vec::new(),
+            pcie: None,
         };
         match dir.subdir("ports").and_then(|ports| {
             let entries = ports.entries()?;
@@ -408,7 +412,34 @@ impl Walk {
             }
             Err(e) => self.io_error(name, dir, "ports", &e),
         }
+        device.pcie = self.pcie(name, dir, &device.ports);
         device
+    }
+
+    /// The PCIe link of the device's PCI function, found beside `class/infiniband`.
+    fn pcie(&mut self, name: &str, dir: &SysDir, ports: &[Port]) -> Option<super::pcie::PcieLink> {
+        use super::pcie::{PcieError, PcieErrorKind};
+        let class = dir.path().parent().and_then(Path::parent)?;
+        let mut netdevs = ports.iter().filter_map(|p| p.netdev.as_deref());
+        let record = |walk: &mut Self, e: PcieError| {
+            let (reason, detail) = match &e.error {
+                PcieErrorKind::Io(io) => (io_reason_at(None, &e.path, io), io.to_string()),
+                PcieErrorKind::Value(v) => (v.reason(), v.to_string()),
+            };
+            walk.error(name, reason, &e.path, detail);
+        };
+        let function = match super::pcie::function_dir(class, name, &mut netdevs) {
+            Ok(function) => function?,
+            Err(e) => {
+                record(self, e);
+                return None;
+            }
+        };
+        let (link, errors) = super::pcie::read_link(&function, &mut self.buf);
+        for e in errors {
+            record(self, e);
+        }
+        link
     }
 
     fn port(&mut self, device: &str, device_dir: &SysDir, dir: &SysDir, number: u32) -> Port {
