@@ -13,6 +13,8 @@
 pub mod cmis;
 pub mod collector;
 pub mod files;
+#[cfg(test)]
+mod fixture_tests;
 pub mod kernel;
 pub mod layout;
 pub mod read;
