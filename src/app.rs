@@ -144,6 +144,28 @@ fn netlink_collector(
     }
 }
 
+/// The `transceiver` collector, when `node.transceiver.enabled`: its reading thread starts here.
+fn transceiver_collector(
+    config: &Config,
+) -> Option<crate::node::optics::collector::TransceiverCollector> {
+    let node = &config.node;
+    if !node.enabled || !node.transceiver.enabled {
+        return None;
+    }
+    match crate::node::optics::collector::TransceiverCollector::spawn(
+        node.transceiver.pages(),
+        node.transceiver.clone(),
+        node.sysfs_path.clone(),
+        node.devices.clone(),
+    ) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the transceiver thread did not start: {e}");
+            None
+        }
+    }
+}
+
 /// The `pods` collector, when `pods.enabled`: its reading thread starts here.
 fn pods_collector(config: &Config) -> Option<PodsCollector> {
     if !config.pods.enabled {
@@ -252,6 +274,9 @@ pub fn app_state_with(
     }
     if let Some(netlink) = netlink_collector(config, simulated.netlink) {
         collectors.push(Arc::new(netlink));
+    }
+    if let Some(transceiver) = transceiver_collector(config) {
+        collectors.push(Arc::new(transceiver));
     }
     if let Some(pods) = pods_collector(config) {
         collectors.push(Arc::new(pods));

@@ -194,6 +194,12 @@ pub struct ServeArgs {
     /// Also export untyped driver statistics whose name matches this regex.
     #[arg(long = "collector.ethtool.metrics-include", value_name = "REGEX")]
     pub ethtool_include: Option<Regex>,
+    /// Directory of `<netdev>/` module page files instead of the kernel (fixtures, tests).
+    #[arg(long = "collector.transceiver.modules-dir", value_name = "DIR")]
+    pub transceiver_modules_dir: Option<PathBuf>,
+    /// How often the transceiver modules are read [default: 60s].
+    #[arg(long = "collector.transceiver.interval", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
+    pub transceiver_interval: Option<std::time::Duration>,
     /// How often the fast PFC storm sampler reads the pause counters (e.g. 200ms).
     #[arg(long = "collector.pfc_storm.period", alias = "collector.pfc-storm.period", value_name = "DURATION", value_parser = crate::yaml::parse_duration)]
     pub pfc_storm_period: Option<std::time::Duration>,
@@ -277,6 +283,13 @@ impl ServeArgs {
         if let Some(period) = self.pfc_storm_period {
             node.pfc_storm.period = period;
         }
+        if let Some(dir) = &self.transceiver_modules_dir {
+            node.transceiver.modules_dir = Some(dir.clone());
+            node.transceiver.source = crate::node::optics::collector::TransceiverSourceKind::Files;
+        }
+        if let Some(interval) = self.transceiver_interval {
+            node.transceiver.interval = interval;
+        }
         if let Some(v) = &self.pod_resources_socket {
             config.pods.pod_resources_socket = v.clone();
         }
@@ -351,6 +364,12 @@ pub struct CollectorFlags {
     netlink: bool,
     #[arg(long = "no-collector.netlink", overrides_with = "netlink")]
     no_netlink: bool,
+    /// Transceiver modules (optics) of the RDMA ports' netdevs: temperature, voltage, per-lane
+    /// power and bias with the modules' own thresholds; needs CAP_NET_ADMIN [default: off].
+    #[arg(long = "collector.transceiver", overrides_with = "no_transceiver")]
+    transceiver: bool,
+    #[arg(long = "no-collector.transceiver", overrides_with = "transceiver")]
+    no_transceiver: bool,
     /// Pods behind RDMA devices and queue pairs: the kubelet's pod-resources API, pod log
     /// directories and RDMA cgroups [default: off].
     #[arg(long = "collector.pods", overrides_with = "no_pods")]
@@ -415,6 +434,12 @@ impl CollectorFlags {
         }
         if self.no_netlink {
             config.node.netlink.enabled = false;
+        }
+        if self.transceiver {
+            config.node.transceiver.enabled = true;
+        }
+        if self.no_transceiver {
+            config.node.transceiver.enabled = false;
         }
         if self.pods {
             config.pods.enabled = true;

@@ -22,6 +22,7 @@ pub const KNOWN: &[&str] = &[
     "ethtool",
     "pfc_storm",
     "netlink",
+    "transceiver",
     "pods",
     "nccl",
     "switch",

@@ -165,6 +165,12 @@ pub fn problems(config: &Config) -> Vec<Problem> {
             format!("node.{e}"),
         ));
     }
+    if let Err(e) = config.node.transceiver.check() {
+        problems.push(Problem::at(
+            vec![Key("node"), Key("transceiver")],
+            format!("node.{e}"),
+        ));
+    }
     let mut names = std::collections::HashSet::new();
     for (i, switch) in config.switches.iter().enumerate() {
         if !names.insert(switch.name.as_str()) {

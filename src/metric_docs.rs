@@ -105,6 +105,26 @@ fn docs_list_every_label_value() {
         ),
         ("Netlink error reasons", NetlinkError::REASONS.to_vec()),
         (
+            "Transceiver read error reasons",
+            labels(
+                &crate::node::optics::ReadFailure::ALL,
+                crate::node::optics::ReadFailure::as_label,
+            ),
+        ),
+        (
+            "Threshold `level` values:",
+            crate::node::optics::Levels {
+                high_alarm: 0.0,
+                high_warning: 0.0,
+                low_warning: 0.0,
+                low_alarm: 0.0,
+            }
+            .labelled()
+            .iter()
+            .map(|(level, _)| *level)
+            .collect(),
+        ),
+        (
             "| `rdma_ecn_enabled` |",
             labels(
                 &crate::node::ecn_settings::Point::ALL,

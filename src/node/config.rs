@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::counter_filter::CounterFilter;
 use super::netlink_collector::NetlinkConfig;
+use super::optics::collector::TransceiverConfig;
 use super::storm::StormConfig;
 use super::sysfs::DeviceFilter;
 
@@ -36,6 +37,10 @@ pub struct NodeConfig {
     pub pfc_storm: StormConfig,
     /// RDMA resources and queue pairs over RDMA netlink (the `netlink` collector).
     pub netlink: NetlinkConfig,
+    /// FEC mode and counters over ethtool netlink (the `fec` collector).
+    pub fec: super::fec_collector::FecConfig,
+    /// Transceiver modules' diagnostics (the opt-in `transceiver` collector).
+    pub transceiver: TransceiverConfig,
     /// The NIC's ECN/DCQCN settings (MLNX_OFED's `class/net/<netdev>/ecn/`).
     pub ecn_settings: super::ecn_settings::EcnSettingsConfig,
     /// How much of each RDMA device's PCIe link is exported.
@@ -54,6 +59,8 @@ impl Default for NodeConfig {
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),
             netlink: NetlinkConfig::default(),
+            fec: Default::default(),
+            transceiver: TransceiverConfig::default(),
             ecn_settings: Default::default(),
             pcie: Default::default(),
         }
