@@ -1,6 +1,8 @@
 //! The exporter on a real kernel: Debian 12's stock kernel booted under QEMU by `scripts/vm/boot`,
 //! two soft-RoCE devices (`rdma_rxe`) on a veth pair, real RDMA traffic (perftest RC and UD,
-//! `ibv_rc_pingpong`) and real faults (netem loss, link down, `rdma link delete`, `rmmod`).
+//! `ibv_rc_pingpong`) and real faults (netem loss, link down, `rdma link delete`, `rmmod`); a
+//! third soft-RoCE device on a virtio-net function behind a PCIe root port (`--pcie`) for its
+//! PCIe link.
 //!
 //! TCG is slow, so the guest boots once for the whole module: `tests/real_kernel/guest.sh`
 //! runs every phase and writes what the exporter, `cat`, `rdma` and the tools saw at each moment
@@ -122,6 +124,8 @@ fn boot_and_run() -> Result<Run, String> {
     let mut vm = Command::new(&boot);
     vm.args(["--out", common::path_str(out.path())])
         .args(["--port", &port.to_string(), "--timeout", "600"])
+        // A q35 machine with a root port and a virtio-net function behind it: a real PCIe link.
+        .arg("--pcie")
         .arg(common::project_root().join("tests/real_kernel/guest.sh"))
         .arg(common::binary())
         .arg(if prometheus.is_ok() {
@@ -951,5 +955,126 @@ fn captured_soft_roce_device_is_read_without_errors() {
     assert_eq!(
         value(&samples, "rdma_port_state", &[("device", "rxeA")]),
         state.parse::<f64>().unwrap()
+    );
+}
+
+/// `<end>/<file>` -> what `cat` read in the guest (`pcie.txt`, lines joined with `;`).
+fn pcie_files(run: &Run) -> BTreeMap<String, String> {
+    run.file("pcie.txt")
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(file, text)| (file.to_string(), text.trim_end_matches(';').to_string()))
+        .collect()
+}
+
+/// `"2.5 GT/s PCIe"` -> 2.5e9, read here independently of the exporter's parser.
+fn transfers_per_second(text: &str) -> f64 {
+    let gigatransfers: f64 = text
+        .split(" GT/s")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a link speed: {text:?}"));
+    gigatransfers * 1e9
+}
+
+#[test]
+fn pcie_link_of_a_real_rdma_device_is_what_cat_reads() {
+    let Some(run) = run() else { return };
+    let cat = pcie_files(run);
+    let file = |name: &str| -> &str {
+        cat.get(name)
+            .unwrap_or_else(|| panic!("the guest read no {name}: {cat:?}"))
+    };
+    let samples = run.scrape("pcie");
+    let device = [("device", "rxeP")];
+
+    // The link runs below what its root port supports: QEMU's endpoint is narrower and slower.
+    let (up_speed, up_max_speed) = (
+        transfers_per_second(file("upstream/current_link_speed")),
+        transfers_per_second(file("upstream/max_link_speed")),
+    );
+    let (up_width, up_max_width): (f64, f64) = (
+        file("upstream/current_link_width").parse().unwrap(),
+        file("upstream/max_link_width").parse().unwrap(),
+    );
+    assert!(
+        up_speed < up_max_speed && up_width < up_max_width,
+        "the root port's link is not below its maximum: {cat:?}"
+    );
+
+    let info = common::matching(&samples, "rdma_pcie_link_info", &device)
+        .next()
+        .unwrap_or_else(|| panic!("no rdma_pcie_link_info for rxeP: {}", run.file("pcie.prom")));
+    assert_eq!(info.labels["pci_address"], file("function/address"));
+    assert_eq!(
+        info.labels["upstream_pci_address"],
+        file("upstream/address")
+    );
+    match file("function/numa_node") {
+        "-1" => assert!(!info.labels.contains_key("numa_node"), "{info:?}"),
+        node => assert_eq!(info.labels["numa_node"], node),
+    }
+
+    let speed = transfers_per_second(file("function/current_link_speed"));
+    let width: f64 = file("function/current_link_width").parse().unwrap();
+    let max_speed = transfers_per_second(file("function/max_link_speed"));
+    let max_width: f64 = file("function/max_link_width").parse().unwrap();
+    let served = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
+    assert_eq!(
+        served("rdma_pcie_link_speed_transfers_per_second", &device),
+        speed
+    );
+    assert_eq!(served("rdma_pcie_link_width_lanes", &device), width);
+    for (end, speed, width) in [
+        ("device", max_speed, max_width),
+        ("upstream", up_max_speed, up_max_width),
+    ] {
+        let labels = [("device", "rxeP"), ("end", end)];
+        assert_eq!(
+            served("rdma_pcie_link_max_speed_transfers_per_second", &labels),
+            speed,
+            "{end}"
+        );
+        assert_eq!(
+            served("rdma_pcie_link_max_width_lanes", &labels),
+            width,
+            "{end}"
+        );
+    }
+    // Downtrained only when below what BOTH ends support: here the function's own maximum
+    // is the bar, and the link meets it, though the root port runs below its own.
+    let downtrained = speed < max_speed.min(up_max_speed) || width < max_width.min(up_max_width);
+    assert_eq!(
+        served("rdma_pcie_link_downtrained", &device),
+        f64::from(u8::from(downtrained)),
+        "{cat:?}"
+    );
+
+    // AER: a series exactly where the kernel has the file, with its TOTAL line.
+    for (severity, name, total) in [
+        ("correctable", "aer_dev_correctable", "TOTAL_ERR_COR "),
+        ("nonfatal", "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL "),
+        ("fatal", "aer_dev_fatal", "TOTAL_ERR_FATAL "),
+    ] {
+        let labels = [("device", "rxeP"), ("severity", severity)];
+        let counted = value_of(&samples, "rdma_pcie_aer_errors_total", &labels);
+        let expected = cat.get(&format!("function/{name}")).map(|text| {
+            text.split(';')
+                .find_map(|line| line.strip_prefix(total))
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{name}: {text:?}"))
+        });
+        assert_eq!(counted, expected, "{severity}");
+    }
+    assert!(
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).all(|s| s.value == 0.0),
+        "read errors: {:?}",
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).collect::<Vec<_>>()
+    );
+    // The veth devices have no PCI function: no PCIe series, and no error for it.
+    assert!(
+        common::matching(&samples, "rdma_pcie_link_info", &[("device", "rxeA")])
+            .next()
+            .is_none()
     );
 }

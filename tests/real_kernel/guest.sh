@@ -73,7 +73,7 @@ ip link show vA >"$O/vA.link"
 # The netlink and pods collectors ask the kernel every second (10 s and 30 s by default), so
 # that what they serve is at most a second older than what `rdma` and `cat` show; QPs by pid.
 config=/tmp/exporter.yml
-printf 'node:\n  netlink:\n    interval: 1s\n    qps_per_pid: true\npods:\n  interval: 1s\n' >$config
+printf 'node:\n  netlink:\n    interval: 1s\n    qps_per_pid: true\n  pcie:\n    detail: true\npods:\n  interval: 1s\n' >$config
 chmod 644 $config
 
 log "exporter"
@@ -206,6 +206,40 @@ sleep 1.5
 cat /sys/class/infiniband/rxeA/ports/1/state /sys/class/infiniband/rxeA/ports/1/phys_state >"$O/link-up.state"
 scrape link-up
 counters link-up
+
+log "PCIe: an rxe device on the virtio-net function behind the root port"
+# The netdev whose PCI function (the parent of its virtioN device) has a PCIe link: the one
+# scripts/vm/boot --pcie put behind its root port. What `cat` reads of the function's and its
+# upstream port's files, as `<end>/<file> <text>` (multi-line files joined with `;`).
+pcie_net='' pcie_fn=''
+for n in /sys/class/net/*; do
+    [ -e "$n/device" ] || continue
+    f=$(readlink -f "$n/device/..")
+    if [ -e "$f/current_link_speed" ]; then
+        pcie_net=${n##*/} pcie_fn=$f
+        break
+    fi
+done
+if [ -n "$pcie_net" ]; then
+    ip link set "$pcie_net" up
+    rdma link add rxeP type rxe netdev "$pcie_net" || echo "rdma link add rxeP failed" >>"$O/errors.txt"
+    up=$(dirname "$pcie_fn")
+    {
+        echo "function/address ${pcie_fn##*/}"
+        echo "upstream/address ${up##*/}"
+        for f in current_link_speed current_link_width max_link_speed max_link_width numa_node \
+            aer_dev_correctable aer_dev_nonfatal aer_dev_fatal; do
+            [ -e "$pcie_fn/$f" ] && echo "function/$f $(tr '\n' ';' <"$pcie_fn/$f")"
+        done
+        for f in current_link_speed current_link_width max_link_speed max_link_width; do
+            [ -e "$up/$f" ] && echo "upstream/$f $(tr '\n' ';' <"$up/$f")"
+        done
+    } >"$O/pcie.txt"
+    scrape pcie
+    rdma link delete rxeP
+else
+    echo "no netdev on a PCIe function (scripts/vm/boot --pcie)" >"$O/pcie.txt"
+fi
 
 log "device removal and module unload under scrapes"
 (
