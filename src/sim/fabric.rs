@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 
 use super::scenario::{NicCondition, Scenario};
-use super::sysfs_tree::{connectx7_node, NicSpec};
+use super::ecn_tree::EcnSpec;
+use super::sysfs_tree::{connectx7_node, LinkLayer, NicSpec};
 
 /// 400 Gb/s in bytes per second.
 pub const LINE_RATE_BYTES: f64 = 400e9 / 8.0;
@@ -130,7 +131,11 @@ impl Fabric {
             let name = format!("gpu-node-{:02}", h + 1);
             let specs = connectx7_node(nics, shape.seed.wrapping_add(h as u64 * 0x9E37_79B9));
             let mut host_nics = Vec::with_capacity(nics);
-            for (n, spec) in specs.into_iter().enumerate() {
+            for (n, mut spec) in specs.into_iter().enumerate() {
+                // MLNX_OFED's ECN settings: DCQCN on for the lossless RoCE priority.
+                if spec.link_layer == LinkLayer::Ethernet {
+                    spec.ecn = Some(EcnSpec::on_priority(PFC_PRIORITY));
+                }
                 // Rail-optimized: NIC n of every host goes to the same leaf.
                 let leaf = n % leaves_n;
                 let ports = &mut leaves[leaf].ports;
@@ -229,6 +234,10 @@ impl Fabric {
         for (h, host) in self.hosts.iter_mut().enumerate() {
             for (n, nic) in host.nics.iter_mut().enumerate() {
                 nic.link_state(&conditions[h][n]);
+                // A NIC that ignores CNPs has its reaction point off on the RoCE priority.
+                if let Some(ecn) = &mut nic.spec.ecn {
+                    ecn.reaction[PFC_PRIORITY] = !conditions[h][n].ignores_cnps;
+                }
             }
         }
         self.time_s += dt;

@@ -4,6 +4,7 @@
 
 pub mod demo;
 pub mod demo_page;
+pub mod ecn_tree;
 pub mod fabric;
 pub mod ib_fabric;
 pub mod pod_resources_server;

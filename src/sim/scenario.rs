@@ -29,7 +29,8 @@ pub enum ScenarioName {
     EcnTooLow,
     /// One NIC's link goes down for 5 s every 30 s.
     LinkFlap,
-    /// ECN/DCQCN not enabled on one NIC: it ignores the CNPs its receivers send.
+    /// ECN/DCQCN not enabled on one NIC (its reaction point off on the RoCE priority): it
+    /// ignores the CNPs its receivers send.
     CnpIgnored,
     /// One NIC's connections see out-of-sequence packets, sequence errors and ACK timeouts.
     TransportErrors,
@@ -102,7 +103,7 @@ impl ScenarioName {
             ScenarioName::EcnTooHigh => "rx pause duration on every NIC rises (~15% of the time), switch ports send PFC, ECN marks and CNPs near zero",
             ScenarioName::EcnTooLow => "no PFC; ECN marks and CNPs ~40x healthy; throughput ~35% of line rate",
             ScenarioName::LinkFlap => "gpu-node-02 mlx5_5: port state DOWN 5 s of every 30 s, link_downed and link_down_events_phy count up, switch port oper status 2",
-            ScenarioName::CnpIgnored => "gpu-node-02 mlx5_1: rdma_hw_rp_cnp_ignored_total rises instead of rp_cnp_handled",
+            ScenarioName::CnpIgnored => "gpu-node-02 mlx5_1: rdma_ecn_enabled{point=\"reaction\",priority=\"3\"} 0 (ECN reaction point off), rdma_hw_rp_cnp_ignored_total rises instead of rp_cnp_handled",
             ScenarioName::TransportErrors => "gpu-node-02 mlx5_0: out_of_sequence, packet_seq_err and local_ack_timeout_err rise",
             ScenarioName::IbHealthy => "/ib/metrics: every rdma_ib_link_width_active_lanes 4 and speed 100 Gb/s per lane, error counters flat, PortXmitWait near zero",
             ScenarioName::IbDegradedLink => "/ib/metrics: ib-leaf-01's first uplink to ib-spine-02 (both ends) active 2X of 4X enabled, symbol errors ~12/s, link downed +1 at the fault's start and end",

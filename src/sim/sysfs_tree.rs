@@ -84,6 +84,9 @@ pub struct NicSpec {
     pub device_hw_counters: Vec<(String, u64)>,
     /// What `ethtool -S <netdev>` prints, in driver order; empty means no statistics file.
     pub ethtool: Vec<(String, u64)>,
+    /// MLNX_OFED's `class/net/<netdev>/ecn/` (ECN/DCQCN settings); `None`: no such directory,
+    /// as upstream mlx5 (the bundled fixture node). The demo's fabric sets it.
+    pub ecn: Option<super::ecn_tree::EcnSpec>,
 }
 
 impl NicSpec {
@@ -177,6 +180,13 @@ pub fn update_tree(root: &Path, before: &[NicSpec], after: &[NicSpec]) -> io::Re
         ] {
             for (name, value) in changed(old, new) {
                 writer.replace(&dir.join(name), &format!("{value}\n"))?;
+            }
+        }
+        // A scenario turned a congestion-control setting on or off: rare, file by file.
+        if let (Some(ecn), Some(netdev)) = (&new.ecn, &new.netdev) {
+            if old.ecn.as_ref() != Some(ecn) {
+                let dir = new.pci_dir(root).join("net").join(netdev);
+                super::ecn_tree::write_ecn(&dir, ecn, &|path, text| writer.file(path, text))?;
             }
         }
     }
@@ -386,6 +396,9 @@ impl Writer<'_> {
             &dir.join("device"),
             &format!("../../../{}", nic.pci_address),
         )?;
+        if let Some(ecn) = &nic.ecn {
+            super::ecn_tree::write_ecn(&dir, ecn, &|path, text| self.file(path, text))?;
+        }
         self.link(&dir.join("subsystem"), "../../../../../../class/net")
     }
 
@@ -728,6 +741,7 @@ fn build_nic(index: usize, seed: u64, node: &NodeProfile) -> NicSpec {
         hw_counters,
         device_hw_counters,
         ethtool,
+        ecn: None,
     }
 }
 
