@@ -166,6 +166,35 @@ fn transceiver_collector(
     }
 }
 
+/// The `fec` collector, when `node.fec.enabled` and driver statistics are read: its reading
+/// thread starts here. It reads where the statistics come from: the kernel over ethtool netlink
+/// beside the SIOCETHTOOL source, `<netdev>.fec` files beside the `files` source (fixtures, the
+/// demo's hosts); nothing with `node.ethtool.source: none`.
+fn fec_collector(config: &Config) -> Option<crate::node::fec_collector::FecCollector> {
+    use crate::node::fec_collector::{FecCollector, FecSource, FileFec, KernelFec};
+    let node = &config.node;
+    if !node.enabled || !node.fec.enabled {
+        return None;
+    }
+    let source: Arc<dyn FecSource> = match (node.ethtool.source, &node.ethtool.stats_dir) {
+        (EthtoolSourceKind::Files, Some(dir)) => Arc::new(FileFec::new(dir)),
+        (EthtoolSourceKind::Ioctl, _) => Arc::new(KernelFec::new(node.fec.timeout)),
+        _ => return None,
+    };
+    match FecCollector::spawn(
+        source,
+        node.fec.clone(),
+        node.sysfs_path.clone(),
+        node.devices.clone(),
+    ) {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::error!("the FEC thread did not start: {e}");
+            None
+        }
+    }
+}
+
 /// The `pods` collector, when `pods.enabled`: its reading thread starts here.
 fn pods_collector(config: &Config) -> Option<PodsCollector> {
     if !config.pods.enabled {
@@ -274,6 +303,9 @@ pub fn app_state_with(
     }
     if let Some(netlink) = netlink_collector(config, simulated.netlink) {
         collectors.push(Arc::new(netlink));
+    }
+    if let Some(fec) = fec_collector(config) {
+        collectors.push(Arc::new(fec));
     }
     if let Some(transceiver) = transceiver_collector(config) {
         collectors.push(Arc::new(transceiver));

@@ -222,6 +222,12 @@ pub struct ServeArgs {
     /// Per-node process counts (rdma_nccl_processes) instead of per-process NCCL series.
     #[arg(long = "collector.nccl.aggregate-only")]
     pub nccl_aggregate_only: bool,
+    /// Per-lane FEC series, where the driver counts per lane (node.fec.per_lane).
+    #[arg(long = "collector.fec.per-lane")]
+    pub fec_per_lane: bool,
+    /// The FEC histogram's bins as series (node.fec.histogram).
+    #[arg(long = "collector.fec.histogram")]
+    pub fec_histogram: bool,
     #[command(flatten)]
     pub collectors: CollectorFlags,
     #[command(flatten)]
@@ -308,6 +314,12 @@ impl ServeArgs {
         if self.nccl_aggregate_only {
             config.nccl.aggregate_only = true;
         }
+        if self.fec_per_lane {
+            config.node.fec.per_lane = true;
+        }
+        if self.fec_histogram {
+            config.node.fec.histogram = true;
+        }
         self.ib_fabric.apply(&mut config.ib_fabric);
         self.collectors
             .apply(&mut config)
@@ -364,6 +376,12 @@ pub struct CollectorFlags {
     netlink: bool,
     #[arg(long = "no-collector.netlink", overrides_with = "netlink")]
     no_netlink: bool,
+    /// FEC mode and counters of the RoCE netdevs over ethtool netlink, where driver statistics
+    /// are read [default: on].
+    #[arg(long = "collector.fec", overrides_with = "no_fec")]
+    fec: bool,
+    #[arg(long = "no-collector.fec", overrides_with = "fec")]
+    no_fec: bool,
     /// Transceiver modules (optics) of the RDMA ports' netdevs: temperature, voltage, per-lane
     /// power and bias with the modules' own thresholds; needs CAP_NET_ADMIN [default: off].
     #[arg(long = "collector.transceiver", overrides_with = "no_transceiver")]
@@ -434,6 +452,17 @@ impl CollectorFlags {
         }
         if self.no_netlink {
             config.node.netlink.enabled = false;
+        }
+        if self.fec {
+            if config.node.ethtool.source == EthtoolSourceKind::None {
+                return Err("--collector.fec reads beside the driver statistics: \
+                            not with --no-collector.ethtool or ethtool.source: none"
+                    .into());
+            }
+            config.node.fec.enabled = true;
+        }
+        if self.no_fec {
+            config.node.fec.enabled = false;
         }
         if self.transceiver {
             config.node.transceiver.enabled = true;

@@ -22,6 +22,7 @@ pub const KNOWN: &[&str] = &[
     "ethtool",
     "pfc_storm",
     "netlink",
+    "fec",
     "transceiver",
     "pods",
     "nccl",

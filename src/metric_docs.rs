@@ -105,6 +105,10 @@ fn docs_list_every_label_value() {
         ),
         ("Netlink error reasons", NetlinkError::REASONS.to_vec()),
         (
+            "FEC error reasons",
+            crate::node::ethtool_netlink::EthtoolNlError::REASONS.to_vec(),
+        ),
+        (
             "Transceiver read error reasons",
             labels(
                 &crate::node::optics::ReadFailure::ALL,

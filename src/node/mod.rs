@@ -10,6 +10,7 @@ pub mod ethtool;
 pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod ethtool_netlink;
+pub mod fec_collector;
 pub mod metrics;
 pub mod netlink_collector;
 pub mod optics;

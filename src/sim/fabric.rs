@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::scenario::{NicCondition, Scenario};
+use super::scenario::{NicCondition, Scenario, ScenarioName, PCIE_HALF_WIDTH_NIC};
 use super::ecn_tree::EcnSpec;
 use super::sysfs_tree::{connectx7_node, LinkLayer, NicSpec};
 
@@ -19,6 +19,8 @@ pub const PFC_PRIORITY: usize = 3;
 const FRAME_BYTES: f64 = 4_160.0;
 /// A paused port refreshes XOFF every half pause quantum: 65535 quanta x 512 bit times at
 /// 400 Gb/s is 84 µs, so one frame per 42 µs while paused.
+/// Bits FEC corrects per received bit on a healthy link.
+const PRE_FEC_BER: f64 = 1e-9;
 const PAUSE_REFRESH_S: f64 = 42e-6;
 /// Mean length of one XOFF episode under congestion.
 const PAUSE_EPISODE_S: f64 = 250e-6;
@@ -132,6 +134,9 @@ impl Fabric {
             let specs = connectx7_node(nics, shape.seed.wrapping_add(h as u64 * 0x9E37_79B9));
             let mut host_nics = Vec::with_capacity(nics);
             for (n, mut spec) in specs.into_iter().enumerate() {
+                if scenario.name == ScenarioName::PcieHalfWidth && (h, n) == PCIE_HALF_WIDTH_NIC {
+                    spec.pcie.current_width = 8;
+                }
                 // MLNX_OFED's ECN settings: DCQCN on for the lossless RoCE priority.
                 if spec.link_layer == LinkLayer::Ethernet {
                     spec.ecn = Some(EcnSpec::on_priority(PFC_PRIORITY));
@@ -303,6 +308,8 @@ impl Nic {
         self.add(Ethtool, "tx_packets_phy", tx_packets);
         self.add(Ethtool, "rx_packets_phy", rx_packets);
         self.add(Ethtool, "rx_bits_phy", received * 8.0);
+        // FEC corrects a healthy link's rare bit errors (pre-FEC BER 1e-9; sim/fec.rs).
+        self.add(Ethtool, "rx_corrected_bits_phy", received * 8.0 * PRE_FEC_BER);
         // Notification point: marked packets seen, CNPs sent (on priority 6).
         self.add(HwCounters, "np_ecn_marked_roce_packets", marks);
         self.add(Ethtool, "rx_prio3_marked", marks);

@@ -5,7 +5,8 @@
 //! Written below `root` (the `sys` directory) for each [`NicSpec`]:
 //!
 //! ```text
-//! devices/pci0000:00/0000:00:01.0/<pci>/                 PCI function: vendor, device, numa_node, ...
+//! devices/pci0000:00/0000:00:01.0/                       root port: PCIe link files (pcie_tree.rs)
+//! devices/pci0000:00/0000:00:01.0/<pci>/                 PCI function: vendor, device, numa_node, PCIe link and AER ...
 //!     driver    -> ../../../../bus/pci/drivers/mlx5_core
 //!     subsystem -> ../../../../bus/pci
 //!     infiniband/<dev>/                                  fw_ver, node_guid, hw_counters/, ports/1/...
@@ -87,6 +88,8 @@ pub struct NicSpec {
     /// MLNX_OFED's `class/net/<netdev>/ecn/` (ECN/DCQCN settings); `None`: no such directory,
     /// as upstream mlx5 (the bundled fixture node). The demo's fabric sets it.
     pub ecn: Option<super::ecn_tree::EcnSpec>,
+    /// The PCIe link of the PCI function (and of the root port above it): width and AER.
+    pub pcie: super::pcie_tree::PcieSpec,
 }
 
 impl NicSpec {
@@ -182,6 +185,12 @@ pub fn update_tree(root: &Path, before: &[NicSpec], after: &[NicSpec]) -> io::Re
                 writer.replace(&dir.join(name), &format!("{value}\n"))?;
             }
         }
+        if old.pcie != new.pcie {
+            let (function, port) = (new.pci_dir(root), root.join(PCI_PARENT));
+            super::pcie_tree::write_pcie(&function, &port, &new.pcie, &|path, text| {
+                writer.file(path, text)
+            })?;
+        }
         // A scenario turned a congestion-control setting on or off: rare, file by file.
         if let (Some(ecn), Some(netdev)) = (&new.ecn, &new.netdev) {
             if old.ecn.as_ref() != Some(ecn) {
@@ -206,7 +215,8 @@ pub fn write_ethtool_files(dir: &Path, nics: &[NicSpec]) -> io::Result<()> {
         fs::write(&tmp, ethtool_text(&nic.ethtool))?;
         fs::rename(&tmp, dir.join(format!("{netdev}.txt")))?;
     }
-    Ok(())
+    // Their FEC_GET answers beside them (the `fec` collector's file source).
+    super::fec::write_fec_files(dir, nics)
 }
 
 /// `ethtool -S` output: a header, then one `     name: value` line per statistic.
@@ -239,11 +249,13 @@ impl Writer<'_> {
                 ("class", class.into()),
                 // Two-socket host: the upper half of the buses hangs off socket 1.
                 ("numa_node", if bus >= 0x80 { "1" } else { "0" }.into()),
-                ("current_link_speed", "32.0 GT/s PCIe".into()),
-                ("current_link_width", "16".into()),
-                ("max_link_speed", "32.0 GT/s PCIe".into()),
-                ("max_link_width", "16".into()),
             ],
+        )?;
+        super::pcie_tree::write_pcie(
+            &pci_dir,
+            &self.root.join(PCI_PARENT),
+            &nic.pcie,
+            &|path, text| self.file(path, text),
         )?;
         self.link(
             &pci_dir.join("driver"),
@@ -742,6 +754,7 @@ fn build_nic(index: usize, seed: u64, node: &NodeProfile) -> NicSpec {
         device_hw_counters,
         ethtool,
         ecn: None,
+        pcie: Default::default(),
     }
 }
 

@@ -19,6 +19,7 @@ mod demo;
 mod deploy;
 mod device_removal;
 mod doctor;
+mod ecn_settings;
 mod ecn_tune;
 mod ethtool_faults;
 mod ethtool_netns;
