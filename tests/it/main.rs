@@ -46,6 +46,7 @@ mod nccl_triage;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod pods;
+mod optics;
 mod probe_localization_e2e;
 mod prometheus_scrape;
 mod quirks;

@@ -10,14 +10,16 @@ pub const I2C_ADDRESS: u8 = 0x50;
 /// SFF-8472's second address, A2h: diagnostics and their thresholds.
 pub const I2C_ADDRESS_DIAGNOSTICS: u8 = 0x51;
 
-/// One temperature step: 1/256 °C, two's complement (all three standards).
-const CELSIUS_PER_STEP: f64 = 1.0 / 256.0;
-/// One supply voltage step: 100 µV.
-const VOLTS_PER_STEP: f64 = 100e-6;
-/// One optical power step: 0.1 µW.
-const WATTS_PER_STEP: f64 = 0.1e-6;
-/// One laser bias step: 2 µA (CMIS multiplies it by the advertised scaling factor).
-const AMPERES_PER_STEP: f64 = 2e-6;
+// Monitor units, as divisors so that a step count converts to the nearest double of the
+// decimal value (1000 steps of 0.1 µW print as 0.0001, not 9.999999999999999e-5).
+/// Temperature: 1/256 °C steps, two's complement (all three standards).
+const STEPS_PER_CELSIUS: f64 = 256.0;
+/// Supply voltage: 100 µV steps.
+const STEPS_PER_VOLT: f64 = 10_000.0;
+/// Optical power: 0.1 µW steps.
+const STEPS_PER_WATT: f64 = 10_000_000.0;
+/// Laser bias: 2 µA steps (CMIS multiplies it by the advertised scaling factor).
+const STEPS_PER_AMPERE: f64 = 500_000.0;
 
 /// The standard a module identifier means (SFF-8024 Table 4-1). Byte 0 of address 0x50.
 pub fn standard_of(identifier: u8) -> Result<Standard, DecodeError> {
@@ -72,20 +74,20 @@ pub fn u16_at(bytes: &[u8], at: usize) -> u16 {
 }
 
 pub fn celsius(raw: u16) -> f64 {
-    f64::from(raw as i16) * CELSIUS_PER_STEP
+    f64::from(raw as i16) / STEPS_PER_CELSIUS
 }
 
 pub fn volts(raw: u16) -> f64 {
-    f64::from(raw) * VOLTS_PER_STEP
+    f64::from(raw) / STEPS_PER_VOLT
 }
 
 /// 0 stays 0 W (no light), never -inf: the exporter speaks watts, not dBm.
 pub fn watts(raw: u16) -> f64 {
-    f64::from(raw) * WATTS_PER_STEP
+    f64::from(raw) / STEPS_PER_WATT
 }
 
 pub fn amperes(raw: u16) -> f64 {
-    f64::from(raw) * AMPERES_PER_STEP
+    f64::from(raw) / STEPS_PER_AMPERE
 }
 
 /// Four thresholds stored as high alarm, low alarm, high warning, low warning (the order of all
