@@ -15,6 +15,8 @@ pub const TRANSPORT_ERROR_NIC: (usize, usize) = (1, 0);
 pub const FADING_OPTIC_NIC: (usize, usize) = (1, 3);
 /// `host-cpu-load`: the host whose responders answer late (gpu-node-02).
 pub const BUSY_HOST: usize = 1;
+/// `pcie-half-width`: the NIC whose PCIe link trained at x8 of x16 (gpu-node-01's mlx5_1).
+pub const PCIE_HALF_WIDTH_NIC: (usize, usize) = (0, 1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScenarioName {
@@ -55,10 +57,13 @@ pub enum ScenarioName {
     /// that late. The responders' delay rises, the network RTT (that delay taken out) does not,
     /// no probe is lost and no counter moves.
     HostCpuLoad,
+    /// One NIC's PCIe link trained at x8 in its x16 slot (at boot, so from the start): half the
+    /// host bandwidth, no error counter moves.
+    PcieHalfWidth,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 14] = [
+    pub const ALL: [ScenarioName; 15] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -73,6 +78,7 @@ impl ScenarioName {
         ScenarioName::NicOpticFailure,
         ScenarioName::LeafEcmpBlackhole,
         ScenarioName::HostCpuLoad,
+        ScenarioName::PcieHalfWidth,
     ];
 
     /// The name as given on the command line.
@@ -92,6 +98,7 @@ impl ScenarioName {
             ScenarioName::NicOpticFailure => "nic-optic-failure",
             ScenarioName::LeafEcmpBlackhole => "leaf-ecmp-blackhole",
             ScenarioName::HostCpuLoad => "host-cpu-load",
+            ScenarioName::PcieHalfWidth => "pcie-half-width",
         }
     }
 
@@ -112,6 +119,7 @@ impl ScenarioName {
             ScenarioName::NicOpticFailure => "gpu-node-02 mlx5_3: ~75 % of the probes to and from it lost (rdma_probe_lost_total on its own paths, rdma_probe_target_lost_total naming it from every host), symbol errors and port_rcv_errors creep up (~2/s, ~1/s), link stays up",
             ScenarioName::LeafEcmpBlackhole => "no counter moves; every probe leaving leaf2 for another leaf whose flow label hashes onto spine-02 is lost (~half of the host and cross_rail probes from leaf2's NICs to other leaves); nothing into leaf2 or inside a leaf is lost",
             ScenarioName::HostCpuLoad => "gpu-node-02's responders answer ~20 ms late: its rdma_probe_answer_delay_seconds ~0.02, every other host's network RTT toward it unchanged (6-12 µs), no probe lost, no counter moves",
+            ScenarioName::PcieHalfWidth => "gpu-node-01 mlx5_1: rdma_pcie_link_width_lanes 8 of 16 (rdma_pcie_link_max_width_lanes 16 at both ends with node.pcie.detail), rdma_pcie_link_downtrained 1 from the start, RdmaPcieLinkDowntrained fires; no counter moves",
         }
     }
 }
@@ -194,7 +202,9 @@ impl Scenario {
             // Silent by definition: the probes see them (`probing.rs`), no counter does.
             | ScenarioName::LeafSpineLoss
             | ScenarioName::LeafEcmpBlackhole
-            | ScenarioName::HostCpuLoad => {}
+            | ScenarioName::HostCpuLoad
+            // Fixed from boot: the fabric writes the link's width (`Fabric::new`).
+            | ScenarioName::PcieHalfWidth => {}
             // The probes see the loss (`probing.rs`); the optic's errors show on the NIC.
             ScenarioName::NicOpticFailure => {
                 if me == FADING_OPTIC_NIC {

@@ -1,0 +1,96 @@
+//! `demo --scenario pcie-half-width` end to end: the simulated hosts' sysfs trees carry a PCI
+//! function and root port for every NIC, read by the real node collector; only the one NIC whose
+//! link trained at x8 of x16 says it is downtrained.
+
+use crate::common::{self, parse_exposition, Exporter, Sample};
+
+const HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
+
+/// Every host's node samples, with a `host` label added.
+fn hosts_samples(demo: &Exporter) -> Vec<Sample> {
+    let mut all = Vec::new();
+    for host in HOSTS {
+        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
+        assert_eq!(status, 200, "{body}");
+        for mut sample in parse_exposition(&body) {
+            sample.labels.insert("host".into(), host.into());
+            all.push(sample);
+        }
+    }
+    all
+}
+
+/// `host device` -> value of every series of `name`.
+fn by_nic(samples: &[Sample], name: &str) -> Vec<(String, f64)> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| {
+            (
+                format!("{} {}", s.labels["host"], s.labels["device"]),
+                s.value,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_half_width_nic_alone_is_downtrained() {
+    let demo = Exporter::start_subcommand("demo", &["--scenario", "pcie-half-width"]);
+    let samples = hosts_samples(&demo);
+    let downtrained = by_nic(&samples, "rdma_pcie_link_downtrained");
+    let nics = by_nic(&samples, "rdma_port_info").len();
+    assert_eq!(downtrained.len(), nics, "one flag per NIC: {downtrained:?}");
+    let flagged: Vec<&str> = downtrained
+        .iter()
+        .filter(|(_, v)| *v == 1.0)
+        .map(|(nic, _)| nic.as_str())
+        .collect();
+    assert_eq!(flagged, ["gpu-node-01 mlx5_1"], "{downtrained:?}");
+    assert!(downtrained.iter().all(|(_, v)| *v == 0.0 || *v == 1.0));
+    for (nic, width) in by_nic(&samples, "rdma_pcie_link_width_lanes") {
+        let want = if nic == "gpu-node-01 mlx5_1" {
+            8.0
+        } else {
+            16.0
+        };
+        assert_eq!(width, want, "{nic}");
+    }
+    // The join a panel needs: every NIC's PCI address and NUMA node.
+    let info: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == "rdma_pcie_link_info")
+        .collect();
+    assert_eq!(info.len(), nics);
+    for s in &info {
+        assert!(
+            s.labels.contains_key("pci_address") && s.labels.contains_key("numa_node"),
+            "{s:?}"
+        );
+        assert_eq!(s.labels["upstream_pci_address"], "0000:00:01.0", "{s:?}");
+    }
+    assert!(
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).all(|s| s.value == 0.0),
+        "{:?}",
+        common::matching(&samples, "rdma_exporter_read_errors_total", &[]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_healthy_fabric_has_no_downtrained_link() {
+    let demo = Exporter::start_subcommand("demo", &["--scenario", "healthy"]);
+    let samples = hosts_samples(&demo);
+    let downtrained = by_nic(&samples, "rdma_pcie_link_downtrained");
+    assert!(!downtrained.is_empty());
+    assert!(
+        downtrained.iter().all(|(_, v)| *v == 0.0),
+        "{downtrained:?}"
+    );
+    let aer = by_nic(&samples, "rdma_pcie_aer_errors_total");
+    assert_eq!(
+        aer.len(),
+        2 * downtrained.len(),
+        "nonfatal and fatal a NIC: {aer:?}"
+    );
+    assert!(aer.iter().all(|(_, v)| *v == 0.0), "{aer:?}");
+}
