@@ -200,6 +200,12 @@ impl Demo {
             }
             // Often enough for the QP panels, seldom enough not to slow the simulation down.
             config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
+            // Every NIC has a 400G module (`optics.rs`); the opt-in collector reads their pages.
+            config.node.transceiver.enabled = true;
+            config.node.transceiver.source =
+                crate::node::optics::collector::TransceiverSourceKind::Files;
+            config.node.transceiver.modules_dir = Some(root.join("modules"));
+            config.node.transceiver.interval = options.tick.max(Duration::from_secs(1));
             config.web.telemetry_path = Some(telemetry_path.to_string());
             // Every host probes its peers through the simulated fabric (`probing.rs`).
             config.probe.enabled = true;
@@ -315,6 +321,8 @@ impl Demo {
             update_tree(&root.join("sys"), before, &after).map_err(error(root.join("sys")))?;
             write_ethtool_files(&root.join("ethtool"), &after)
                 .map_err(error(root.join("ethtool")))?;
+            super::optics::write_modules(&root.join("modules"), &fabric, index)
+                .map_err(error(root.join("modules")))?;
             let key = workload::host_files_key(&fabric, index);
             if host_files[index] != key {
                 workload::write_host_files(&root, &fabric, index).map_err(error(root.clone()))?;
@@ -379,6 +387,8 @@ fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
         let error = |path: PathBuf| move |source| DemoError::Write { path, source };
         write_tree(&root.join("sys"), &specs).map_err(error(root.join("sys")))?;
         write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;
+        super::optics::write_modules(&root.join("modules"), fabric, index)
+            .map_err(error(root.join("modules")))?;
         workload::write_host_files(&root, fabric, index).map_err(error(root.clone()))?;
     }
     Ok(())

@@ -8,6 +8,7 @@ pub mod ecn_tree;
 pub mod fabric;
 pub mod fec;
 pub mod ib_fabric;
+pub mod optics;
 pub mod pcie_tree;
 pub mod pod_resources_server;
 pub mod probing;

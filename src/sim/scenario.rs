@@ -15,6 +15,8 @@ pub const TRANSPORT_ERROR_NIC: (usize, usize) = (1, 0);
 pub const FADING_OPTIC_NIC: (usize, usize) = (1, 3);
 /// `host-cpu-load`: the host whose responders answer late (gpu-node-02).
 pub const BUSY_HOST: usize = 1;
+/// `optic-fading`: the NIC whose received optical power sinks (gpu-node-02's mlx5_2).
+pub const OPTIC_FADING_NIC: (usize, usize) = (1, 2);
 /// `pcie-half-width`: the NIC whose PCIe link trained at x8 of x16 (gpu-node-01's mlx5_1).
 pub const PCIE_HALF_WIDTH_NIC: (usize, usize) = (0, 1);
 
@@ -57,13 +59,16 @@ pub enum ScenarioName {
     /// that late. The responders' delay rises, the network RTT (that delay taken out) does not,
     /// no probe is lost and no counter moves.
     HostCpuLoad,
+    /// One NIC's optic receives less and less light (a dirty connector): its module's received
+    /// power sinks through the module's own low warning threshold on every lane.
+    OpticFading,
     /// One NIC's PCIe link trained at x8 in its x16 slot (at boot, so from the start): half the
     /// host bandwidth, no error counter moves.
     PcieHalfWidth,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 15] = [
+    pub const ALL: [ScenarioName; 16] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -78,6 +83,7 @@ impl ScenarioName {
         ScenarioName::NicOpticFailure,
         ScenarioName::LeafEcmpBlackhole,
         ScenarioName::HostCpuLoad,
+        ScenarioName::OpticFading,
         ScenarioName::PcieHalfWidth,
     ];
 
@@ -98,6 +104,7 @@ impl ScenarioName {
             ScenarioName::NicOpticFailure => "nic-optic-failure",
             ScenarioName::LeafEcmpBlackhole => "leaf-ecmp-blackhole",
             ScenarioName::HostCpuLoad => "host-cpu-load",
+            ScenarioName::OpticFading => "optic-fading",
             ScenarioName::PcieHalfWidth => "pcie-half-width",
         }
     }
@@ -119,6 +126,7 @@ impl ScenarioName {
             ScenarioName::NicOpticFailure => "gpu-node-02 mlx5_3: ~75 % of the probes to and from it lost (rdma_probe_lost_total on its own paths, rdma_probe_target_lost_total naming it from every host), symbol errors and port_rcv_errors creep up (~2/s, ~1/s), link stays up",
             ScenarioName::LeafEcmpBlackhole => "no counter moves; every probe leaving leaf2 for another leaf whose flow label hashes onto spine-02 is lost (~half of the host and cross_rail probes from leaf2's NICs to other leaves); nothing into leaf2 or inside a leaf is lost",
             ScenarioName::HostCpuLoad => "gpu-node-02's responders answer ~20 ms late: its rdma_probe_answer_delay_seconds ~0.02, every other host's network RTT toward it unchanged (6-12 µs), no probe lost, no counter moves",
+            ScenarioName::OpticFading => "gpu-node-02 mlx5_2: rdma_transceiver_rx_power_watts of every lane sinks from ~0.7 mW to 95 µW over the first fault's first half (60-150 s) and stays there: under its module's rdma_transceiver_rx_power_threshold_watts{level=\"low_warning\"} (112.2 µW) from ~142 s, over its low alarm (89.1 µW); RdmaTransceiverRxPowerLow fires 5 minutes later; no counter moves",
             ScenarioName::PcieHalfWidth => "gpu-node-01 mlx5_1: rdma_pcie_link_width_lanes 8 of 16 (rdma_pcie_link_max_width_lanes 16 at both ends with node.pcie.detail), rdma_pcie_link_downtrained 1 from the start, RdmaPcieLinkDowntrained fires; no counter moves",
         }
     }
@@ -143,6 +151,8 @@ pub struct NicCondition {
     pub link_errors_per_s: f64,
     /// Packets the switch drops per second on the queue toward this NIC.
     pub switch_drops_per_s: f64,
+    /// How far the NIC's optic has faded (0 healthy, 1 its received power at its floor).
+    pub optic_rx_fade: f64,
 }
 
 const HEALTHY: NicCondition = NicCondition {
@@ -155,6 +165,7 @@ const HEALTHY: NicCondition = NicCondition {
     transport_errors_per_s: 0.0,
     link_errors_per_s: 0.0,
     switch_drops_per_s: 0.0,
+    optic_rx_fade: 0.0,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,6 +200,13 @@ impl Scenario {
             utilization: HEALTHY.utilization * wobble,
             ..HEALTHY
         };
+        // A dirty connector does not clean itself: the module's received power sinks over the
+        // first fault's first half and stays there (`sim/optics.rs`), long enough for the
+        // alerts' `for` windows.
+        if self.name == ScenarioName::OpticFading && (host, nic) == OPTIC_FADING_NIC {
+            let half_fault = (FAULT_END_S - FAULT_START_S) / 2.0;
+            c.optic_rx_fade = ((t - FAULT_START_S) / half_fault).clamp(0.0, 1.0);
+        }
         if !Scenario::in_fault(t) {
             return c;
         }
@@ -211,6 +229,8 @@ impl Scenario {
                     c.link_errors_per_s = 2.0;
                 }
             }
+            // Set above, for all time after the first fault start.
+            ScenarioName::OpticFading => {}
             ScenarioName::PfcStorm => {
                 let (victim_host, victim_nic) = PFC_STORM_NIC;
                 let leaves = self.leaves.max(1);

@@ -219,3 +219,80 @@ tests:
     let out = promtool(&["test", "rules", path_str(&file)]);
     assert!(out.contains("SUCCESS"), "{out}\n{test}");
 }
+
+/// The transceiver samples of a demo host, once its first module reading is served.
+fn demo_host(demo: &Exporter, host: &str) -> Vec<Sample> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
+        assert_eq!(status, 200, "{body}");
+        if body.contains("rdma_transceiver_rx_power_watts{") {
+            return parse_exposition(&body);
+        }
+        assert!(Instant::now() < deadline, "{host}: no transceiver reading");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `(device, lane)` of every lane under its module's low warning threshold.
+fn lanes_under_warning(samples: &[Sample]) -> Vec<(String, String)> {
+    let mut low = Vec::new();
+    for rx in samples
+        .iter()
+        .filter(|s| s.name == "rdma_transceiver_rx_power_watts")
+    {
+        let device = rx.labels["device"].as_str();
+        let warning = value_of(
+            samples,
+            "rdma_transceiver_rx_power_threshold_watts",
+            &[("device", device), ("level", "low_warning")],
+        )
+        .expect("the module's threshold");
+        if rx.value < warning {
+            low.push((device.to_string(), rx.labels["lane"].clone()));
+        }
+    }
+    low
+}
+
+/// The demo's hosts have healthy modules on every NIC; in `optic-fading` the one NIC the
+/// scenario names (gpu-node-02 mlx5_2) receives under its warning threshold on every lane, and
+/// no other NIC does.
+#[test]
+fn optic_fading_sinks_the_named_nic_alone_under_its_threshold() {
+    let healthy = Exporter::small_demo("healthy", "150", "500ms", "4");
+    for host in ["gpu-node-01", "gpu-node-02"] {
+        let samples = demo_host(&healthy, host);
+        let lanes = samples
+            .iter()
+            .filter(|s| s.name == "rdma_transceiver_rx_power_watts")
+            .count();
+        assert_eq!(lanes, 4 * 8, "{host}");
+        assert_eq!(lanes_under_warning(&samples), vec![], "{host}");
+    }
+    drop(healthy);
+
+    // 150 s into the cycle: the fade has reached its floor (it began at 60 s).
+    let fading = Exporter::small_demo("optic-fading", "150", "500ms", "4");
+    assert_eq!(
+        lanes_under_warning(&demo_host(&fading, "gpu-node-01")),
+        vec![]
+    );
+    let samples = demo_host(&fading, "gpu-node-02");
+    let low = lanes_under_warning(&samples);
+    let expected: Vec<(String, String)> = (1..=8)
+        .map(|lane| ("mlx5_2".to_string(), lane.to_string()))
+        .collect();
+    assert_eq!(low, expected);
+    // Under the warning, not under the alarm: the warning alert's case.
+    let alarm = value_of(
+        &samples,
+        "rdma_transceiver_rx_power_threshold_watts",
+        &[("device", "mlx5_2"), ("level", "low_alarm")],
+    )
+    .unwrap();
+    assert!(samples
+        .iter()
+        .filter(|s| s.name == "rdma_transceiver_rx_power_watts" && s.labels["device"] == "mlx5_2")
+        .all(|s| s.value > alarm));
+}
