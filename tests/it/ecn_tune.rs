@@ -161,6 +161,13 @@ fn every_port_is(scenario: &str, expected: &str, exit_code: i32, direction: &str
             "{row}"
         );
         assert_eq!(row["evidence"]["line_rate_gbps"], 400.0, "{row}");
+        // What the NIC is set to (MLNX_OFED's ecn/, which the demo writes): DCQCN on at both
+        // points of the PFC priority in every scenario of this test.
+        assert_eq!(
+            row["evidence"]["nic_settings"]["ecn"],
+            serde_json::json!([{"priority": "3", "reaction": true, "notification": true}]),
+            "{row}"
+        );
         // The demo's NICs probe each other: the probe RTT joins the row, before the run too
         // (the minute before the window), which proves the queries on a real Prometheus. The
         // notes are not asserted: the simulated fabric's delays are fixed whatever the ECN
@@ -218,6 +225,15 @@ fn every_port_is(scenario: &str, expected: &str, exit_code: i32, direction: &str
         "{}",
         text.stdout
     );
+    assert_eq!(
+        text.stdout
+            .matches("NIC settings: priority 3: ECN reaction point on, notification point on")
+            .count(),
+        NICS,
+        "{}",
+        text.stdout
+    );
+    assert!(!text.stdout.contains("point off"), "{}", text.stdout);
 }
 
 #[test]

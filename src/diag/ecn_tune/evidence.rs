@@ -15,14 +15,16 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::classify::{classify, Signals, Verdict, ECN_FEEDBACK_LOW, PFC_NEAR_ZERO};
+use super::nic_settings::NicSettings;
 use super::query::{Labels, QueryError, Sample};
 use super::window::Window;
 
 /// Labels that describe a series of a port rather than name the port: dropped to key NICs.
-const NIC_DETAIL_LABELS: [&str; 9] = [
+const NIC_DETAIL_LABELS: [&str; 10] = [
     "__name__",
     "priority",
     "direction",
+    "point",
     "netdev",
     "link_layer",
     "hca_type",
@@ -123,6 +125,10 @@ pub struct NicEvidence {
     /// Where the probes' times come from (`hardware`, `software`: `rdma_probe_port_info`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_clock: Option<String>,
+    /// What the NIC is set to: ECN reaction/notification points per priority and DCQCN
+    /// parameters, where it reports them (`nic_settings.rs`).
+    #[serde(skip_serializing_if = "NicSettings::is_empty")]
+    pub nic_settings: NicSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -369,6 +375,7 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
     let rate = nic("max_over_time(rdma_port_rate_bytes_per_second%S[%W])")?;
     let info = q.run("max_over_time(rdma_port_info%S[%W])")?;
     let probes = probe_rtts(&q)?;
+    let settings = super::nic_settings::gather(&|t| q.run(t), &|l| key(l, &NIC_DETAIL_LABELS))?;
 
     let mut netdevs: BTreeMap<Labels, String> = BTreeMap::new();
     for s in &info {
@@ -415,6 +422,7 @@ pub fn gather(source: &dyn Source, ask: &Ask) -> Result<Evidence, QueryError> {
             probe_network_rtt_seconds: None,
             probe_network_rtt_baseline_seconds: None,
             probe_clock: None,
+            nic_settings: settings.get(&k).cloned().unwrap_or_default(),
         };
         let evidence = probes.fill(&k, evidence);
         let signals = Signals {
@@ -610,7 +618,8 @@ fn probe_note(e: &NicEvidence) -> Option<String> {
 }
 
 fn nic_notes(e: &NicEvidence) -> Vec<String> {
-    let mut notes = Vec::new();
+    // A point the NIC reports off explains the counters below it: first.
+    let mut notes = super::nic_settings::notes(&e.nic_settings);
     if e.cnp_ignored_per_second.is_some_and(|v| v > 0.0) {
         notes.push(format!(
             "ignores {:.1} CNPs/s (rp_cnp_ignored): DCQCN is off on this NIC (RdmaEcnNotEnabled); enable it before moving any threshold",
@@ -975,6 +984,63 @@ mod tests {
         assert!(notes.contains("RdmaEcnNotEnabled"), "{notes}");
         assert!(notes.contains("RdmaPfcStormNic"), "{notes}");
         assert!(e.notes[0].contains("PFC storm"), "{:?}", e.notes);
+    }
+
+    #[test]
+    fn what_the_nic_is_set_to_is_evidence_where_it_reports_it() {
+        let w = window();
+        let ask = Ask {
+            window: &w,
+            matchers: "",
+            line_rate_gbps: None,
+        };
+        // Not reported: no settings, no note about them.
+        let e = gather(&too_high_fabric(), &ask).unwrap();
+        assert_eq!(e.nics[0].evidence.nic_settings, NicSettings::default());
+        assert!(
+            !e.nics[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("ECN reaction point")),
+            "{:?}",
+            e.nics[0].notes
+        );
+        // Reported on: the settings, still no note; reported off: the note, on the same row.
+        for (value, noted) in [(1.0, false), (0.0, true)] {
+            let mut table = too_high_fabric();
+            table.0.push((
+                "rdma_ecn_enabled",
+                vec![
+                    s(
+                        &with(&[("priority", "3"), ("point", "reaction"), ("netdev", "eth2")]),
+                        value,
+                    ),
+                    s(
+                        &with(&[
+                            ("priority", "3"),
+                            ("point", "notification"),
+                            ("netdev", "eth2"),
+                        ]),
+                        1.0,
+                    ),
+                ],
+            ));
+            let e = gather(&table, &ask).unwrap();
+            assert_eq!(e.nics.len(), 1, "the settings join the NIC's row");
+            let nic = &e.nics[0];
+            assert_eq!(nic.evidence.nic_settings.ecn.len(), 1);
+            assert_eq!(
+                nic.evidence.nic_settings.ecn[0].reaction,
+                Some(value == 1.0)
+            );
+            let note = "ECN reaction point off on priority 3: DCQCN cannot slow this sender";
+            assert_eq!(
+                nic.notes.iter().any(|n| n.starts_with(note)),
+                noted,
+                "{:?}",
+                nic.notes
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod classify;
 pub mod evidence;
 pub mod nccl_window;
+pub mod nic_settings;
 pub mod query;
 pub mod report;
 pub mod thresholds;

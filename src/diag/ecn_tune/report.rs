@@ -201,6 +201,9 @@ fn nic_block(out: &mut String, n: &NicRow) {
         num(e.cnp_handled_per_packet),
         num(e.cnp_ignored_per_second)
     );
+    if let Some(settings) = super::nic_settings::line(&e.nic_settings) {
+        let _ = writeln!(out, "            {settings}");
+    }
     if let Some(rtt) = e.probe_network_rtt_seconds {
         let before = e
             .probe_network_rtt_baseline_seconds
