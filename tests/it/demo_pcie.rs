@@ -94,3 +94,38 @@ fn a_healthy_fabric_has_no_downtrained_link() {
     );
     assert!(aer.iter().all(|(_, v)| *v == 0.0), "{aer:?}");
 }
+
+/// A real Prometheus with the shipped rules (their `for:` cut to 10 s) scraping the scenario's
+/// hosts: RdmaPcieLinkDowntrained arrives for that NIC alone, with its PCI address.
+#[test]
+fn a_real_prometheus_alerts_on_the_half_width_nic_alone() {
+    use common::prometheus;
+    let demo = Exporter::small_demo("pcie-half-width", "60", "2s", "6");
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = crate::alerts_e2e::alerts_without_long_waits(dir.path());
+    let rules = common::project_root().join("alerts/rdma-rules.yml");
+    let (_prometheus, address) = prometheus::start_with_rules(
+        dir.path(),
+        &prometheus::demo_sd_job("rdma-pcie", &demo.address, None),
+        &[&rules, &alerts],
+    );
+    let firing = prometheus::wait_for(
+        &address,
+        r#"ALERTS{alertname=~"RdmaPcie.*",alertstate="firing"}"#,
+        std::time::Duration::from_secs(90),
+        |v| !v.is_empty(),
+    );
+    // A little longer: a second NIC's alert would have had its chance too.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let firing = prometheus::try_query(
+        &address,
+        r#"ALERTS{alertname=~"RdmaPcie.*",alertstate="firing"}"#,
+    )
+    .unwrap_or(firing);
+    assert_eq!(firing.len(), 1, "{firing:?}");
+    let labels = &firing[0].0;
+    assert_eq!(labels["alertname"], "RdmaPcieLinkDowntrained");
+    assert_eq!(labels["instance"], "gpu-node-01", "{labels:?}");
+    assert_eq!(labels["device"], "mlx5_1", "{labels:?}");
+    assert!(labels.contains_key("pci_address"), "{labels:?}");
+}
