@@ -99,7 +99,7 @@ pub struct PortNetdev {
 pub enum ModuleState {
     /// No module, or none the kernel can read (a DAC without EEPROM access, a soft device).
     Absent,
-    Present(ModuleReading),
+    Present(Box<ModuleReading>),
     Failed(ReadFailure),
 }
 
@@ -211,7 +211,7 @@ fn read_bounded(
         return ModuleState::Failed(ReadFailure::Io);
     }
     match receive.recv_timeout(timeout) {
-        Ok(Ok(Some(reading))) => ModuleState::Present(reading),
+        Ok(Ok(Some(reading))) => ModuleState::Present(Box::new(reading)),
         Ok(Ok(None)) => ModuleState::Absent,
         Ok(Err(e)) => {
             tracing::debug!("transceiver of {netdev}: {e}");
