@@ -200,6 +200,8 @@ impl Demo {
             }
             // Often enough for the QP panels, seldom enough not to slow the simulation down.
             config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
+            // FEC answers are written beside the statistics (`fec.rs`); read as often.
+            config.node.fec.interval = options.tick.max(Duration::from_secs(1));
             // Every NIC has a 400G module (`optics.rs`); the opt-in collector reads their pages.
             config.node.transceiver.enabled = true;
             config.node.transceiver.source =

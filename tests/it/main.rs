@@ -16,6 +16,7 @@ mod corpus_harness;
 mod dashboards;
 mod deb;
 mod demo;
+mod demo_fec;
 mod demo_pcie;
 mod deploy;
 mod device_removal;

@@ -1,0 +1,142 @@
+//! The demo's hosts expose FEC through the real `fec` collector: each simulated NIC's FEC_GET
+//! answer is written beside its statistics (`src/sim/fec.rs`) and decoded as the kernel's. A
+//! healthy fabric corrects a little and loses nothing; the failing optic of `nic-optic-failure`
+//! loses blocks on its own NIC only.
+
+use crate::common::{self, parse_exposition, Exporter, Sample};
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
+
+fn demo(scenario: &str) -> Exporter {
+    Exporter::start_subcommand(
+        "demo",
+        &["--scenario", scenario, "--speed", "10", "--start-at", "70"],
+    )
+}
+
+fn hosts_samples(demo: &Exporter) -> Vec<Sample> {
+    let mut all = Vec::new();
+    for host in HOSTS {
+        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
+        assert_eq!(status, 200, "{body}");
+        common::assert_no_duplicate_series(&body);
+        for mut sample in parse_exposition(&body) {
+            sample.labels.insert("host".into(), host.into());
+            all.push(sample);
+        }
+    }
+    all
+}
+
+/// `host device` -> value of `name`.
+fn by_nic(samples: &[Sample], name: &str) -> BTreeMap<String, f64> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| {
+            (
+                format!("{} {}", s.labels["host"], s.labels["device"]),
+                s.value,
+            )
+        })
+        .collect()
+}
+
+/// Samples once every host has served FEC series, then again `apart` later.
+fn two_readings(demo: &Exporter, apart: Duration) -> (Vec<Sample>, Vec<Sample>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let samples = hosts_samples(demo);
+        let hosts_with_fec = by_nic(&samples, "rdma_fec_corrected_bits_total")
+            .keys()
+            .map(|k| k.split(' ').next().unwrap().to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        if hosts_with_fec == HOSTS.len() {
+            break samples;
+        }
+        assert!(Instant::now() < deadline, "no FEC series from every host");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::sleep(apart);
+    (before, hosts_samples(demo))
+}
+
+#[test]
+fn healthy_hosts_correct_a_little_and_lose_nothing() {
+    let demo = demo("healthy");
+    let (before, after) = two_readings(&demo, Duration::from_secs(3));
+    let roce_ports = after
+        .iter()
+        .filter(|s| s.name == "rdma_port_info" && s.labels["link_layer"] == "Ethernet")
+        .count();
+    assert!(roce_ports >= HOSTS.len(), "{roce_ports}");
+    for name in [
+        "rdma_fec_corrected_bits_total",
+        "rdma_fec_corrected_blocks_total",
+        "rdma_fec_uncorrectable_blocks_total",
+        "rdma_fec_mode_info",
+    ] {
+        assert_eq!(
+            by_nic(&after, name).len(),
+            roce_ports,
+            "{name} on every RoCE port"
+        );
+    }
+    assert!(after
+        .iter()
+        .filter(|s| s.name == "rdma_fec_mode_info")
+        .all(|s| s.labels["mode"] == "rs" && s.labels.contains_key("netdev")));
+    assert!(by_nic(&after, "rdma_fec_uncorrectable_blocks_total")
+        .values()
+        .all(|v| *v == 0.0));
+    assert!(common::matching(
+        &after,
+        "rdma_exporter_collector_success",
+        &[("collector", "fec")]
+    )
+    .all(|s| s.value == 1.0));
+    // Corrected bits rise slowly with the traffic: below 1e-6 of the bits received, never down.
+    let (bits_before, bits_after) = (
+        by_nic(&before, "rdma_fec_corrected_bits_total"),
+        by_nic(&after, "rdma_fec_corrected_bits_total"),
+    );
+    let (rx_before, rx_after) = (
+        by_nic(&before, "rdma_port_rcv_data_bytes_total"),
+        by_nic(&after, "rdma_port_rcv_data_bytes_total"),
+    );
+    let mut rising = 0;
+    for (nic, after) in &bits_after {
+        let grew = after - bits_before[nic];
+        assert!(grew >= 0.0, "{nic}");
+        let received_bits = (rx_after[nic] - rx_before[nic]) * 8.0;
+        assert!(
+            grew <= received_bits * 1e-6 + 1.0,
+            "{nic}: {grew} of {received_bits}"
+        );
+        rising += usize::from(grew > 0.0);
+    }
+    assert!(
+        rising * 2 > bits_after.len(),
+        "most links correct some bits: {rising}"
+    );
+}
+
+#[test]
+fn the_failing_optic_loses_blocks_on_its_own_nic_only() {
+    let demo = demo("nic-optic-failure");
+    let (before, after) = two_readings(&demo, Duration::from_secs(3));
+    let (lost_before, lost_after) = (
+        by_nic(&before, "rdma_fec_uncorrectable_blocks_total"),
+        by_nic(&after, "rdma_fec_uncorrectable_blocks_total"),
+    );
+    let losing: Vec<&String> = lost_after
+        .iter()
+        .filter(|(nic, v)| **v > lost_before[*nic])
+        .map(|(nic, _)| nic)
+        .collect();
+    assert_eq!(losing, ["gpu-node-02 mlx5_3"], "{lost_after:?}");
+}
