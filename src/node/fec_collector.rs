@@ -420,6 +420,9 @@ fn help_of(total_name: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// How long a scrape waits for the first round after the start.
+const FIRST_ROUND_WAIT: Duration = Duration::from_secs(1);
+
 /// Success is that of the last round: ethtool netlink available, every port read (or without
 /// FEC), not stale.
 impl Collector for FecCollector {
@@ -432,7 +435,14 @@ impl Collector for FecCollector {
     }
 
     fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.readings.last();
+        // A scrape right after the start waits a little for the first round (reading a node's
+        // ports takes milliseconds), so that the first scrape already has FEC.
+        let started = Instant::now();
+        let mut reading = self.readings.last();
+        while reading.finished.is_none() && started.elapsed() < FIRST_ROUND_WAIT {
+            std::thread::sleep(Duration::from_millis(5));
+            reading = self.readings.last();
+        }
         let errors = self
             .shared
             .errors
