@@ -10,6 +10,7 @@ mod gids;
 mod limits;
 mod mtu;
 mod netns;
+mod pcie;
 mod ports;
 mod prio_traffic;
 mod probe;
@@ -243,6 +244,7 @@ fn check_ports(
     };
 
     for device in &snapshot.devices {
+        report.extend(pcie::check_link(device));
         for port in &device.ports {
             let state = ports::check_state(&device.name, port);
             let active = state.severity == Severity::Ok;
