@@ -323,7 +323,7 @@ impl Demo {
             update_tree(&root.join("sys"), before, &after).map_err(error(root.join("sys")))?;
             write_ethtool_files(&root.join("ethtool"), &after)
                 .map_err(error(root.join("ethtool")))?;
-            super::optics::write_modules(&root.join("modules"), &fabric, index)
+            super::optics::write_modules(&root.join("modules"), &fabric, index, false)
                 .map_err(error(root.join("modules")))?;
             let key = workload::host_files_key(&fabric, index);
             if host_files[index] != key {
@@ -389,7 +389,7 @@ fn write_hosts(dir: &Path, fabric: &Fabric) -> Result<(), DemoError> {
         let error = |path: PathBuf| move |source| DemoError::Write { path, source };
         write_tree(&root.join("sys"), &specs).map_err(error(root.join("sys")))?;
         write_ethtool_files(&root.join("ethtool"), &specs).map_err(error(root.join("ethtool")))?;
-        super::optics::write_modules(&root.join("modules"), fabric, index)
+        super::optics::write_modules(&root.join("modules"), fabric, index, true)
             .map_err(error(root.join("modules")))?;
         workload::write_host_files(&root, fabric, index).map_err(error(root.clone()))?;
     }

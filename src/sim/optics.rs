@@ -112,10 +112,10 @@ pub fn values(fabric: &Fabric, host: usize, nic: usize) -> ModuleValues {
     }
 }
 
-/// Writes every NIC's module of host `host` under `modules` (`<netdev>/<half page>.bin`).
-/// The identity and thresholds are rewritten too: a reader never sees a half-written file
-/// (each goes through a rename), and the pages are a few hundred bytes.
-pub fn write_modules(modules: &Path, fabric: &Fabric, host: usize) -> io::Result<()> {
+/// Writes every NIC's module of host `host` under `modules` (`<netdev>/<half page>.bin`), each
+/// file through a rename so that a reader never sees half of one. `all`: every page (the
+/// first write); else only the pages whose monitors move (lower memory and page 11h).
+pub fn write_modules(modules: &Path, fabric: &Fabric, host: usize, all: bool) -> io::Result<()> {
     let Some(nics) = fabric.hosts.get(host).map(|h| &h.nics) else {
         return Ok(());
     };
@@ -127,6 +127,9 @@ pub fn write_modules(modules: &Path, fabric: &Fabric, host: usize) -> io::Result
         fs::create_dir_all(&dir)?;
         let serial = format!("SIM{host:02}{index:02}{:06}", 400_000 + index);
         for (page, half) in pages(&values(fabric, host, index), &serial) {
+            if !all && !matches!(page, None | Some(0x11)) {
+                continue;
+            }
             let name = match page {
                 None => file_name(0x50, 0, 0, false),
                 Some(page) => file_name(0x50, page, 0, true),
@@ -210,7 +213,7 @@ mod tests {
     fn the_written_pages_decode_to_the_simulated_values() {
         let fabric = fabric(ScenarioName::Healthy, 30.0);
         let dir = tempfile::tempdir().unwrap();
-        write_modules(dir.path(), &fabric, 0).unwrap();
+        write_modules(dir.path(), &fabric, 0, true).unwrap();
         let netdev = fabric.hosts[0].nics[0].spec.netdev.clone().unwrap();
         let module = read_module(&FilePages::new(dir.path()), &netdev)
             .unwrap()

@@ -254,7 +254,7 @@ fn unknown_or_disabled_collect_names_are_a_400_with_the_names() {
     assert!(body.contains("unknown collector \"bogus\""), "{body}");
     assert!(
         body.contains(
-            "sysfs, ethtool, pfc_storm, netlink, pods, nccl, switch, ib_fabric, probe, process"
+            "sysfs, ethtool, pfc_storm, netlink, fec, transceiver, pods, nccl, switch, ib_fabric, probe, process"
         ),
         "{body}"
     );
