@@ -358,8 +358,8 @@ fn add_metrics<'a>(
             ),
             (
                 &stats.corrected_bits,
-                "rdma_fec_corrected_bits_total",
-                "rdma_fec_lane_corrected_bits_total",
+                "rdma_fec_corrected_bit_errors_total",
+                "rdma_fec_lane_corrected_bit_errors_total",
             ),
         ];
         for (counts, total_name, lane_name) in counters {
@@ -598,7 +598,7 @@ mod tests {
         for line in [
             format!("rdma_fec_corrected_blocks_total{labels} 1234"),
             format!("rdma_fec_uncorrectable_blocks_total{labels} 2"),
-            format!("rdma_fec_corrected_bits_total{labels} 5678"),
+            format!("rdma_fec_corrected_bit_errors_total{labels} 5678"),
             r#"rdma_fec_mode_info{device="mlx5_0",port="1",netdev="ens1np0",mode="rs"} 1"#.into(),
             r#"rdma_exporter_collector_success{collector="fec"} 1"#.into(),
         ] {

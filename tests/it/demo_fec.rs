@@ -50,7 +50,7 @@ fn two_readings(demo: &Exporter, apart: Duration) -> (Vec<Sample>, Vec<Sample>) 
     let deadline = Instant::now() + Duration::from_secs(30);
     let before = loop {
         let samples = hosts_samples(demo);
-        let hosts_with_fec = by_nic(&samples, "rdma_fec_corrected_bits_total")
+        let hosts_with_fec = by_nic(&samples, "rdma_fec_corrected_bit_errors_total")
             .keys()
             .map(|k| k.split(' ').next().unwrap().to_string())
             .collect::<std::collections::BTreeSet<_>>()
@@ -75,7 +75,7 @@ fn healthy_hosts_correct_a_little_and_lose_nothing() {
         .count();
     assert!(roce_ports >= HOSTS.len(), "{roce_ports}");
     for name in [
-        "rdma_fec_corrected_bits_total",
+        "rdma_fec_corrected_bit_errors_total",
         "rdma_fec_corrected_blocks_total",
         "rdma_fec_uncorrectable_blocks_total",
         "rdma_fec_mode_info",
@@ -101,8 +101,8 @@ fn healthy_hosts_correct_a_little_and_lose_nothing() {
     .all(|s| s.value == 1.0));
     // Corrected bits rise slowly with the traffic: below 1e-6 of the bits received, never down.
     let (bits_before, bits_after) = (
-        by_nic(&before, "rdma_fec_corrected_bits_total"),
-        by_nic(&after, "rdma_fec_corrected_bits_total"),
+        by_nic(&before, "rdma_fec_corrected_bit_errors_total"),
+        by_nic(&after, "rdma_fec_corrected_bit_errors_total"),
     );
     let (rx_before, rx_after) = (
         by_nic(&before, "rdma_port_rcv_data_bytes_total"),
