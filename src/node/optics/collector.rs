@@ -571,6 +571,25 @@ mod tests {
     }
 
     #[test]
+    fn the_files_source_and_its_directory_go_together() {
+        let parse = |text: &str| -> TransceiverConfig { serde_yaml::from_str(text).unwrap() };
+        let config = parse("enabled: true\nsource: files\n");
+        assert!(config
+            .check()
+            .unwrap_err()
+            .contains("modules_dir is required"));
+        let config = parse("modules_dir: /tmp/m\n");
+        assert!(config.check().unwrap_err().contains("only used with"));
+        let config = parse("source: files\nmodules_dir: /tmp/m\ninterval: 5s\n");
+        assert_eq!(config.check(), Ok(()));
+        assert_eq!(config.interval, Duration::from_secs(5));
+        assert!(
+            !TransceiverConfig::default().enabled,
+            "opt-in: needs CAP_NET_ADMIN"
+        );
+    }
+
+    #[test]
     fn ports_without_a_module_read_as_absent_not_as_errors() {
         let (collector, _sysfs) = started(
             Behaviour::Refuse(|| PageError::NoModule),
