@@ -251,6 +251,57 @@ fn ecn_too_low_says_raise_kmin_kmax_on_every_port_and_exits_1() {
     every_port_is("ecn-too-low", "too_low", 1, "raise Kmin/Kmax");
 }
 
+/// `cnp-ignored` turns gpu-node-02 mlx5_1's ECN reaction point off (MLNX_OFED's `ecn/` in the
+/// demo): ecn-tune says so for that NIC, first among its notes, and for no other; every other
+/// NIC's settings line says both points on.
+#[test]
+fn a_nic_with_its_reaction_point_off_is_named_by_its_settings() {
+    let _exclusive = common::exclusive(module_path!());
+    let scenario = "cnp-ignored";
+    let (_demo, _prometheus, _dir, address, _) = fabric_under(scenario);
+    let selector = format!("{{cluster=\"{scenario}\"}}");
+    let prometheus_url = format!("http://{address}");
+    let args = [
+        "--prometheus",
+        &prometheus_url,
+        "--last",
+        "60s",
+        "--selector",
+        &selector,
+    ];
+    let run = ecn_tune(&[&args[..], &["--output", "json"]].concat(), &[]);
+    let report = json(&run);
+    let note = "ECN reaction point off on priority 3: DCQCN cannot slow this sender";
+    let mut named = Vec::new();
+    for row in report["nics"].as_array().unwrap() {
+        let nic = format!("{} {}", row["labels"]["instance"], row["labels"]["device"]);
+        let notes: Vec<&str> = row["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .collect();
+        if notes.first().is_some_and(|n| n.starts_with(note)) {
+            named.push(nic.clone());
+        }
+        let reaction = &row["evidence"]["nic_settings"]["ecn"][0]["reaction"];
+        assert_eq!(
+            *reaction,
+            serde_json::Value::Bool(nic != "\"gpu-node-02\" \"mlx5_1\""),
+            "{row}"
+        );
+    }
+    assert_eq!(named, ["\"gpu-node-02\" \"mlx5_1\""], "{report:#}");
+    let text = ecn_tune(&args, &[]);
+    assert_eq!(text.stdout.matches(note).count(), 1, "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains("NIC settings: priority 3: ECN reaction point off, notification point on"),
+        "{}",
+        text.stdout
+    );
+}
+
 #[test]
 fn an_unreachable_prometheus_is_exit_2_and_named() {
     // A port nothing listens on: bound, then released.
