@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use super::scenario::{NicCondition, Scenario, ScenarioName, PCIE_HALF_WIDTH_NIC};
 use super::ecn_tree::EcnSpec;
+use super::scenario::{NicCondition, Scenario, ScenarioName, PCIE_HALF_WIDTH_NIC};
 use super::sysfs_tree::{connectx7_node, LinkLayer, NicSpec};
 
 /// 400 Gb/s in bytes per second.
