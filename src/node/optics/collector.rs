@@ -75,13 +75,17 @@ impl TransceiverConfig {
         }
     }
 
-    /// The source the config names.
+    /// The source the config names. A module's read asks up to five pages, one request at a
+    /// time on one netlink socket: each request gets a fifth of the module's bound, so one
+    /// stuck request cannot hold the socket for the next module's whole bound.
     pub fn pages(&self) -> Arc<dyn ModulePages> {
         match (self.source, &self.modules_dir) {
             (TransceiverSourceKind::Files, Some(dir)) => {
                 Arc::new(super::files::FilePages::new(dir))
             }
-            _ => Arc::new(super::kernel::KernelPages::new(self.timeout)),
+            _ => Arc::new(super::kernel::KernelPages::new(
+                (self.timeout / 5).max(Duration::from_millis(200)),
+            )),
         }
     }
 }
