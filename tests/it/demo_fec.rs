@@ -1,4 +1,4 @@
-//! The demo's hosts expose FEC through the real `fec` collector: each simulated NIC's FEC_GET
+//! The `fec` collector end to end: the demo's hosts expose FEC through it: each simulated NIC's FEC_GET
 //! answer is written beside its statistics (`src/sim/fec.rs`) and decoded as the kernel's. A
 //! healthy fabric corrects a little and loses nothing; the failing optic of `nic-optic-failure`
 //! loses blocks on its own NIC only.
@@ -139,4 +139,45 @@ fn the_failing_optic_loses_blocks_on_its_own_nic_only() {
         .map(|(nic, _)| nic)
         .collect();
     assert_eq!(losing, ["gpu-node-02 mlx5_3"], "{lost_after:?}");
+}
+
+/// The flags on the bundled node (its `<netdev>.fec` files): off, the opt-in series, and no FEC
+/// without driver statistics.
+#[test]
+fn the_collector_flags_turn_it_off_and_add_the_bins() {
+    let cx7 = common::project_root().join("tests/fixtures/cx7-roce");
+    let (sys, ethtool) = (cx7.join("sys"), cx7.join("ethtool"));
+    let base = ["--no-collector.pfc-storm", "--no-collector.netlink"];
+    let scrape = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        parse_exposition(&Exporter::on_node(&sys, &ethtool, &args).metrics())
+    };
+    let off = scrape(&["--no-collector.fec"]);
+    assert!(off.iter().all(|s| !s.name.starts_with("rdma_fec_")
+        && s.labels.get("collector").map(String::as_str) != Some("fec")));
+    let detailed = scrape(&["--collector.fec.per-lane", "--collector.fec.histogram"]);
+    let bins = common::matching(
+        &detailed,
+        "rdma_fec_histogram_codewords_total",
+        &[("device", "mlx5_0")],
+    )
+    .count();
+    assert_eq!(bins, 16, "RS(544,514): 0 to 15 bit errors per codeword");
+    // RS-FEC corrects across lanes: totals only, so no lane series even when asked.
+    assert!(detailed
+        .iter()
+        .all(|s| !s.name.starts_with("rdma_fec_lane_")));
+    // Asked for without driver statistics: refused before listening (port 1 is never bound).
+    let (code, _, stderr) = common::run(&[
+        "serve",
+        "--web.listen-address",
+        "127.0.0.1:1",
+        "--no-collector.ethtool",
+        "--collector.fec",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--collector.fec reads beside the driver statistics"),
+        "{stderr}"
+    );
 }
