@@ -52,6 +52,7 @@ seed_sources() {
     gnmi_values) echo seeds/gnmi_values ;;
     gnmi_json) echo seeds/gnmi_json ;;
     rdma_netlink) echo ../tests/fixtures/netlink ;;
+    transceiver_pages) echo regressions/transceiver_pages ;;
     *)
         echo "scripts/fuzz.sh: unknown target $1; the targets are: $(cargo fuzz list | xargs)" >&2
         exit 2

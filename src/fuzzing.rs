@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rdma_netlink", rdma_netlink),
     ("ib_diags_text", ib_diags_text),
     ("probe_packet", probe_packet),
+    ("transceiver_pages", transceiver_pages),
 ];
 
 /// Payloads from a broken or hostile probe peer: `data` in chunks of a source byte and a
@@ -571,6 +572,94 @@ pub fn rdma_netlink(data: &[u8]) {
         .map(|a| (a.kind, a.u32().expect("a u32")))
         .collect();
     assert_eq!(back, attrs);
+}
+
+/// Module memory as `data`'s 128-byte chunks, in the order a module read asks for them: lower
+/// memory at 0x50, upper pages 00h, 01h, 02h, 03h and 11h, then A2h; a chunk past the end is a
+/// page the module does not have, and the last chunk may be short. Through the whole read (the
+/// identifier picks SFF-8472, SFF-8636 or CMIS) and each decoder on its own. Besides not
+/// panicking: at most 8 lanes, numbered from 1 in order; every value finite; text labels
+/// printable ASCII.
+pub fn transceiver_pages(data: &[u8]) {
+    use crate::node::optics::{
+        cmis, read_module, sff8472, sff8636, ModulePages, ModuleReading, PageError, PageRequest,
+    };
+
+    #[derive(Debug)]
+    struct Chunks<'a>(Vec<&'a [u8]>);
+
+    impl ModulePages for Chunks<'_> {
+        fn read(&self, _: &str, request: PageRequest) -> Result<Vec<u8>, PageError> {
+            let index = match (request.i2c_address, request.offset, request.page) {
+                (0x50, 0, _) => 0,
+                (0x50, 128, 0x00) => 1,
+                (0x50, 128, 0x01) => 2,
+                (0x50, 128, 0x02) => 3,
+                (0x50, 128, 0x03) => 4,
+                (0x50, 128, 0x11) => 5,
+                (0x51, 0, 0) => 6,
+                _ => return Err(PageError::NoPage(request)),
+            };
+            self.0
+                .get(index)
+                .map(|chunk| chunk.to_vec())
+                .ok_or(PageError::NoPage(request))
+        }
+    }
+
+    fn check(module: &ModuleReading) {
+        for text in [
+            &module.vendor,
+            &module.part_number,
+            &module.revision,
+            &module.serial_number,
+        ] {
+            assert!(text.bytes().all(|b| (0x20..0x7F).contains(&b)), "{text:?}");
+        }
+        let Some(d) = &module.diagnostics else { return };
+        assert!(d.lanes.len() <= 8);
+        for (i, lane) in d.lanes.iter().enumerate() {
+            assert_eq!(usize::from(lane.lane), i + 1);
+        }
+        let thresholds = crate::node::optics::Quantity::ALL
+            .iter()
+            .filter_map(|q| d.thresholds.get(*q))
+            .flat_map(|levels| levels.labelled().map(|(_, v)| v));
+        let values = d
+            .lanes
+            .iter()
+            .flat_map(|l| [l.tx_power_watts, l.rx_power_watts, l.bias_current_amperes])
+            .chain([d.temperature_celsius, d.supply_voltage_volts])
+            .flatten()
+            .chain(thresholds);
+        for value in values {
+            assert!(value.is_finite(), "{value}");
+        }
+    }
+
+    let chunks: Vec<&[u8]> = data.chunks(128).collect();
+    if let Ok(Some(module)) = read_module(&Chunks(chunks.clone()), "eth0") {
+        check(&module);
+    }
+    let page = |i: usize| chunks.get(i).copied();
+    let lower = page(0).unwrap_or(&[]);
+    let upper_00 = page(1).unwrap_or(&[]);
+    for decoded in [
+        sff8472::decode(lower, page(6)),
+        sff8636::decode(lower, upper_00, page(4)),
+        cmis::decode(cmis::Pages {
+            lower,
+            page_00: upper_00,
+            page_01: page(2),
+            page_02: page(3),
+            page_11: page(5),
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        check(&decoded);
+    }
 }
 
 /// Any text as a saved infiniband-diags output: detection, every tool's parser, the merge, the

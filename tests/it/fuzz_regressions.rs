@@ -88,6 +88,11 @@ fn probe_packet() {
     replay("probe_packet");
 }
 
+#[test]
+fn transceiver_pages() {
+    replay("transceiver_pages");
+}
+
 /// Each target has a test above and a directory; a directory of a renamed target would
 /// otherwise replay nothing, silently.
 #[test]
