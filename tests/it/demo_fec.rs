@@ -1,7 +1,7 @@
-//! The `fec` collector end to end: the demo's hosts expose FEC through it: each simulated NIC's FEC_GET
-//! answer is written beside its statistics (`src/sim/fec.rs`) and decoded as the kernel's. A
-//! healthy fabric corrects a little and loses nothing; the failing optic of `nic-optic-failure`
-//! loses blocks on its own NIC only.
+//! The `fec` collector end to end. The demo's hosts expose FEC through it: each simulated NIC's
+//! FEC_GET answer is written beside its statistics (`src/sim/fec.rs`) and decoded as the
+//! kernel's. A healthy fabric corrects a little and loses nothing; the failing optic of
+//! `nic-optic-failure` loses blocks on its own NIC only. The flags, on the bundled node.
 
 use crate::common::{self, parse_exposition, Exporter, Sample};
 
