@@ -195,7 +195,7 @@ fn collect_params_run_only_the_named_collectors() {
     let all = exporter.metrics();
     assert_eq!(
         collectors_reported(&all),
-        ["sysfs", "ethtool", "pfc_storm", "netlink", "process"]
+        ["sysfs", "ethtool", "pfc_storm", "netlink", "fec", "process"]
     );
 
     let (status, _, storm) = exporter.get("/metrics?collect[]=pfc_storm");
@@ -220,7 +220,10 @@ fn exclude_params_run_every_other_collector() {
     let exporter = cx7_exporter(&["--no-collector.process"]);
     let (status, _, body) = exporter.get("/metrics?exclude[]=pfc_storm");
     assert_eq!(status, 200, "{body}");
-    assert_eq!(collectors_reported(&body), ["sysfs", "ethtool", "netlink"]);
+    assert_eq!(
+        collectors_reported(&body),
+        ["sysfs", "ethtool", "netlink", "fec"]
+    );
     assert!(body.contains("rdma_pfc_pause_duration_seconds_total{"));
     assert!(!body.contains("rdma_pfc_storms_detected_total"), "{body}");
     promtool_check_metrics(&body);
@@ -228,7 +231,10 @@ fn exclude_params_run_every_other_collector() {
     let (status, _, body) =
         exporter.get("/metrics?exclude[]=pfc_storm&exclude[]=process&exclude[]=switch");
     assert_eq!(status, 200, "{body}");
-    assert_eq!(collectors_reported(&body), ["sysfs", "ethtool", "netlink"]);
+    assert_eq!(
+        collectors_reported(&body),
+        ["sysfs", "ethtool", "netlink", "fec"]
+    );
     for (path, error) in [
         ("/metrics?exclude[]=bogus", "unknown collector \"bogus\""),
         (
