@@ -257,6 +257,30 @@ mod tests {
         assert!(data_of(&[], request).is_err());
     }
 
+    /// The running kernel judges the request itself: its policy checks every attribute before
+    /// it looks for the driver's op, so a malformed request would be EINVAL. `lo` has no module
+    /// op: EOPNOTSUPP for a process with CAP_NET_ADMIN, EPERM without; a kernel without the
+    /// family (or the command, before 5.13) says so.
+    #[test]
+    fn the_kernel_accepts_the_request_and_lo_has_no_module_op() {
+        let pages = KernelPages::new(Duration::from_secs(2));
+        let result = pages.netlink_read("lo", PageRequest::upper(0x11, 0));
+        match result {
+            Err(EthtoolNlError::NotSupported { .. }) => {}
+            Err(EthtoolNlError::Permission { .. }) => {
+                // SAFETY: geteuid has no preconditions.
+                assert_ne!(unsafe { libc::geteuid() }, 0, "root refused: {result:?}");
+            }
+            Err(EthtoolNlError::NoFamily { .. } | EthtoolNlError::Unavailable(_)) => {}
+            other => panic!("lo: {other:?}"),
+        }
+        // No such netdev: ENODEV, read as no module.
+        assert!(matches!(
+            pages.read("nosuchdev0", PageRequest::lower(I2C_ADDRESS)),
+            Err(PageError::NoModule | PageError::Permission)
+        ));
+    }
+
     /// Whatever the machine running the tests has: no panic, and an unprivileged process is
     /// refused or finds no module on `lo` (which has no module EEPROM).
     #[test]
