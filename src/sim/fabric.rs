@@ -309,7 +309,11 @@ impl Nic {
         self.add(Ethtool, "rx_packets_phy", rx_packets);
         self.add(Ethtool, "rx_bits_phy", received * 8.0);
         // FEC corrects a healthy link's rare bit errors (pre-FEC BER 1e-9; sim/fec.rs).
-        self.add(Ethtool, "rx_corrected_bits_phy", received * 8.0 * PRE_FEC_BER);
+        self.add(
+            Ethtool,
+            "rx_corrected_bits_phy",
+            received * 8.0 * PRE_FEC_BER,
+        );
         // Notification point: marked packets seen, CNPs sent (on priority 6).
         self.add(HwCounters, "np_ecn_marked_roce_packets", marks);
         self.add(Ethtool, "rx_prio3_marked", marks);

@@ -208,8 +208,10 @@ fn series_budget_per_node() {
         "series-budget fixture node, 8 GPU NICs, fleet hw_counters preset: {}",
         eight_preset.0
     );
-    // The design's budget, with headroom.
-    assert!(eight_nics.0 < 900, "{} series for 8 NICs", eight_nics.0);
+    // The design's budget (under 1 000), with headroom. Since the NIC health families (a
+    // device's PCIe link: 6, a port's FEC: 4, its ECN points: 2 on the fixture's PFC priority)
+    // the 8 NICs take 916.
+    assert!(eight_nics.0 < 950, "{} series for 8 NICs", eight_nics.0);
     assert!(eight_preset.0 < eight_nics.0 && all_preset.0 < all.0);
 
     let demo = Exporter::start_subcommand("demo", &["--scenario", "healthy"]);
@@ -227,6 +229,18 @@ fn series_budget_per_node() {
             "pfc_storm"
         } else if n.starts_with("rdma_probe_") {
             "probe"
+        } else if n.starts_with("rdma_transceiver_")
+            || n == "rdma_exporter_transceiver_read_errors_total"
+        {
+            "transceiver"
+        } else if n.starts_with("rdma_dcqcn_")
+            || n.starts_with("rdma_fec_lane_")
+            || n.starts_with("rdma_fec_histogram_")
+            || n.starts_with("rdma_pcie_link_max_")
+            || (n == "rdma_pcie_aer_errors_total"
+                && s.labels.get("severity").is_some_and(|v| v == "correctable"))
+        {
+            "opt-in detail"
         } else {
             "sysfs+ethtool+self"
         }
@@ -243,12 +257,17 @@ fn series_budget_per_node() {
         .get("sysfs+ethtool+self")
         .copied()
         .unwrap_or_default();
-    assert!(node > 100 && node < 900, "{groups:?}");
+    // The default collectors (the FEC and PCIe families among them) stay under 1 000.
+    assert!(node > 100 && node < 1_000, "{groups:?}");
     // Probing on (the demo's hosts probe each other, healthy: no losing target has series of
-    // its own): 20 series a port, and the 8-NIC node with probing stays under 1 000.
+    // its own): 20 series a port, about 1 100 with the default collectors.
     let probe = groups.get("probe").copied().unwrap_or_default();
     assert_eq!(probe, 8 * 20, "{groups:?}");
-    assert!(node + probe < 1_000, "{groups:?}");
+    assert!(node + probe < 1_100, "{groups:?}");
+    // The transceiver collector (opt-in: it needs CAP_NET_ADMIN) on the demo's 400G CMIS
+    // modules: 48 a port (8 lanes x 3 monitors, their thresholds, temperature, voltage, info).
+    let transceiver = groups.get("transceiver").copied().unwrap_or_default();
+    assert_eq!(transceiver, 8 * 48, "{groups:?}");
 }
 
 /// Series per switch and per switch port for the SNMP (`arista_eos`, the demo's leaves) and
