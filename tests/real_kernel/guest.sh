@@ -221,6 +221,7 @@ for n in /sys/class/net/*; do
     fi
 done
 if [ -n "$pcie_net" ]; then
+    pcie_start=$(date +%s.%N)
     ip link set "$pcie_net" up
     rdma link add rxeP type rxe netdev "$pcie_net" || echo "rdma link add rxeP failed" >>"$O/errors.txt"
     up=$(dirname "$pcie_fn")
@@ -237,6 +238,12 @@ if [ -n "$pcie_net" ]; then
     } >"$O/pcie.txt"
     scrape pcie
     rdma link delete rxeP
+    echo $? >"$O/pcie-delete.rc"
+    for _ in $(seq 25); do [ -e /sys/class/infiniband/rxeP ] || break; sleep 0.2; done
+    ls /sys/class/infiniband/ >"$O/pcie-after.ls"
+    # What the exporter counts for rxeP from here on is the removal phase's doing.
+    scrape pcie-after
+    echo "$pcie_start $(date +%s.%N)" | awk '{ printf "%.1f\n", $2 - $1 }' >"$O/pcie-seconds.txt"
 else
     echo "no netdev on a PCIe function (scripts/vm/boot --pcie)" >"$O/pcie.txt"
 fi
