@@ -48,6 +48,7 @@ mod nccl_triage;
 mod netlink_pods;
 mod node_exporter_crosscheck;
 mod optics;
+mod pcie;
 mod pods;
 mod probe_localization_e2e;
 mod prometheus_scrape;
