@@ -67,10 +67,7 @@ fn node(root: &Path) {
     link(&fn1, ("Unknown", "0"), ("16.0 GT/s PCIe", "16"));
     write(&fn1, &[("numa_node", "1\n")]);
     let virtio = devices.join("pci0000:00/0000:00:03.0/virtio0");
-    write(
-        &virtio.parent().unwrap().to_path_buf(),
-        &[("numa_node", "-1\n")],
-    );
+    write(virtio.parent().unwrap(), &[("numa_node", "-1\n")]);
     std::fs::create_dir_all(&virtio).unwrap();
 
     let class = root.join("class");
