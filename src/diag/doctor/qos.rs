@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::node::dcb::{DcbAnswer, DcbError};
+use crate::node::ecn_settings;
 use crate::node::ethtool::{EthtoolError, RawStat};
 
 use super::report::{Finding, Severity};
@@ -132,52 +133,129 @@ pub fn check_pfc(
     }
 }
 
-/// ECN/DCQCN from MLNX_OFED's `class/net/<netdev>/ecn/roce_{np,rp}/enable/<p>`; upstream kernels
-/// keep these in debugfs, so their absence is no problem.
+/// ECN/DCQCN from MLNX_OFED's `class/net/<netdev>/ecn/roce_{np,rp}/enable/<p>`, read as the
+/// exporter reads it (`node::ecn_settings`); upstream kernels keep these in debugfs, so their
+/// absence is no problem. A file that cannot be read or parsed (an empty one is the driver's
+/// failed firmware query) is said to be unreadable, never taken for "off".
 pub fn check_ecn(sysfs: &Path, device: &str, port: u32, netdev: &str, priority: u8) -> Finding {
-    let ecn = sysfs.join("class/net").join(netdev).join("ecn");
-    let read = |role: &str| {
-        std::fs::read_to_string(ecn.join(role).join("enable").join(priority.to_string()))
-            .ok()
-            .map(|t| t.trim() == "1")
+    let class_net = sysfs.join("class/net");
+    let ecn = class_net.join(netdev).join("ecn");
+    let finding = |severity, message: String| Finding::port("ecn", device, port, severity, message);
+    let request = ecn_settings::Request {
+        priorities: 1u8.checked_shl(u32::from(priority)).unwrap_or(0),
+        parameters: false,
     };
-    match (read("roce_np"), read("roce_rp")) {
-        (None, None) => Finding::port(
-            "ecn",
-            device,
-            port,
-            Severity::Info,
-            format!(
-                "ECN/DCQCN settings not visible on this kernel (no {}; upstream mlx5 keeps them \
-                 in debugfs)",
-                ecn.display()
+    let read = ecn_settings::read(&class_net, netdev, request);
+    let Some(settings) = read.settings.filter(|_| read.errors.is_empty()) else {
+        return match read.errors.first() {
+            None => finding(
+                Severity::Info,
+                format!(
+                    "ECN/DCQCN settings not visible on this kernel (no {}; upstream mlx5 keeps \
+                     them in debugfs)",
+                    ecn.display()
+                ),
             ),
-        ),
-        (Some(true), Some(true)) => Finding::port(
-            "ecn",
-            device,
-            port,
+            Some(error) => finding(
+                Severity::Warn,
+                format!(
+                    "ECN setting of priority {priority} unreadable ({}: {}): firmware query \
+                     failed or the file is garbled",
+                    error.path.display(),
+                    error.detail
+                ),
+            ),
+        };
+    };
+    let np = settings.enabled(ecn_settings::Point::Notification, priority);
+    let rp = settings.enabled(ecn_settings::Point::Reaction, priority);
+    if np == Some(true) && rp == Some(true) {
+        return finding(
             Severity::Ok,
             format!("ECN enabled on priority {priority} (notification and reaction point)"),
-        ),
-        (np, rp) => {
-            let off: Vec<&str> = [(np, "roce_np (CNPs sent)"), (rp, "roce_rp (rate reaction)")]
-                .into_iter()
-                .filter(|(on, _)| *on != Some(true))
-                .map(|(_, name)| name)
-                .collect();
-            Finding::port(
-                "ecn",
-                device,
-                port,
-                Severity::Warn,
-                format!("ECN off on priority {priority}: {}", off.join(", ")),
-            )
-            .with_fix(format!(
-                "echo 1 > {}/roce_np/enable/{priority} and {}/roce_rp/enable/{priority}",
-                ecn.display(),
-                ecn.display()
-            ))
+        );
+    }
+    let describe = |on: Option<bool>, name: &str| match on {
+        Some(true) => None,
+        Some(false) => Some(name.to_string()),
+        None => Some(format!("{name} not shown")),
+    };
+    let off: Vec<String> = [
+        describe(np, "roce_np (CNPs sent)"),
+        describe(rp, "roce_rp (rate reaction)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    finding(
+        Severity::Warn,
+        format!("ECN off on priority {priority}: {}", off.join(", ")),
+    )
+    .with_fix(format!(
+        "echo 1 > {}/roce_np/enable/{priority} and {}/roce_rp/enable/{priority}",
+        ecn.display(),
+        ecn.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `class/net/eth0/ecn` tree with these `enable/3` contents (`None`: no file).
+    fn tree(np: Option<&str>, rp: Option<&str>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let ecn = dir.path().join("class/net/eth0/ecn");
+        for (role, value) in [("roce_np", np), ("roce_rp", rp)] {
+            let enable = ecn.join(role).join("enable");
+            std::fs::create_dir_all(&enable).unwrap();
+            if let Some(value) = value {
+                std::fs::write(enable.join("3"), value).unwrap();
+            }
         }
+        dir
+    }
+
+    fn check(dir: &tempfile::TempDir) -> Finding {
+        check_ecn(dir.path(), "mlx5_0", 1, "eth0", 3)
+    }
+
+    #[test]
+    fn both_points_on_is_ok_and_one_off_is_named() {
+        let on = check(&tree(Some("1\n"), Some("1\n")));
+        assert_eq!(on.severity, Severity::Ok, "{on:?}");
+        let np_off = check(&tree(Some("0\n"), Some("1\n")));
+        assert_eq!(np_off.severity, Severity::Warn);
+        assert!(
+            np_off.message.ends_with("priority 3: roce_np (CNPs sent)"),
+            "{np_off:?}"
+        );
+    }
+
+    /// An empty file (the driver's failed firmware query) or a garbled one is unreadable, not
+    /// "off": doctor used to read anything but "1" as off.
+    #[test]
+    fn an_empty_or_garbled_enable_file_is_unreadable_not_off() {
+        for value in ["", "on\n"] {
+            let finding = check(&tree(Some(value), Some("1\n")));
+            assert_eq!(finding.severity, Severity::Warn, "{value:?}");
+            assert!(
+                finding.message.contains("unreadable") && !finding.message.contains(" off "),
+                "{value:?}: {finding:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_priority_file_is_not_shown_and_no_ecn_directory_is_info() {
+        let missing = check(&tree(Some("1\n"), None));
+        assert!(
+            missing
+                .message
+                .contains("roce_rp (rate reaction) not shown"),
+            "{missing:?}"
+        );
+        let none = check_ecn(tempfile::tempdir().unwrap().path(), "mlx5_0", 1, "eth0", 3);
+        assert_eq!(none.severity, Severity::Info, "{none:?}");
     }
 }
