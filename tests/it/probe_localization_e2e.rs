@@ -197,6 +197,53 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
             );
         }
     }
+    // The landing page votes again, in Rust (src/probe/localize.rs), over the same demo: it
+    // must name the rules' suspect and no other network suspect, or the two votes have drifted
+    // apart.
+    // The page names nothing in its first 30 s of probing: wait for its first window.
+    let page_verdicts = |demo: &Exporter| -> (bool, Vec<BTreeMap<String, String>>) {
+        let (status, _, body) = demo.get("/api/v1/fabric");
+        assert_eq!(status, 200, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let verdicts = json["probes"]["verdicts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no probes.verdicts in {json}"))
+            .iter()
+            .map(|v| {
+                ["kind", "host", "device", "switch"]
+                    .into_iter()
+                    .filter_map(|k| Some((k.to_string(), v[k].as_str()?.to_string())))
+                    .collect()
+            })
+            .collect();
+        (json["probes"]["localized"] == true, verdicts)
+    };
+    for (e, demo) in EXPECTED.iter().zip(&demos) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut verdicts = page_verdicts(demo);
+        while !(verdicts.0 && verdicts.1.iter().any(|labels| has(labels, e.verdict)))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_secs(1));
+            verdicts = page_verdicts(demo);
+        }
+        let verdicts = verdicts.1;
+        assert!(
+            verdicts.iter().any(|labels| has(labels, e.verdict)),
+            "{}: the page names {verdicts:?}, the rules {:?}",
+            e.scenario,
+            e.verdict
+        );
+        for labels in &verdicts {
+            assert!(
+                has(labels, e.verdict)
+                    || labels.get("kind").map(String::as_str) == Some("responder"),
+                "{}: the page names {labels:?}, the rules {:?}",
+                e.scenario,
+                e.verdict
+            );
+        }
+    }
 }
 
 /// The shipped intervals and rules, real time: from a fault's start to its page, for the silent
