@@ -656,6 +656,29 @@ mod tests {
         assert_eq!(reads.trees().reads(), (30, 10));
     }
 
+    /// A kept tree serves a device's PCIe link for `PCIE_REFRESH` (its ~15 files are not kept
+    /// open): a link that retrains shows at the next refresh, not at the next scrape.
+    #[test]
+    fn a_kept_tree_serves_the_pcie_link_it_read_last() {
+        let tree = settled_copy();
+        let sys = tree.path().join("sys");
+        let reads = DeviceReads::default();
+        let width = |snapshot: &NodeSnapshot| {
+            let pcie = device(snapshot, "mlx5_1").unwrap().pcie.as_ref();
+            pcie.and_then(|link| link.function.current_width)
+        };
+        assert_eq!(width(&read_as_plain(&reads, &sys)), Some(16));
+        let function = sys
+            .join("class/infiniband/mlx5_1/device")
+            .canonicalize()
+            .unwrap();
+        std::fs::write(function.join("current_link_width"), "8\n").unwrap();
+        // The plain walk reads it at once; the kept tree still serves what it read.
+        let plain = sysfs::read_node(&sys, &DeviceFilter::default());
+        assert_eq!(width(&plain), Some(8));
+        assert_eq!(width(&read(&reads, &sys)), Some(16));
+    }
+
     #[test]
     fn a_device_recreated_under_its_name_is_read_afresh() {
         let tree = settled_copy();

@@ -19,7 +19,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use super::pcie::PcieLink;
 use super::sys_dir::SysDir;
 
 /// The most descriptors kept, whatever the limit: a 10-NIC node keeps about 750.
@@ -89,6 +91,8 @@ pub struct TreeShared {
     stale: AtomicBool,
     /// The driver of each netdev name seen on the device's ports (`None`: sysfs does not say).
     netdev_drivers: Mutex<HashMap<String, Option<String>>>,
+    /// The device's last PCIe link reading without errors, and when it was made.
+    pcie: Mutex<Option<(Instant, Option<PcieLink>)>>,
 }
 
 impl TreeShared {
@@ -97,7 +101,21 @@ impl TreeShared {
             budget,
             stale: AtomicBool::new(false),
             netdev_drivers: Mutex::default(),
+            pcie: Mutex::default(),
         })
+    }
+
+    /// The PCIe link reading remembered less than `max_age` ago.
+    pub fn recent_pcie(&self, max_age: Duration) -> Option<Option<PcieLink>> {
+        let pcie = self.pcie.lock().unwrap_or_else(|p| p.into_inner());
+        pcie.as_ref()
+            .filter(|(at, _)| at.elapsed() < max_age)
+            .map(|(_, link)| link.clone())
+    }
+
+    pub fn remember_pcie(&self, link: Option<PcieLink>) {
+        let mut pcie = self.pcie.lock().unwrap_or_else(|p| p.into_inner());
+        *pcie = Some((Instant::now(), link));
     }
 
     /// The driver remembered for `netdev`: `None` when not looked up yet.
