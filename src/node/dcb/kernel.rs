@@ -77,17 +77,9 @@ fn answers(datagram: &[u8], seq: u32) -> bool {
     })
 }
 
-/// A name the kernel could hold (`dev_valid_name`): not empty, shorter than IFNAMSIZ, no `/`,
-/// no NUL, no whitespace, not `.` or `..`.
+/// A name the kernel could hold ([`wire::is_valid_netdev_name`]).
 pub(super) fn check_name(netdev: &str) -> Result<(), DcbError> {
-    let valid = !netdev.is_empty()
-        && netdev.len() < IFNAMSIZ
-        && netdev != "."
-        && netdev != ".."
-        && !netdev
-            .bytes()
-            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace());
-    if valid {
+    if wire::is_valid_netdev_name(netdev) {
         Ok(())
     } else {
         Err(DcbError::BadName {

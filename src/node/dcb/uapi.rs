@@ -58,5 +58,3 @@ pub const IEEE_ETS_PRIO_TC: usize = 27;
 pub const PRIORITIES: usize = 8;
 /// DSCP values are 6 bits.
 pub const DSCP_VALUES: usize = 64;
-/// `IFNAMSIZ` (with the NUL).
-pub const IFNAMSIZ: usize = 16;

@@ -161,17 +161,9 @@ impl AttrWriter {
     }
 }
 
-/// A name the kernel could hold (`dev_valid_name`): not empty, shorter than IFNAMSIZ, no `/`,
-/// `:`, NUL or whitespace, not `.` or `..`.
+/// A name the kernel could hold ([`wire::is_valid_netdev_name`]).
 fn check_name(netdev: &str) -> Result<(), EthtoolNlError> {
-    let valid = !netdev.is_empty()
-        && netdev.len() < IFNAMSIZ
-        && netdev != "."
-        && netdev != ".."
-        && !netdev
-            .bytes()
-            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace());
-    if valid {
+    if wire::is_valid_netdev_name(netdev) {
         Ok(())
     } else {
         Err(EthtoolNlError::BadName {

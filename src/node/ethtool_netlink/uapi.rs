@@ -84,6 +84,3 @@ pub const ETHTOOL_LINK_MODE_FEC_NONE_BIT: u32 = 49;
 pub const ETHTOOL_LINK_MODE_FEC_RS_BIT: u32 = 50;
 pub const ETHTOOL_LINK_MODE_FEC_BASER_BIT: u32 = 51;
 pub const ETHTOOL_LINK_MODE_FEC_LLRS_BIT: u32 = 74;
-
-/// `IFNAMSIZ` (with the NUL).
-pub const IFNAMSIZ: usize = 16;

@@ -260,6 +260,22 @@ pub fn encode_request(kind: u16, flags: u16, seq: u32, attrs: &[(u16, u32)]) -> 
     out
 }
 
+/// `IFNAMSIZ` of `include/uapi/linux/if.h` (with the NUL).
+pub const IFNAMSIZ: usize = 16;
+
+/// Whether the kernel could hold this netdev name (`dev_valid_name`): not empty, shorter than
+/// IFNAMSIZ, no `/`, `:`, NUL or whitespace, not `.` or `..`. Checked before a name goes into a
+/// request (DCB, ethtool), so that a hostile name is refused here, not by the kernel.
+pub fn is_valid_netdev_name(netdev: &str) -> bool {
+    !netdev.is_empty()
+        && netdev.len() < IFNAMSIZ
+        && netdev != "."
+        && netdev != ".."
+        && !netdev
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
