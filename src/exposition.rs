@@ -294,6 +294,21 @@ impl<'a> Families<'a> {
         })
     }
 
+    /// For unit tests: each sample as `name{key=value,...} value`, in the order added.
+    #[cfg(test)]
+    pub fn sample_lines(&self) -> Vec<String> {
+        self.samples()
+            .map(|(name, labels, value)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let value = match value {
+                    Value::U64(v) => v.to_string(),
+                    Value::F64(v) => v.to_string(),
+                };
+                format!("{name}{{{}}} {value}", labels.join(","))
+            })
+            .collect()
+    }
+
     /// Encodes every family, sorted by exposed name.
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut order: Vec<&Family> = self.families.iter().collect();

@@ -587,17 +587,7 @@ mod tests {
         let mut families = Families::default();
         let mut issues = Vec::new();
         add_metrics(&mut families, device, port, &mut issues);
-        families
-            .samples()
-            .map(|(name, labels, value)| {
-                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                let value = match value {
-                    Value::U64(v) => v.to_string(),
-                    Value::F64(v) => v.to_string(),
-                };
-                format!("{name}{{{}}} {value}", labels.join(","))
-            })
-            .collect()
+        families.sample_lines()
     }
 
     #[test]

@@ -231,17 +231,7 @@ mod tests {
         }
         let mut families = Families::default();
         traffic.add_metrics(&mut families, Vec::new, pause_names_show_pfc(Some(driver)));
-        families
-            .samples()
-            .map(|(name, labels, value)| {
-                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                let value = match value {
-                    Value::U64(v) => v.to_string(),
-                    Value::F64(v) => v.to_string(),
-                };
-                format!("{name}{{{}}} {value}", labels.join(","))
-            })
-            .collect()
+        families.sample_lines().into_iter().collect()
     }
 
     #[test]

@@ -1037,17 +1037,7 @@ mod tests {
         assert_eq!(result.processes.len(), 41);
         let mut families = Families::default();
         add_metrics(&mut families, &result, true);
-        let samples: Vec<String> = families
-            .samples()
-            .map(|(name, labels, value)| {
-                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                let value = match value {
-                    Value::U64(v) => v.to_string(),
-                    Value::F64(v) => v.to_string(),
-                };
-                format!("{name}{{{}}} {value}", labels.join(","))
-            })
-            .collect();
+        let samples = families.sample_lines();
         assert!(
             !samples.iter().any(|s| s.contains("pid=")),
             "no per-process series: {samples:#?}"
