@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::ethtool_netlink::fec::{self, FecReading};
 use super::ethtool_netlink::{EthtoolNetlink, EthtoolNlError};
-use super::sysfs::DeviceFilter;
+use super::sysfs::{port_netdevs, DeviceFilter, PortNetdev};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Value};
 use crate::periodic::Periodic;
@@ -117,82 +117,6 @@ impl FecSource for FileFec {
 }
 
 /// A RoCE port and its netdev, as sysfs lists them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RocePort {
-    pub device: String,
-    pub port: String,
-    pub netdev: String,
-}
-
-/// The node's RoCE ports with a netdev: link layer Ethernet, the netdev the first readable
-/// `gid_attrs/ndevs/<i>` names, else the first entry of the device's `device/net/` (the
-/// sysfs walk's rule, `sysfs.rs` `netdev_of`). Unreadable entries are skipped: the sysfs
-/// collector reports them.
-pub fn roce_ports(sysfs_root: &Path, filter: &DeviceFilter) -> Vec<RocePort> {
-    let class = sysfs_root.join("class/infiniband");
-    let mut devices: Vec<String> = names(&class)
-        .into_iter()
-        .filter(|d| filter.allows(d))
-        .collect();
-    devices.sort();
-    let mut ports = Vec::new();
-    for device in devices {
-        let device_dir = class.join(&device);
-        let mut numbers: Vec<u32> = names(&device_dir.join("ports"))
-            .iter()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        numbers.sort_unstable();
-        for number in numbers {
-            let port_dir = device_dir.join("ports").join(number.to_string());
-            let ethernet = std::fs::read_to_string(port_dir.join("link_layer"))
-                .is_ok_and(|l| l.trim() == "Ethernet");
-            if !ethernet {
-                continue;
-            }
-            if let Some(netdev) = netdev_of(&device_dir, &port_dir) {
-                ports.push(RocePort {
-                    device: device.clone(),
-                    port: number.to_string(),
-                    netdev,
-                });
-            }
-        }
-    }
-    ports
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn netdev_of(device_dir: &Path, port_dir: &Path) -> Option<String> {
-    let ndevs = port_dir.join("gid_attrs/ndevs");
-    let mut indexes: Vec<u32> = names(&ndevs)
-        .iter()
-        .filter_map(|e| e.parse().ok())
-        .collect();
-    indexes.sort_unstable();
-    for index in indexes {
-        if let Ok(text) = std::fs::read_to_string(ndevs.join(index.to_string())) {
-            let name = text.trim();
-            if !name.is_empty() {
-                return Some(name.to_string());
-            }
-        }
-    }
-    let mut net = names(&device_dir.join("device/net"));
-    net.sort();
-    net.into_iter().next()
-}
-
 /// As the sysfs walk decides it (`node/mod.rs`): a netdev the host's `class/net` does not list
 /// lives in another network namespace (a VF in a pod); no error.
 fn in_other_namespace(sysfs_root: &Path, netdev: &str) -> bool {
@@ -203,7 +127,7 @@ fn in_other_namespace(sysfs_root: &Path, netdev: &str) -> bool {
 /// One port's reading.
 #[derive(Debug, Clone, PartialEq)]
 struct PortFec {
-    port: RocePort,
+    port: PortNetdev,
     reading: FecReading,
 }
 
@@ -234,7 +158,7 @@ fn read_round(
     shared: &Shared,
 ) -> Reading {
     let mut reading = Reading::default();
-    for port in roce_ports(sysfs_root, filter) {
+    for port in port_netdevs(sysfs_root, filter, true) {
         match source.read(&port.netdev) {
             Ok(fec) => reading.ports.push(PortFec { port, reading: fec }),
             // A driver without FEC: none.
@@ -317,7 +241,7 @@ impl FecCollector {
     }
 }
 
-fn port_labels(port: &RocePort) -> Vec<(&'static str, Cow<'_, str>)> {
+fn port_labels(port: &PortNetdev) -> Vec<(&'static str, Cow<'_, str>)> {
     vec![
         ("device", Cow::Borrowed(port.device.as_str())),
         ("port", Cow::Borrowed(port.port.as_str())),
@@ -566,8 +490,8 @@ mod tests {
             ..DeviceFilter::default()
         };
         assert_eq!(
-            roce_ports(sys.path(), &filter),
-            [RocePort {
+            port_netdevs(sys.path(), &filter, true),
+            [PortNetdev {
                 device: "mlx5_0".into(),
                 port: "1".into(),
                 netdev: "ens1np0".into()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::direction::Direction;
 
 use super::ethtool::EthtoolSource;
-use super::sysfs::{read_node, DeviceFilter};
+use super::sysfs::DeviceFilter;
 
 /// How often the RDMA port list (device, port, netdev) is refreshed from sysfs.
 const PORT_REFRESH: Duration = Duration::from_secs(10);
@@ -318,16 +318,9 @@ fn roce_ports(
     sysfs_root: &std::path::Path,
     filter: &DeviceFilter,
 ) -> Vec<(String, String, String)> {
-    read_node(sysfs_root, filter)
-        .devices
+    super::sysfs::port_netdevs(sysfs_root, filter, true)
         .into_iter()
-        .flat_map(|device| {
-            let name = device.name;
-            device.ports.into_iter().filter_map(move |port| {
-                let netdev = port.netdev.clone().filter(|_| port.is_ethernet())?;
-                Some((name.clone(), port.number_text.clone(), netdev))
-            })
-        })
+        .map(|p| (p.device, p.port, p.netdev))
         .collect()
 }
 

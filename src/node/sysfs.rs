@@ -634,6 +634,65 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
         .and_then(|names| names.into_iter().next())
 }
 
+/// A port and the netdev behind it, as the walk names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PortNetdev {
+    pub device: String,
+    pub port: String,
+    pub netdev: String,
+}
+
+/// The ports with a netdev of the devices `filter` allows, in device and port order, named by
+/// the walk's own rule ([`netdev_of`]) without reading a counter: the port list of the readers
+/// on threads of their own (the storm sampler, FEC, transceivers). `ethernet_only`: the RoCE
+/// ports (link layer Ethernet). Unreadable entries are left out; the walk reports them.
+pub fn port_netdevs(
+    sysfs_root: &Path,
+    filter: &DeviceFilter,
+    ethernet_only: bool,
+) -> Vec<PortNetdev> {
+    let ClassListing::Listed(class, devices) = list_devices(sysfs_root, filter) else {
+        return Vec::new();
+    };
+    let mut buf: AttrBuf = [0; 4096];
+    let mut found = Vec::new();
+    for device in devices {
+        let Ok(device_dir) = class.dir.subdir(&device) else {
+            continue;
+        };
+        let Ok(ports) = device_dir.subdir("ports") else {
+            continue;
+        };
+        let mut numbers: Vec<u32> = ports
+            .entries()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        for number in numbers {
+            let Ok(port_dir) = ports.subdir(&number.to_string()) else {
+                continue;
+            };
+            let mut ethernet = || {
+                let n = port_dir.read("link_layer", &mut buf).ok()?;
+                Some(parse::text(&buf[..n]).ok()? == "Ethernet")
+            };
+            if ethernet_only && ethernet() != Some(true) {
+                continue;
+            }
+            if let Some(netdev) = netdev_of(&device_dir, &port_dir) {
+                found.push(PortNetdev {
+                    device: device.clone(),
+                    port: number.to_string(),
+                    netdev,
+                });
+            }
+        }
+    }
+    found
+}
+
 /// Maps an I/O error to its reason.
 pub(super) fn io_reason_at(
     dir: Option<&SysDir>,

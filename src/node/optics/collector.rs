@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::{read_module, ModulePages, ModuleReading, ReadFailure};
 use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Label, Value};
-use crate::node::sysfs::DeviceFilter;
+use crate::node::sysfs::{port_netdevs, DeviceFilter, PortNetdev};
 use crate::periodic::Periodic;
 
 /// Where module pages come from.
@@ -88,14 +88,6 @@ impl TransceiverConfig {
             )),
         }
     }
-}
-
-/// An RDMA port and the netdev whose cage holds its module.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PortNetdev {
-    pub device: String,
-    pub port: String,
-    pub netdev: String,
 }
 
 /// What one port's read found.
@@ -253,66 +245,14 @@ fn count_failure(shared: &Shared, failure: ReadFailure, port: &PortNetdev) {
     }
 }
 
-/// The RDMA ports with a netdev, as the sysfs walk names them: the first readable
-/// `ports/<p>/gid_attrs/ndevs/<i>` (RoCE), else the first entry of the PCI function's
-/// `device/net/`. A netdev is read once even if two ports share it.
+/// The RDMA ports with a netdev, as the sysfs walk names them (any link layer: an InfiniBand
+/// port has a cage too). A netdev is read once even if two ports share it.
 pub fn list_ports(sysfs_root: &Path, devices: &DeviceFilter) -> Vec<PortNetdev> {
-    let class = sysfs_root.join("class/infiniband");
-    let mut found = Vec::new();
     let mut seen = HashSet::new();
-    for device in sorted_entries(&class) {
-        if !devices.allows(&device) {
-            continue;
-        }
-        let device_dir = class.join(&device);
-        for port in sorted_entries(&device_dir.join("ports")) {
-            let port_dir = device_dir.join("ports").join(&port);
-            let Some(netdev) = netdev_of(&device_dir, &port_dir) else {
-                continue;
-            };
-            if seen.insert(netdev.clone()) {
-                found.push(PortNetdev {
-                    device: device.clone(),
-                    port,
-                    netdev,
-                });
-            }
-        }
-    }
-    found
-}
-
-fn netdev_of(device_dir: &Path, port_dir: &Path) -> Option<String> {
-    let ndevs = port_dir.join("gid_attrs/ndevs");
-    let mut indexes: Vec<u32> = sorted_entries(&ndevs)
-        .iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    indexes.sort_unstable();
-    for index in indexes {
-        if let Ok(name) = std::fs::read_to_string(ndevs.join(index.to_string())) {
-            let name = name.trim();
-            if !name.is_empty() {
-                return Some(name.to_string());
-            }
-        }
-    }
-    sorted_entries(&device_dir.join("device/net"))
+    port_netdevs(sysfs_root, devices, false)
         .into_iter()
-        .next()
-}
-
-fn sorted_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
+        .filter(|p| seen.insert(p.netdev.clone()))
+        .collect()
 }
 
 /// A port's module labels; `lane` and `level` are added per sample.
