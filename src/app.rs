@@ -9,6 +9,7 @@ use crate::config::{Config, Origin};
 use crate::diag::nccl::collector::{LogDir, NcclCollector};
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
+use crate::node::hw_netlink::{HwCountersSource, NetlinkHwCounters};
 use crate::node::netlink_collector::NetlinkCollector;
 use crate::node::rdma_netlink::KernelNetlink;
 use crate::node::rdma_netlink::NetlinkSource;
@@ -37,9 +38,25 @@ fn node_collector(
         ethtool,
         ethtool_include: node.ethtool.include.clone(),
         hw_counters: Arc::new(node.hw_counters.clone()),
+        hw_netlink: hw_netlink(node),
         ecn_parameters: node.ecn_settings.parameters,
         pcie_detail: node.pcie.detail,
     }))
+}
+
+/// The scrape-time netlink reader of port `hw_counters`, when `node.hw_counters_source` picks
+/// it: `auto` only on the real `/sys` (fixture trees, the bench and the demo read their files)
+/// of a kernel with NETLINK_RDMA. Its requests get half the device read timeout, so that a
+/// device whose request times out is still read from sysfs within the scrape.
+fn hw_netlink(node: &crate::node::config::NodeConfig) -> Option<Arc<NetlinkHwCounters>> {
+    let wanted = match node.hw_counters_source {
+        HwCountersSource::Sysfs => false,
+        HwCountersSource::Netlink => true,
+        HwCountersSource::Auto => {
+            node.sysfs_path == std::path::Path::new("/sys") && NetlinkHwCounters::kernel_answers()
+        }
+    };
+    wanted.then(|| Arc::new(NetlinkHwCounters::kernel(node.device_read_timeout / 2)))
 }
 
 /// Where driver statistics come from, when they are read.

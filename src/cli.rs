@@ -182,6 +182,14 @@ pub struct ServeArgs {
     /// Never read the port and device hw_counters whose whole name matches (anchored regex).
     #[arg(long = "collector.sysfs.hw-counters-exclude", value_name = "REGEX", value_parser = anchored_regex)]
     pub hw_counters_exclude: Option<Regex>,
+    /// Where port hw_counters are read: `netlink` (one RDMA netlink request a port), `sysfs`
+    /// (one file a counter), `auto` (netlink on the real /sys when the kernel answers) [default: auto].
+    #[arg(
+        long = "collector.sysfs.hw-counters-source",
+        value_enum,
+        value_name = "SOURCE"
+    )]
+    pub hw_counters_source: Option<crate::node::config::HwCountersSource>,
     /// Also export the DCQCN parameters of MLNX_OFED's `class/net/<netdev>/ecn/` (19 gauges a
     /// RoCE port).
     #[arg(long = "collector.sysfs.ecn-parameters")]
@@ -269,6 +277,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.hw_counters_exclude {
             node.hw_counters.set_exclude(v.clone());
+        }
+        if let Some(v) = self.hw_counters_source {
+            node.hw_counters_source = v;
         }
         if self.ecn_parameters {
             node.ecn_settings.parameters = true;

@@ -465,6 +465,22 @@ mod tests {
     }
 
     #[test]
+    fn hw_counters_source_is_checked_at_its_key() {
+        use crate::node::config::HwCountersSource;
+        assert_eq!(
+            Config::default().node.hw_counters_source,
+            HwCountersSource::Auto
+        );
+        let config = parse(Path::new("c.yml"), "node:\n  hw_counters_source: sysfs\n").unwrap();
+        assert_eq!(config.node.hw_counters_source, HwCountersSource::Sysfs);
+        let err = parse_err("node:\n  hw_counters_source: ioctl\n");
+        assert!(
+            err.starts_with("c.yml:2:23: node.hw_counters_source: unknown variant `ioctl`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn files_source_needs_a_dir() {
         let err = parse_err("node:\n  ethtool:\n    source: files\n");
         assert!(err.contains("stats_dir is required"), "{err}");

@@ -8,6 +8,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::counter_filter::CounterFilter;
+pub use super::hw_netlink::HwCountersSource;
 use super::netlink_collector::NetlinkConfig;
 use super::optics::collector::TransceiverConfig;
 use super::storm::StormConfig;
@@ -28,6 +29,9 @@ pub struct NodeConfig {
     pub devices: DeviceFilter,
     /// `hw_counters` files to read, by name (anchored include/exclude patterns).
     pub hw_counters: CounterFilter,
+    /// Where port `hw_counters` are read: one RDMA netlink request a port, or one sysfs file a
+    /// counter (`auto`: netlink on the real `/sys` where the kernel has NETLINK_RDMA).
+    pub hw_counters_source: HwCountersSource,
     /// How long a scrape waits for one device's read (its sysfs files and its netdevs' driver
     /// statistics) before leaving the device out with `reason="timeout"`.
     #[serde(deserialize_with = "crate::yaml::duration")]
@@ -55,6 +59,7 @@ impl Default for NodeConfig {
             proc_path: PathBuf::from("/proc"),
             devices: DeviceFilter::default(),
             hw_counters: CounterFilter::default(),
+            hw_counters_source: HwCountersSource::default(),
             device_read_timeout: DEFAULT_DEVICE_READ_TIMEOUT,
             ethtool: EthtoolConfig::default(),
             pfc_storm: StormConfig::default(),

@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::counter_filter::CounterFilter;
+use super::hw_netlink::NetlinkHwCounters;
 use super::reader_pool::{Deliver, ReaderPool};
 use super::reason::ReadErrorReason;
 use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeSnapshot, Port};
@@ -37,6 +38,8 @@ pub struct DeviceReads {
     outstanding: Outstanding,
     pool: ReaderPool,
     trees: TreeCache,
+    /// Where port `hw_counters` are asked first (`node.hw_counters_source`).
+    hw_netlink: Option<Arc<NetlinkHwCounters>>,
 }
 
 impl Default for DeviceReads {
@@ -53,7 +56,15 @@ impl DeviceReads {
             outstanding: Outstanding::default(),
             pool: ReaderPool::default(),
             trees: TreeCache::new(budget),
+            hw_netlink: None,
         }
+    }
+
+    /// Reads port `hw_counters` over RDMA netlink where `netlink` is given, inside each
+    /// device's read (its deadline bounds the request too).
+    pub fn with_hw_netlink(mut self, netlink: Option<Arc<NetlinkHwCounters>>) -> DeviceReads {
+        self.hw_netlink = netlink;
+        self
     }
 
     /// The kept trees (tests).
@@ -77,10 +88,18 @@ impl DeviceReads {
             ClassListing::Absent => return NodeSnapshot::default(),
             ClassListing::Failed(error) => return NodeSnapshot::failed(error),
             ClassListing::Listed(class_dir, names) => (
-                Arc::new(class_dir.with_hw_counters(hw_counters.clone())),
+                Arc::new(
+                    class_dir
+                        .with_hw_counters(hw_counters.clone())
+                        .with_hw_netlink(self.hw_netlink.clone()),
+                ),
                 names,
             ),
         };
+        if let Some(netlink) = &self.hw_netlink {
+            // Devices no longer listed close their sockets.
+            netlink.retain(&names);
+        }
         let deadline = Instant::now() + timeout;
         // Devices no longer listed lose their kept trees (and descriptors) here.
         let trees = self.trees.retain(&names);
@@ -417,6 +436,7 @@ fn error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::hw_netlink::fake;
     use crate::node::tree_cache::FdBudget;
     use regex::Regex;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -595,6 +615,188 @@ mod tests {
         let plain = sysfs::read_node(&sys(), &all);
         assert_eq!(format!("{bounded:?}"), format!("{plain:?}"));
         assert_eq!(names(&bounded).len(), 10);
+    }
+
+    /// A fake kernel answering each port's STAT_GET with what its `hw_counters` files hold
+    /// (`lifespan` aside), plus `offset`: the served values say which path they came from.
+    /// Devices in `hung` block in the request until the gate opens; those in `silent` never
+    /// answer.
+    fn netlink_kernel(
+        offset: u64,
+        hung: &'static str,
+        silent: &'static str,
+        gate: Arc<Gate>,
+    ) -> Arc<fake::Kernel> {
+        let devices: Vec<String> = (0..10).map(|i| format!("mlx5_{i}")).collect();
+        let names: Vec<&str> = devices.iter().map(String::as_str).collect();
+        fake::Kernel::new(
+            &names,
+            Box::new(move |device, port, seq| {
+                if device == hung {
+                    gate.calls.fetch_add(1, Ordering::SeqCst);
+                    let released = gate.released.lock().unwrap();
+                    drop(gate.opened.wait_while(released, |r| !*r).unwrap());
+                }
+                if device == silent {
+                    return Vec::new();
+                }
+                let dir = sys().join(format!(
+                    "class/infiniband/{device}/ports/{port}/hw_counters"
+                ));
+                let mut counters = Vec::new();
+                for entry in std::fs::read_dir(dir).unwrap() {
+                    let entry = entry.unwrap();
+                    let name = entry.file_name().into_string().unwrap();
+                    let text = std::fs::read_to_string(entry.path()).unwrap();
+                    if name != "lifespan" {
+                        counters.push((name, text.trim().parse::<u64>().unwrap() + offset));
+                    }
+                }
+                let index = device.trim_start_matches("mlx5_").parse().unwrap();
+                let pairs: Vec<(&str, u64)> =
+                    counters.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                vec![
+                    fake::stat_answer(seq, index, device, port, &pairs),
+                    fake::error(seq, 0),
+                ]
+            }),
+        )
+    }
+
+    fn netlink_reads(kernel: &Arc<fake::Kernel>, timeout: Duration) -> DeviceReads {
+        DeviceReads::default().with_hw_netlink(Some(Arc::new(NetlinkHwCounters::new(
+            kernel.opener(),
+            timeout,
+        ))))
+    }
+
+    fn hw(snapshot: &NodeSnapshot, device: &str, counter: &str) -> Option<u64> {
+        snapshot.devices.iter().find(|d| d.name == device)?.ports[0]
+            .hw_counters
+            .get(counter)
+    }
+
+    const NP_CNP_SENT_MLX5_0: u64 = 5_832_481;
+
+    #[test]
+    fn netlink_values_read_as_the_files_do() {
+        let kernel = netlink_kernel(0, "", "", Arc::default());
+        let reads = netlink_reads(&kernel, Duration::from_secs(30));
+        let all = DeviceFilter::default();
+        let hook = || Arc::new(|_: &str, _: &mut Port| {});
+        for _ in 0..2 {
+            let bounded = reads.read_node(
+                &sys(),
+                &all,
+                &Arc::default(),
+                Duration::from_secs(30),
+                hook(),
+            );
+            let plain = sysfs::read_node(&sys(), &all);
+            assert_eq!(format!("{bounded:?}"), format!("{plain:?}"));
+        }
+        // One device lookup each, then one request a port a read: 10 + 2 x 10.
+        assert_eq!(kernel.requests.load(Ordering::SeqCst), 30);
+        assert_eq!(
+            kernel.opened.load(Ordering::SeqCst),
+            10,
+            "one socket a device, kept"
+        );
+        // The filter applies as it does to the files.
+        let filter = Arc::new(
+            crate::node::counter_filter::CounterFilter::from_patterns(Some("np_.*|lifespan"), None)
+                .unwrap(),
+        );
+        let snapshot = reads.read_node(&sys(), &all, &filter, Duration::from_secs(30), hook());
+        let port = &snapshot.devices[0].ports[0];
+        let names: Vec<&str> = port.hw_counters.iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["lifespan", "np_cnp_sent", "np_ecn_marked_roce_packets"]
+        );
+        assert_eq!(
+            hw(&snapshot, "mlx5_0", "np_cnp_sent"),
+            Some(NP_CNP_SENT_MLX5_0)
+        );
+    }
+
+    #[test]
+    fn a_device_whose_netlink_answer_fails_is_read_from_its_files() {
+        // Values from netlink are off by one: they show which path served each device.
+        let kernel = netlink_kernel(1, "", "mlx5_1", Arc::default());
+        let reads = netlink_reads(&kernel, Duration::from_millis(50));
+        let snapshot = reads.read_node(
+            &sys(),
+            &first(2),
+            &Arc::default(),
+            Duration::from_secs(30),
+            Arc::new(|_: &str, _: &mut Port| {}),
+        );
+        assert_eq!(names(&snapshot), ["mlx5_0", "mlx5_1", "mlx5_2"]);
+        assert_eq!(
+            hw(&snapshot, "mlx5_0", "np_cnp_sent"),
+            Some(NP_CNP_SENT_MLX5_0 + 1)
+        );
+        let plain = sysfs::read_node(&sys(), &first(2));
+        let files = hw(&plain, "mlx5_1", "np_cnp_sent");
+        assert!(files.is_some());
+        assert_eq!(hw(&snapshot, "mlx5_1", "np_cnp_sent"), files);
+        let reasons: Vec<(&str, &str)> = snapshot
+            .errors
+            .iter()
+            .map(|e| (e.device.as_str(), e.reason.as_label()))
+            .collect();
+        assert_eq!(reasons, [("mlx5_1", "netlink_timeout")]);
+    }
+
+    /// A request that never answers (the transport ignores every deadline) holds only its
+    /// device: the walk's deadline cuts it off, the other devices are served from netlink, and
+    /// no second read of it starts while the first is out.
+    #[test]
+    fn a_netlink_request_that_never_answers_costs_only_its_device() {
+        let gate = Arc::new(Gate::default());
+        let kernel = netlink_kernel(1, "mlx5_1", "", gate.clone());
+        let reads = netlink_reads(&kernel, Duration::from_secs(3600));
+        let read = || {
+            let started = Instant::now();
+            let snapshot = reads.read_node(
+                &sys(),
+                &first(2),
+                &Arc::default(),
+                TIMEOUT,
+                Arc::new(|_: &str, _: &mut Port| {}),
+            );
+            (snapshot, started.elapsed())
+        };
+        let (first_read, took) = read();
+        assert!(took >= TIMEOUT && took < TIMEOUT * 3, "{took:?}");
+        assert_eq!(names(&first_read), ["mlx5_0", "mlx5_2"]);
+        assert_eq!(timeouts(&first_read), ["mlx5_1"]);
+        assert_eq!(first_read.errors.len(), 1, "{:?}", first_read.errors);
+        assert_eq!(
+            hw(&first_read, "mlx5_2", "np_cnp_sent").map(|v| v > 0),
+            Some(true)
+        );
+        let (second, took) = read();
+        assert!(took < TIMEOUT, "{took:?}");
+        assert_eq!(timeouts(&second), ["mlx5_1"]);
+        assert_eq!(
+            gate.calls.load(Ordering::SeqCst),
+            1,
+            "one request of mlx5_1 out"
+        );
+        gate.release();
+        let cleared = Instant::now() + Duration::from_secs(5);
+        while reads.outstanding.lock().unwrap().contains_key("mlx5_1") {
+            assert!(
+                Instant::now() < cleared,
+                "the returned read still marks mlx5_1"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (third, _) = read();
+        assert_eq!(names(&third), ["mlx5_0", "mlx5_1", "mlx5_2"]);
+        assert!(third.errors.is_empty(), "{:?}", third.errors);
     }
 
     /// A copy of the bundled node in a temporary directory, old enough for its directories to be

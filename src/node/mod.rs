@@ -11,6 +11,7 @@ pub mod ethtool_ioctl;
 pub mod ethtool_map;
 pub mod ethtool_netlink;
 pub mod fec_collector;
+pub mod hw_netlink;
 pub mod metrics;
 pub mod netlink_collector;
 pub mod optics;
@@ -63,6 +64,8 @@ pub struct NodeCollectorConfig {
     pub ethtool_include: Option<Regex>,
     /// Port and device `hw_counters` to read (all by default).
     pub hw_counters: Arc<counter_filter::CounterFilter>,
+    /// Port `hw_counters` over RDMA netlink (`node.hw_counters_source`); `None`: sysfs files.
+    pub hw_netlink: Option<Arc<hw_netlink::NetlinkHwCounters>>,
     /// Export the DCQCN parameters of `ecn/` besides the per-priority enables.
     pub ecn_parameters: bool,
     /// `node.pcie.detail`: the PCIe families beyond the default 6 series a device.
@@ -134,12 +137,13 @@ pub struct Collection {
 
 impl NodeCollector {
     pub fn new(config: NodeCollectorConfig) -> Self {
+        let reads = DeviceReads::default().with_hw_netlink(config.hw_netlink.clone());
         NodeCollector {
             config,
             state: Mutex::new(State::default()),
             walking: Mutex::new(()),
             walk_started: Mutex::new(None),
-            reads: DeviceReads::default(),
+            reads,
             walks: AtomicU64::new(0),
             stat_names: Mutex::default(),
             family_sizes: Mutex::default(),

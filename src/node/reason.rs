@@ -36,6 +36,20 @@ pub enum ReadErrorReason {
     EthtoolIo,
     EthtoolParse,
     EthtoolBadName,
+    /// Port `hw_counters` over RDMA netlink (`node.hw_counters_source`): the device's read fell
+    /// back to the sysfs files for this scrape. No answer within the deadline.
+    NetlinkTimeout,
+    /// An answer without the port's counters (another device or port, or no message at all).
+    NetlinkMissing,
+    /// An answer lacking a counter that sysfs lists.
+    NetlinkShort,
+    /// An answer that does not decode.
+    NetlinkMalformed,
+    /// Any other error of the request (an errno, a socket that would not open).
+    NetlinkError,
+    /// EPERM or EOPNOTSUPP (or no NETLINK_RDMA at all): the device reads sysfs from now on;
+    /// counted once.
+    NetlinkRefused,
 }
 
 impl ReadErrorReason {
@@ -62,6 +76,12 @@ impl ReadErrorReason {
         ReadErrorReason::EthtoolIo,
         ReadErrorReason::EthtoolParse,
         ReadErrorReason::EthtoolBadName,
+        ReadErrorReason::NetlinkTimeout,
+        ReadErrorReason::NetlinkMissing,
+        ReadErrorReason::NetlinkShort,
+        ReadErrorReason::NetlinkMalformed,
+        ReadErrorReason::NetlinkError,
+        ReadErrorReason::NetlinkRefused,
     ];
 
     pub fn as_label(self) -> &'static str {
@@ -87,6 +107,12 @@ impl ReadErrorReason {
             ReadErrorReason::EthtoolIo => "ethtool_io",
             ReadErrorReason::EthtoolParse => "ethtool_parse",
             ReadErrorReason::EthtoolBadName => "ethtool_bad_name",
+            ReadErrorReason::NetlinkTimeout => "netlink_timeout",
+            ReadErrorReason::NetlinkMissing => "netlink_missing",
+            ReadErrorReason::NetlinkShort => "netlink_short",
+            ReadErrorReason::NetlinkMalformed => "netlink_malformed",
+            ReadErrorReason::NetlinkError => "netlink_error",
+            ReadErrorReason::NetlinkRefused => "netlink_refused",
         }
     }
 }

@@ -10,6 +10,7 @@ use rustix::fs::AtFlags;
 
 use super::counter_filter::CounterFilter;
 use super::counters::Counters;
+use super::hw_netlink::{self, DeviceLink, Miss, NetlinkHwCounters};
 use super::parse::{self, ValueError};
 use super::reason::ReadErrorReason;
 use super::sys_dir::{AttrBuf, SysDir};
@@ -171,6 +172,7 @@ pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
             ClassDir {
                 dir,
                 hw_counters: Arc::default(),
+                hw_netlink: None,
             },
             names
                 .iter()
@@ -194,6 +196,8 @@ pub struct ClassDir {
     dir: SysDir,
     /// The `hw_counters` files each device read opens.
     hw_counters: Arc<CounterFilter>,
+    /// Where port `hw_counters` are asked first (`None`: their files only).
+    hw_netlink: Option<Arc<NetlinkHwCounters>>,
 }
 
 /// What reading one device gave: the device (unless its directory could not be opened) and
@@ -215,13 +219,24 @@ impl ClassDir {
         self
     }
 
+    /// Reads port `hw_counters` over RDMA netlink, each port's files where that fails.
+    pub fn with_hw_netlink(mut self, netlink: Option<Arc<NetlinkHwCounters>>) -> ClassDir {
+        self.hw_netlink = netlink;
+        self
+    }
+
+    fn walk(&self, device: &str) -> Walk {
+        Walk {
+            hw_counters: self.hw_counters.clone(),
+            hw_netlink: self.hw_netlink.as_ref().map(|n| n.link(device)),
+            ..Walk::default()
+        }
+    }
+
     /// Reads device `name`, then calls `port_hook(device, port)` for each of its ports, on this
     /// thread (per-port work such as the netdev's driver statistics belongs to the device's read).
     pub fn read_device(&self, name: &str, port_hook: &dyn Fn(&str, &mut Port)) -> DeviceRead {
-        let mut walk = Walk {
-            hw_counters: self.hw_counters.clone(),
-            ..Walk::default()
-        };
+        let mut walk = self.walk(name);
         // A device removed after the listing (or a dangling class symlink) is one error, not one
         // per attribute.
         let device = match self.dir.subdir(name) {
@@ -250,10 +265,7 @@ impl ClassDir {
             .take()
             .filter(|root| root.is_entry_of(&self.dir, name));
         if let Some(root) = kept {
-            let mut walk = Walk {
-                hw_counters: self.hw_counters.clone(),
-                ..Walk::default()
-            };
+            let mut walk = self.walk(name);
             let device = walk.device(&root, name);
             if !root.is_stale() {
                 tree.root = Some(root);
@@ -266,10 +278,7 @@ impl ClassDir {
             );
         }
         tree.fresh_reads += 1;
-        let mut walk = Walk {
-            hw_counters: self.hw_counters.clone(),
-            ..Walk::default()
-        };
+        let mut walk = self.walk(name);
         let device = match self.dir.open_cached(name, TreeShared::new(budget.clone())) {
             Ok(root) => {
                 let device = walk.device(&root, name);
@@ -313,6 +322,8 @@ struct Walk {
     errors: Vec<ReadError>,
     /// Which `hw_counters` files are opened at all.
     hw_counters: Arc<CounterFilter>,
+    /// The device's netlink link, asked for port `hw_counters` before their files.
+    hw_netlink: Option<Arc<std::sync::Mutex<DeviceLink>>>,
     /// One attribute buffer for the whole walk, on the reader's stack: no per-file
     /// allocation, and no 4 KiB heap block per device (glibc consolidated its arenas for it).
     buf: AttrBuf,
@@ -323,6 +334,7 @@ impl Default for Walk {
         Walk {
             errors: Vec::new(),
             hw_counters: Arc::default(),
+            hw_netlink: None,
             buf: [0; 4096],
         }
     }
@@ -477,7 +489,7 @@ impl Walk {
             netdev: netdev_of(device_dir, dir),
             counters: self.counter_dir(device, dir, "counters"),
             counters_ext: self.counter_dir(device, dir, "counters_ext"),
-            hw_counters: self.hw_counter_dir(device, dir),
+            hw_counters: self.port_hw_counters(device, dir, number),
             ethtool: Default::default(),
             netdev_in_other_netns: false,
             ecn: Default::default(),
@@ -551,6 +563,41 @@ impl Walk {
     fn hw_counter_dir(&mut self, device: &str, parent: &SysDir) -> Counters {
         let filter = self.hw_counters.clone();
         self.counter_dir_filtered(device, parent, "hw_counters", &filter)
+    }
+
+    /// A port's `hw_counters`: over netlink (one request, [`super::hw_netlink`]) where the
+    /// device has a link, its listing naming the counters and `lifespan` read from its file;
+    /// the files where netlink fails, the reason recorded (a refused device is not counted
+    /// again). A port without `hw_counters/` is not asked.
+    fn port_hw_counters(&mut self, device: &str, port_dir: &SysDir, port: u32) -> Counters {
+        let Some(link) = self.hw_netlink.clone() else {
+            return self.hw_counter_dir(device, port_dir);
+        };
+        let mut link = link.lock().unwrap_or_else(|p| p.into_inner());
+        if link.is_refused() {
+            return self.hw_counter_dir(device, port_dir);
+        }
+        let Ok((dir, names)) = port_dir.subdir("hw_counters").and_then(|dir| {
+            let names = dir.entries()?;
+            Ok((dir, names))
+        }) else {
+            return self.hw_counter_dir(device, port_dir);
+        };
+        let filter = self.hw_counters.clone();
+        match link.port_values(port, &names, &filter) {
+            Ok(mut values) => {
+                drop(link);
+                let lifespan = names.iter().position(|n| &**n == hw_netlink::LIFESPAN);
+                if let Some(at) = lifespan.filter(|_| filter.allows(hw_netlink::LIFESPAN)) {
+                    values[at] = self.counter(device, &dir, at, hw_netlink::LIFESPAN);
+                }
+                return Counters::new(names, values);
+            }
+            Err(Miss::Off) => {}
+            Err(Miss::Counted(reason, detail)) => self.error(device, reason, dir.path(), detail),
+        }
+        drop(link);
+        self.hw_counter_dir(device, port_dir)
     }
 
     /// All counters of `counters/` or `counters_ext/`, in name order.

@@ -11,7 +11,7 @@ pub mod wire;
 
 pub use socket::KernelNetlink;
 // Generic netlink plumbing, shared with the rtnetlink DCB reader (`node::dcb`).
-pub(crate) use session::Transport;
+pub(crate) use session::{Session, Transport};
 pub(crate) use socket::{is_unavailable, NetlinkSocket};
 
 use std::borrow::Cow;

@@ -26,6 +26,17 @@ struct Collected {
     truncated: bool,
 }
 
+/// A boxed transport (the scrape-time reader keeps one per device, kernel socket or test fake).
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        (**self).send(request)
+    }
+
+    fn recv(&mut self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
+        (**self).recv(timeout)
+    }
+}
+
 pub struct Session<T, F> {
     transport: Option<T>,
     open: F,
@@ -41,6 +52,36 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Session<T, F> {
             open,
             seq,
         }
+    }
+
+    /// No transport yet: the first request opens one.
+    pub fn unopened(open: F, seq: u32) -> Self {
+        Session {
+            transport: None,
+            open,
+            seq,
+        }
+    }
+
+    /// One request's whole answer, its datagrams laid end to end, and the sequence number it
+    /// answers. An answer past `max_bytes` is refused as malformed (a doit answers one
+    /// message; only a dump may be long).
+    pub fn exchange(
+        &mut self,
+        op: u16,
+        flags: u16,
+        attrs: &[(u16, u32)],
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<(Vec<u8>, u32), NetlinkError> {
+        let collected = self.request(op, flags, attrs, timeout, max_bytes)?;
+        if collected.truncated {
+            return Err(NetlinkError::Malformed {
+                command: command_name(op),
+                detail: format!("no end after {} bytes", collected.bytes.len()),
+            });
+        }
+        Ok((collected.bytes, self.seq))
     }
 
     fn request(
