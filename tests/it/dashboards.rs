@@ -15,9 +15,10 @@ use common::*;
 use serde_json::{json, Value};
 
 /// The dashboards this project ships, by uid (= file stem).
-const DASHBOARDS: [&str; 5] = [
+const DASHBOARDS: [&str; 6] = [
     "rdma-ecn-tuning",
     "rdma-fabric-overview",
+    "rdma-fleet",
     "rdma-ib-fabric",
     "rdma-node",
     "rdma-switch",
@@ -25,7 +26,7 @@ const DASHBOARDS: [&str; 5] = [
 
 /// Panels whose queries may rightly return nothing in the pfc-storm demo: (dashboard uid, panel
 /// title, why). They still run, and Prometheus must accept them.
-const MAY_BE_EMPTY: [(&str, &str, &str); 5] = [
+pub(crate) const MAY_BE_EMPTY: [(&str, &str, &str); 6] = [
     (
         "rdma-ib-fabric",
         "Degraded links",
@@ -39,6 +40,11 @@ const MAY_BE_EMPTY: [(&str, &str, &str); 5] = [
     (
         "rdma-fabric-overview",
         "Alerts firing",
+        "ALERTS exists only while an alert fires; this test loads the recording rules alone",
+    ),
+    (
+        "rdma-fleet",
+        "Alerts firing by cluster",
         "ALERTS exists only while an alert fires; this test loads the recording rules alone",
     ),
     (
@@ -56,7 +62,7 @@ const MAY_BE_EMPTY: [(&str, &str, &str); 5] = [
 /// What a dashboard variable or Grafana built-in stands for when the test runs a query: every
 /// host, device, switch and port; the demo sets no `cluster` label, which `.*` matches; every
 /// pod, and the ports without one (the `pod` variable's All).
-const SUBSTITUTIONS: [(&str, &str); 9] = [
+pub(crate) const SUBSTITUTIONS: [(&str, &str); 9] = [
     ("__rate_interval", "30s"),
     ("__interval", "5s"),
     ("__range", "1m"),
@@ -76,14 +82,14 @@ const ONE_SUBJECT_BOARDS: [(&str, &str); 2] =
 
 const BUILTIN_VARIABLES: [&str; 3] = ["__rate_interval", "__interval", "__range"];
 
-struct Dashboard {
-    uid: String,
-    json: Value,
+pub(crate) struct Dashboard {
+    pub(crate) uid: String,
+    pub(crate) json: Value,
 }
 
 impl Dashboard {
     /// Every panel, those inside collapsed rows included.
-    fn panels(&self) -> Vec<&Value> {
+    pub(crate) fn panels(&self) -> Vec<&Value> {
         let mut panels = Vec::new();
         for panel in self.json["panels"].as_array().expect("panels") {
             panels.push(panel);
@@ -94,7 +100,7 @@ impl Dashboard {
         panels
     }
 
-    fn variables(&self) -> Vec<&Value> {
+    pub(crate) fn variables(&self) -> Vec<&Value> {
         self.json["templating"]["list"]
             .as_array()
             .map(|list| list.iter().collect())
@@ -102,7 +108,7 @@ impl Dashboard {
     }
 
     /// (panel, target) for every query target.
-    fn targets(&self) -> Vec<(&Value, &Value)> {
+    pub(crate) fn targets(&self) -> Vec<(&Value, &Value)> {
         self.panels()
             .into_iter()
             .flat_map(|panel| {
@@ -120,7 +126,7 @@ fn dashboards_dir() -> PathBuf {
     project_root().join("dashboards")
 }
 
-fn load_dashboards() -> Vec<Dashboard> {
+pub(crate) fn load_dashboards() -> Vec<Dashboard> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dashboards_dir())
         .expect("dashboards/ exists")
         .map(|entry| entry.unwrap().path())
@@ -139,15 +145,15 @@ fn load_dashboards() -> Vec<Dashboard> {
         .collect()
 }
 
-fn title(panel: &Value) -> &str {
+pub(crate) fn title(panel: &Value) -> &str {
     panel["title"].as_str().unwrap_or("<untitled>")
 }
 
-fn expr(target: &Value) -> &str {
+pub(crate) fn expr(target: &Value) -> &str {
     target["expr"].as_str().unwrap_or_default()
 }
 
-fn may_be_empty(uid: &str, panel_title: &str) -> Option<&'static str> {
+pub(crate) fn may_be_empty(uid: &str, panel_title: &str) -> Option<&'static str> {
     MAY_BE_EMPTY
         .iter()
         .find(|(d, p, _)| *d == uid && *p == panel_title)
@@ -168,7 +174,7 @@ fn known_metrics() -> BTreeSet<String> {
     known
 }
 
-fn rules_file() -> PathBuf {
+pub(crate) fn rules_file() -> PathBuf {
     project_root().join("alerts/rdma-rules.yml")
 }
 
@@ -186,7 +192,7 @@ fn recorded_series() -> Vec<String> {
 
 /// Replaces `$name` and `${name}` (also `${name:format}`) with `value(name)`; names it returns
 /// `None` for (and `$1` style regex references) stay as they are.
-fn substitute(text: &str, value: impl Fn(&str) -> Option<String>) -> String {
+pub(crate) fn substitute(text: &str, value: impl Fn(&str) -> Option<String>) -> String {
     let pattern = regex::Regex::new(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)").unwrap();
     pattern
         .replace_all(text, |c: &regex::Captures| {
@@ -220,14 +226,14 @@ fn runnable(text: &str) -> String {
 // A small PromQL lexer: enough to find metric selectors and range windows.
 
 #[derive(Debug)]
-struct Selector {
-    metric: String,
+pub(crate) struct Selector {
+    pub(crate) metric: String,
     /// The text between the braces, without spaces; `None` for a bare metric name.
     matchers: Option<String>,
 }
 
 #[derive(Debug)]
-struct Window {
+pub(crate) struct Window {
     /// The innermost function the range selector is an argument of (`rate`, `max_over_time`).
     function: String,
     range: String,
@@ -271,7 +277,7 @@ const GROUPING: [&str; 6] = [
     "group_right",
 ];
 
-fn lex(expr: &str) -> (Vec<Selector>, Vec<Window>) {
+pub(crate) fn lex(expr: &str) -> (Vec<Selector>, Vec<Window>) {
     let chars: Vec<char> = expr.chars().collect();
     let (mut selectors, mut windows) = (Vec::new(), Vec::new());
     // The word before each open parenthesis ("" for a plain group).
