@@ -27,7 +27,7 @@ use rdma_fabric_exporter::ib::detail::SwitchDetails;
 use rdma_fabric_exporter::ib::encoded::PortFamilies;
 use rdma_fabric_exporter::ib::selection::Shard;
 use rdma_fabric_exporter::ib::source::{FabricSource, ScanLimits};
-use rdma_fabric_exporter::pre_encoded::Body;
+use rdma_fabric_exporter::exposition::body::Body;
 use rdma_fabric_exporter::sim::ib_fabric::SimIbFabric;
 
 fn env(name: &str, default: usize) -> usize {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::exposition::{Families, Value};
-use crate::pre_encoded::{BlockSink, Blocks, PreEncoded};
+use crate::exposition::body::{BlockSink, Blocks, PreEncoded};
 
 /// Every collector name, enabled or not, in the order they are run and listed. A name here is
 /// `--collector.<name>` / `--no-collector.<name>`, `collect[]=<name>` and the `collector` label.
@@ -310,7 +310,7 @@ fn run_families(runs: &[(&'static str, bool, Duration)]) -> Families<'static> {
 }
 
 /// A scrape as prometheus-client sees it: these collectors, this selection. The blocks its
-/// collectors encoded ahead land in [`Scrape::blocks`], for the body (`pre_encoded::Body`).
+/// collectors encoded ahead land in [`Scrape::blocks`], for the body (`exposition::body::Body`).
 #[derive(Debug)]
 pub struct Scrape {
     collectors: Arc<Collectors>,

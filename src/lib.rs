@@ -28,7 +28,6 @@ mod metric_docs;
 pub mod node;
 pub mod periodic;
 pub mod pods;
-pub mod pre_encoded;
 pub mod probe;
 pub mod process_metrics;
 pub mod reload;

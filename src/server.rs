@@ -22,7 +22,7 @@ use crate::ib::collector::IbFabricCollector;
 use crate::ib::detail::DetailError;
 use crate::node::storm::StormDetector;
 use crate::node::NodeCollector;
-use crate::pre_encoded::Body;
+use crate::exposition::body::Body;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::Poller;
 use crate::web::fabric_json::HostFeed;

@@ -148,7 +148,7 @@ mod tests {
     use super::*;
     use crate::exposition::Format;
     use crate::ib::model::{CounterValues, IbPort, LinkSpeed, LinkWidth, RemoteEnd};
-    use crate::pre_encoded::PreEncoded;
+    use crate::exposition::body::PreEncoded;
 
     fn port(number: u8, wait: u64) -> IbPort {
         IbPort {

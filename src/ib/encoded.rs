@@ -1,6 +1,6 @@
 //! A scan's switch-port families (`rdma_ib_switch_port_*_total`, `rdma_ib_link_*`), encoded once
 //! when the scan ends and served by every scrape until the next one as they are
-//! ([`crate::pre_encoded`]). A 2 000-switch subnet has 128 000 switch ports and millions of
+//! ([`crate::exposition::body`]). A 2 000-switch subnet has 128 000 switch ports and millions of
 //! series: encoding them per scrape took seconds, a copy takes a fraction of that.
 //!
 //! The text is written here, not by prometheus-client: its sample lines are the same in both
@@ -20,7 +20,7 @@ use super::counters::CounterName;
 use super::model::{counter_metric_stem, FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
 use super::selection::Selection;
 use crate::exposition::{Format, Kind};
-use crate::pre_encoded::{GzipOnce, PreEncoded};
+use crate::exposition::body::{GzipOnce, PreEncoded};
 
 const COUNTER_HELP: &str = "Switch port counter from PortCounters/PortCountersExtended, as the subnet scan last read it (data counters in bytes; the narrow IBTA counters stop at their maximum).";
 

@@ -6,7 +6,7 @@
 
 //!
 //! Beside it, what every listener does whatever the config: `serve` (the accept loop),
-//! `negotiate` (`Accept`, `Accept-Encoding`), `gzip`, `panic_guard`, and `probe_gate` (the
+//! `negotiate` (`Accept`, `Accept-Encoding`), `panic_guard`, and `probe_gate` (the
 //! bound on `/probe` polls); and the landing page every listener serves: `fabric_page` (the
 //! HTML and its embedded script), `fabric_json` (`/api/v1/fabric`), `fabric_rates`,
 //! `fabric_probes` (the probes' failing paths and verdicts).
@@ -17,7 +17,6 @@ pub mod fabric_json;
 pub mod fabric_page;
 pub mod fabric_probes;
 pub mod fabric_rates;
-pub mod gzip;
 pub mod negotiate;
 pub mod panic_guard;
 pub mod probe_gate;

@@ -410,7 +410,7 @@ pub(crate) fn get_raw(
 
 pub(crate) fn gunzip(bytes: &[u8]) -> String {
     let mut text = String::new();
-    // Every member: a body with pre-encoded blocks is several (`pre_encoded::Body`).
+    // Every member: a body with pre-encoded blocks is several (`exposition::body::Body`).
     std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(bytes), &mut text)
         .expect("gzip members of UTF-8 text");
     text

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Bytes;
 
-use crate::exposition::Format;
+use super::Format;
 
 /// Families encoded before the scrape, in both formats.
 pub trait PreEncoded: Send + Sync + std::fmt::Debug {
@@ -42,7 +42,7 @@ impl GzipOnce {
             Format::OpenMetrics => &self.open_metrics,
             Format::PrometheusText => &self.text,
         };
-        slot.get_or_init(|| crate::web::gzip::compress(&text()))
+        slot.get_or_init(|| super::gzip::compress(&text()))
             .clone()
     }
 }
@@ -122,15 +122,15 @@ impl Body {
     /// members as they are. Call it off the async workers.
     pub fn gzip(&self) -> Bytes {
         if self.blocks.is_empty() {
-            return crate::web::gzip::compress(&self.text);
+            return super::gzip::compress(&self.text);
         }
         let (head, eof) = self.split();
-        let mut out = crate::web::gzip::compress(&head).to_vec();
+        let mut out = super::gzip::compress(&head).to_vec();
         for block in &self.blocks {
             out.extend_from_slice(&block.gzip(self.format));
         }
         if !eof.is_empty() {
-            out.extend_from_slice(&crate::web::gzip::compress(eof.as_bytes()));
+            out.extend_from_slice(&super::gzip::compress(eof.as_bytes()));
         }
         Bytes::from(out)
     }

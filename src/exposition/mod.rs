@@ -1,0 +1,548 @@
+//! Metric families built fresh at each scrape and encoded with prometheus-client, in OpenMetrics
+//! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use rustc_hash::FxHashMap;
+
+pub mod body;
+pub mod gzip;
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// Exposed as `<base>_info ... 1`.
+    Info,
+    Untyped,
+    /// Each sample a [`HistogramValue`] (`<base>_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+/// One histogram sample: counts per bucket (not cumulative), the last bucket's bound
+/// `f64::INFINITY` (written `+Inf`), the sum and the count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramValue {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    U64(u64),
+    F64(f64),
+}
+
+/// One label pair; the value borrows from the snapshot where it can, so a scrape does not copy
+/// every device name once per series.
+pub type Label<'a> = (&'static str, Cow<'a, str>);
+
+/// Label pairs of one sample.
+pub type Labels<'a> = Vec<Label<'a>>;
+
+#[derive(Debug)]
+struct Family<'a> {
+    /// The exposed name (`_total`/`_info` included); also the key of [`Families::exposed`].
+    exposed: Arc<str>,
+    help: Cow<'static, str>,
+    kind: Kind,
+    /// Every sample's labels, one sample after another: one buffer per family that grows,
+    /// instead of a vector per sample (a node scrape has about a thousand samples).
+    labels: Vec<Label<'a>>,
+    /// Each sample: where its labels end in `labels`, and its value.
+    samples: Vec<(usize, Value)>,
+    /// A histogram family's samples, `Value::U64(i)` indexing them.
+    histograms: Vec<HistogramValue>,
+}
+
+impl<'a> Family<'a> {
+    /// The name prometheus-client is given: it appends `_total`/`_info` itself.
+    fn base(&self) -> &str {
+        &self.exposed[..self.exposed.len() - self.kind.suffix().len()]
+    }
+
+    fn samples(&self) -> impl Iterator<Item = (&[Label<'a>], Value)> {
+        let mut start = 0;
+        self.samples.iter().map(move |&(end, value)| {
+            let labels = &self.labels[start..end];
+            start = end;
+            (labels, value)
+        })
+    }
+}
+
+/// Metric families of one scrape. Encoded sorted by exposed name (`_total`/`_info` included), so
+/// output is deterministic and a counter `x_total` can never merge with a gauge `x`.
+///
+/// Families are named by their exposed name (`rdma_pfc_pause_frames_total`, `rdma_port_info`)
+/// where they are produced, so that grep finds the producer of any name a scraper sees.
+#[derive(Debug, Default)]
+pub struct Families<'a> {
+    families: Vec<Family<'a>>,
+    /// Exposed name -> family index: lookups by `&str` allocate nothing, and a second family
+    /// under a taken name is refused.
+    /// Keys are the exporter's own metric names (hashed once per sample: Fx, not SipHash).
+    exposed: FxHashMap<Arc<str>, usize>,
+    /// The sizes an earlier scrape's families reached: a family starts at its size.
+    sizes: Arc<FamilySizes>,
+}
+
+/// How many samples and labels each family of a scrape had, by exposed name: given to the next
+/// scrape's [`Families::sized_like`], its families start at that size instead of growing by
+/// reallocation (hundreds of reallocations per node scrape). A capacity hint only.
+#[derive(Debug, Default)]
+pub struct FamilySizes(FxHashMap<Arc<str>, (usize, usize)>);
+
+/// Why a sample was dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FamilyError {
+    /// The family already exists with another type.
+    #[error("metric {0} already exists with another type")]
+    TypeConflict(String),
+    /// A counter not named `..._total`, or an info not named `..._info`: a programming error.
+    #[error("metric {name}: a {kind:?} family's name must end in {suffix:?}")]
+    MissingSuffix {
+        name: String,
+        kind: Kind,
+        suffix: &'static str,
+    },
+}
+
+impl Kind {
+    /// What the exposed name of a family of this kind ends with.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Kind::Counter => "_total",
+            Kind::Info => "_info",
+            Kind::Gauge | Kind::Untyped | Kind::Histogram => "",
+        }
+    }
+}
+
+/// The name prometheus-client is given for a family exposed as `exposed`: it appends `_total` to
+/// counters and `_info` to info metrics itself.
+pub fn base_name(exposed: &str, kind: Kind) -> Result<&str, FamilyError> {
+    let suffix = kind.suffix();
+    exposed
+        .strip_suffix(suffix)
+        .filter(|base| !base.is_empty())
+        .ok_or_else(|| FamilyError::MissingSuffix {
+            name: exposed.to_string(),
+            kind,
+            suffix,
+        })
+}
+
+impl<'a> Families<'a> {
+    /// No families yet; each family created starts at the size `sizes` knows for it.
+    pub fn sized_like(sizes: Arc<FamilySizes>) -> Families<'a> {
+        Families {
+            sizes,
+            ..Families::default()
+        }
+    }
+
+    /// The sizes these families reached, for the next scrape's [`Families::sized_like`].
+    pub fn sizes(&self) -> FamilySizes {
+        FamilySizes(
+            self.families
+                .iter()
+                .map(|f| (f.exposed.clone(), (f.samples.len(), f.labels.len())))
+                .collect(),
+        )
+    }
+
+    /// Adds one sample to the family exposed as `exposed` (`..._total` for a counter, `..._info`
+    /// for an info), creating the family on its first sample.
+    pub fn add(
+        &mut self,
+        exposed: &str,
+        kind: Kind,
+        help: impl Into<Cow<'static, str>>,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) -> Result<(), FamilyError> {
+        let index = match self.exposed.get(exposed) {
+            Some(&index) if self.families[index].kind == kind => index,
+            Some(_) => return Err(FamilyError::TypeConflict(exposed.to_string())),
+            None => self.create(exposed, kind, help.into())?,
+        };
+        let family = &mut self.families[index];
+        family.labels.extend(labels);
+        family.samples.push((family.labels.len(), value));
+        Ok(())
+    }
+
+    fn create(
+        &mut self,
+        exposed: &str,
+        kind: Kind,
+        help: Cow<'static, str>,
+    ) -> Result<usize, FamilyError> {
+        base_name(exposed, kind)?;
+        let index = self.families.len();
+        let (samples, labels) = self.sizes.0.get(exposed).copied().unwrap_or_default();
+        let exposed: Arc<str> = Arc::from(exposed);
+        self.exposed.insert(exposed.clone(), index);
+        self.families.push(Family {
+            exposed,
+            help,
+            kind,
+            labels: Vec::with_capacity(labels),
+            samples: Vec::with_capacity(samples),
+            histograms: Vec::new(),
+        });
+        Ok(index)
+    }
+
+    /// A sample of a counter family; `exposed` ends in `_total`.
+    pub fn counter(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
+        // Static names never conflict; a conflict here is a programming error caught by tests.
+        let added = self.add(exposed, Kind::Counter, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    pub fn gauge(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
+        let added = self.add(exposed, Kind::Gauge, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// An info series (value 1); `exposed` ends in `_info`.
+    pub fn info(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+    ) {
+        let added = self.add(exposed, Kind::Info, help, labels, Value::U64(1));
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// A sample of a histogram family.
+    pub fn histogram(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: HistogramValue,
+    ) {
+        let index = match self.exposed.get(exposed) {
+            Some(&index) => self.families[index].histograms.len(),
+            None => 0,
+        };
+        let added = self.add(
+            exposed,
+            Kind::Histogram,
+            help,
+            labels,
+            Value::U64(index as u64),
+        );
+        debug_assert!(added.is_ok(), "{added:?}");
+        if added.is_ok() {
+            let family = self.exposed[exposed];
+            self.families[family].histograms.push(value);
+        }
+    }
+
+    /// The labels of the last sample added to the family exposed as `exposed`.
+    pub fn last_labels(&self, exposed: &str) -> Option<&[Label<'a>]> {
+        let family = &self.families[*self.exposed.get(exposed)?];
+        let end = family.samples.last()?.0;
+        let start = family.samples.iter().rev().nth(1).map_or(0, |s| s.0);
+        Some(&family.labels[start..end])
+    }
+
+    pub fn contains(&self, exposed: &str) -> bool {
+        self.exposed.contains_key(exposed)
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.families.iter().map(|f| f.samples.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.families.is_empty()
+    }
+
+    /// Every sample as (exposed name, labels, value), families in the order they were created.
+    pub fn samples(&self) -> impl Iterator<Item = (&str, &[Label<'a>], Value)> {
+        self.families.iter().flat_map(|family| {
+            family
+                .samples()
+                .map(move |(labels, value)| (&*family.exposed, labels, value))
+        })
+    }
+
+    /// For unit tests: each sample as `name{key=value,...} value`, in the order added.
+    #[cfg(test)]
+    pub fn sample_lines(&self) -> Vec<String> {
+        self.samples()
+            .map(|(name, labels, value)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let value = match value {
+                    Value::U64(v) => v.to_string(),
+                    Value::F64(v) => v.to_string(),
+                };
+                format!("{name}{{{}}} {value}", labels.join(","))
+            })
+            .collect()
+    }
+
+    /// Encodes every family, sorted by exposed name.
+    pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut order: Vec<&Family> = self.families.iter().collect();
+        order.sort_by(|a, b| a.exposed.cmp(&b.exposed));
+        for family in order {
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Info => MetricType::Info,
+                Kind::Untyped => MetricType::Unknown,
+                Kind::Histogram => MetricType::Histogram,
+            };
+            let mut metric =
+                encoder.encode_descriptor(family.base(), &family.help, None, metric_type)?;
+            for (labels, value) in family.samples() {
+                match family.kind {
+                    Kind::Info => metric.encode_info(&labels)?,
+                    Kind::Counter => {
+                        let sample = metric.encode_family(&labels)?;
+                        match value {
+                            Value::U64(v) => ConstCounter::new(v).encode(sample)?,
+                            Value::F64(v) => ConstCounter::new(v).encode(sample)?,
+                        }
+                    }
+                    Kind::Histogram => {
+                        let Value::U64(index) = value else {
+                            continue;
+                        };
+                        let h = &family.histograms[index as usize];
+                        let mut sample = metric.encode_family(&labels)?;
+                        sample.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                            h.sum, h.count, &h.buckets, None,
+                        )?;
+                    }
+                    Kind::Gauge | Kind::Untyped => {
+                        let sample = metric.encode_family(&labels)?;
+                        match value {
+                            Value::U64(v) => ConstGauge::new(v).encode(sample)?,
+                            Value::F64(v) => ConstGauge::new(v).encode(sample)?,
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lowercases and replaces every character outside `[a-z0-9_]` with `_`, so that driver counter
+/// names (`SDMAIdInt1,32`, `VL15_dropped`) become valid metric name parts.
+pub fn sanitize_name_part(raw: &str) -> String {
+    raw.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// The largest starting capacity [`Format::encode`] takes from earlier bodies.
+const MAX_BODY_GUESS: usize = 16 << 20;
+
+/// Exposition formats a scraper can ask for (chosen by `web::negotiate::format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    PrometheusText,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Format::PrometheusText => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+
+    pub fn encode(self, registry: &Registry) -> Result<String, std::fmt::Error> {
+        // Sized like the largest body so far: growing a 100 KB body from a guess copies it.
+        static LARGEST: AtomicUsize = AtomicUsize::new(64 * 1024);
+        let mut body = String::with_capacity(LARGEST.load(Ordering::Relaxed));
+        match self {
+            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut body, registry)?,
+            Format::PrometheusText => {
+                prometheus_client::encoding::prometheus_text::encode(&mut body, registry)?
+            }
+        }
+        LARGEST.fetch_max(body.len().min(MAX_BODY_GUESS), Ordering::Relaxed);
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A histogram sample is written byte for byte as prometheus-client writes its own
+    /// `Histogram` with the same observations, in both formats.
+    #[test]
+    fn histograms_encode_as_prometheus_clients_own() {
+        use prometheus_client::metrics::histogram::Histogram;
+
+        #[derive(Debug)]
+        struct Ours(Families<'static>);
+        impl prometheus_client::collector::Collector for Ours {
+            fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+                self.0.encode(&mut encoder)
+            }
+        }
+
+        let bounds = [0.001, 0.01];
+        let observations = [0.0005, 0.002, 0.003, 5.0];
+        let theirs = Histogram::new(bounds);
+        for v in observations {
+            theirs.observe(v);
+        }
+        let mut reference = Registry::default();
+        // register() ends the help with a period.
+        reference.register("probe_rtt_seconds", "Round trips", theirs);
+
+        let mut families = Families::default();
+        families.histogram(
+            "probe_rtt_seconds",
+            "Round trips.",
+            [],
+            HistogramValue {
+                buckets: vec![(0.001, 1), (0.01, 2), (f64::INFINITY, 1)],
+                sum: observations.iter().sum(),
+                count: 4,
+            },
+        );
+        let mut ours = Registry::default();
+        ours.register_collector(Box::new(Ours(families)));
+        for format in [Format::OpenMetrics, Format::PrometheusText] {
+            let expected = format.encode(&reference).unwrap();
+            assert!(
+                expected.contains("probe_rtt_seconds_bucket{le=\"+Inf\"} 4"),
+                "{expected}"
+            );
+            assert_eq!(format.encode(&ours).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn sanitizes_driver_names() {
+        assert_eq!(sanitize_name_part("VL15_dropped"), "vl15_dropped");
+        assert_eq!(sanitize_name_part("SDMAIdInt1,32"), "sdmaidint1_32");
+        assert_eq!(sanitize_name_part("vport_rx-bytes"), "vport_rx_bytes");
+    }
+
+    #[test]
+    fn a_scrape_sized_like_the_last_starts_at_its_sizes_and_gives_the_same_samples() {
+        let build = |families: &mut Families<'static>| {
+            for port in ["1", "2", "3"] {
+                let labels = [
+                    ("device", Cow::Borrowed("d0")),
+                    ("port", Cow::Borrowed(port)),
+                ];
+                families.counter("a_total", "h", labels, Value::U64(1));
+            }
+            families.gauge("b", "h", [], Value::U64(2));
+        };
+        let mut first = Families::default();
+        build(&mut first);
+        let sizes = first.sizes();
+        assert_eq!(sizes.0.get("a_total"), Some(&(3, 6)));
+        assert_eq!(sizes.0.get("b"), Some(&(1, 0)));
+        let mut second = Families::sized_like(Arc::new(sizes));
+        build(&mut second);
+        let a = &second.families[second.exposed["a_total"]];
+        assert!(a.labels.capacity() >= 6 && a.samples.capacity() >= 3);
+        let all = |f: &Families| {
+            f.samples()
+                .map(|(n, l, v)| format!("{n}{l:?}{v:?}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(all(&first), all(&second));
+        assert_eq!(
+            second.last_labels("a_total"),
+            Some(
+                &[
+                    ("device", Cow::Borrowed("d0")),
+                    ("port", Cow::Borrowed("3"))
+                ][..]
+            )
+        );
+    }
+
+    #[test]
+    fn type_conflict_is_refused() {
+        let mut families = Families::default();
+        families
+            .add("x", Kind::Gauge, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert!(families
+            .add("x", Kind::Untyped, "h", vec![], Value::U64(1))
+            .is_err());
+        // A gauge named like a counter's exposed name is refused too.
+        families
+            .add("y_total", Kind::Counter, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert_eq!(
+            families.add("y_total", Kind::Gauge, "h", vec![], Value::U64(1)),
+            Err(FamilyError::TypeConflict("y_total".into()))
+        );
+        // A counter `x_total` is a different family from the gauge `x`.
+        families
+            .add("x_total", Kind::Counter, "h", vec![], Value::U64(1))
+            .unwrap();
+        assert_eq!(families.len(), 3);
+    }
+
+    #[test]
+    fn counters_and_infos_are_named_with_their_suffix() {
+        let mut families = Families::default();
+        for (name, kind) in [
+            ("c", Kind::Counter),
+            ("i", Kind::Info),
+            ("_total", Kind::Counter),
+        ] {
+            assert!(
+                matches!(
+                    families.add(name, kind, "h", vec![], Value::U64(1)),
+                    Err(FamilyError::MissingSuffix { .. })
+                ),
+                "{name}"
+            );
+        }
+        assert!(families.is_empty());
+        assert_eq!(base_name("a_total", Kind::Counter), Ok("a"));
+        assert_eq!(base_name("a_info", Kind::Info), Ok("a"));
+        assert_eq!(base_name("a_total", Kind::Gauge), Ok("a_total"));
+    }
+}
