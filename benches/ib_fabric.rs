@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::registry::Registry;
 use rdma_fabric_exporter::collector::{Collectors, Scrape, Selection as Collect};
+use rdma_fabric_exporter::exposition::body::Body;
 use rdma_fabric_exporter::exposition::Format;
 use rdma_fabric_exporter::ib::collector::IbFabricCollector;
 use rdma_fabric_exporter::ib::config::IbFabricConfig;
@@ -27,7 +27,6 @@ use rdma_fabric_exporter::ib::detail::SwitchDetails;
 use rdma_fabric_exporter::ib::encoded::PortFamilies;
 use rdma_fabric_exporter::ib::selection::Shard;
 use rdma_fabric_exporter::ib::source::{FabricSource, ScanLimits};
-use rdma_fabric_exporter::exposition::body::Body;
 use rdma_fabric_exporter::sim::ib_fabric::SimIbFabric;
 
 fn env(name: &str, default: usize) -> usize {
@@ -44,11 +43,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// A scrape's body as the server assembles it (`server::AppState::encode`).
 fn scrape(collectors: &Arc<Collectors>) -> Body {
-    let scrape = Scrape::new(collectors.clone(), Collect::All, true);
-    let blocks = scrape.blocks();
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(scrape));
-    Body::encode(Format::OpenMetrics, &registry, &blocks).expect("encoding")
+    Scrape::new(collectors.clone(), Collect::All, true)
+        .body(Format::OpenMetrics, &[])
+        .expect("encoding")
 }
 
 /// Resets `VmHWM` to the current RSS (Linux 4.0+), so that a phase's own peak can be read.

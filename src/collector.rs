@@ -10,10 +10,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::DescriptorEncoder;
-
-use crate::exposition::{Families, Value};
-use crate::exposition::body::{BlockSink, Blocks, PreEncoded};
+use crate::exposition::body::{Body, BodyWriter, PreEncoded};
+use crate::exposition::{Families, Format, Value};
 
 /// Every collector name, enabled or not, in the order they are run and listed. A name here is
 /// `--collector.<name>` / `--no-collector.<name>`, `collect[]=<name>` and the `collector` label.
@@ -46,7 +44,7 @@ pub trait Collector: Send + Sync + fmt::Debug {
 
     /// Reads the source and encodes its families with [`Output::encode`] (or hands over families
     /// encoded ahead of the scrape with [`Output::append`]).
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, fmt::Error>;
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, fmt::Error>;
 
     /// Ends the collector's background work (a thread, tasks): a config reload replaced it.
     /// Scrapes still running on it finish with what it has.
@@ -70,24 +68,24 @@ impl Outcome {
     }
 }
 
-/// What a collector writes to: the scrape's encoder, and the runs of its companions.
-pub struct Output<'o, 'e> {
-    encoder: &'o mut DescriptorEncoder<'e>,
+/// What a collector writes to: the scrape's body, and the runs of its companions.
+pub struct Output<'o> {
+    body: &'o mut BodyWriter,
     companion_runs: Vec<(&'static str, bool, Duration)>,
-    blocks: &'o mut Blocks,
 }
 
-impl Output<'_, '_> {
+impl Output<'_> {
     /// Encodes one collector's families. Call it once per collector: a family written twice
     /// would give the text format a second HELP line.
     pub fn encode(&mut self, families: &Families<'_>) -> fmt::Result {
-        families.encode(self.encoder)
+        self.body.write(families);
+        Ok(())
     }
 
     /// Hands over families encoded before the scrape: the body carries them as they are. Their
     /// names must be the collector's own, as with [`Output::encode`].
     pub fn append(&mut self, block: Arc<dyn PreEncoded>) {
-        self.blocks.push(block);
+        self.body.append(block);
     }
 
     /// Reports a companion's run (one of [`Collector::companions`]).
@@ -247,14 +245,12 @@ impl Collectors {
     }
 
     /// Runs the selected collectors in order, then writes their success and duration (unless
-    /// `self_metrics` is off: `/probe` answers for one switch, not for the exporter). Blocks
-    /// encoded ahead go to `blocks`.
+    /// `self_metrics` is off: `/probe` answers for one switch, not for the exporter).
     pub fn encode(
         &self,
         selection: &Selection,
         self_metrics: bool,
-        encoder: &mut DescriptorEncoder,
-        blocks: &mut Blocks,
+        body: &mut BodyWriter,
     ) -> fmt::Result {
         let mut runs: Vec<(&'static str, bool, Duration)> = Vec::new();
         for (index, collector) in self.list.iter().enumerate() {
@@ -265,9 +261,8 @@ impl Collectors {
             }
             let started = Instant::now();
             let mut out = Output {
-                encoder: &mut *encoder,
+                body: &mut *body,
                 companion_runs: Vec::new(),
-                blocks: &mut *blocks,
             };
             let outcome = collector.collect(&mut out)?;
             let companion_runs = out.companion_runs;
@@ -278,7 +273,8 @@ impl Collectors {
         if !self_metrics {
             return Ok(());
         }
-        run_families(&runs).encode(encoder)
+        body.write(&run_families(&runs));
+        Ok(())
     }
 }
 
@@ -309,14 +305,12 @@ fn run_families(runs: &[(&'static str, bool, Duration)]) -> Families<'static> {
     families
 }
 
-/// A scrape as prometheus-client sees it: these collectors, this selection. The blocks its
-/// collectors encoded ahead land in [`Scrape::blocks`], for the body (`exposition::body::Body`).
+/// One scrape: these collectors, this selection.
 #[derive(Debug)]
 pub struct Scrape {
     collectors: Arc<Collectors>,
     selection: Selection,
     self_metrics: bool,
-    blocks: BlockSink,
 }
 
 impl Scrape {
@@ -325,37 +319,25 @@ impl Scrape {
             collectors,
             selection,
             self_metrics,
-            blocks: BlockSink::default(),
         }
     }
 
-    /// Where the blocks go; take them once the registry holding this scrape is encoded.
-    pub fn blocks(&self) -> BlockSink {
-        self.blocks.clone()
-    }
-}
-
-impl prometheus_client::collector::Collector for Scrape {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let mut blocks = Blocks::new();
-        let encoded = self.collectors.encode(
-            &self.selection,
-            self.self_metrics,
-            &mut encoder,
-            &mut blocks,
-        );
-        self.blocks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(blocks);
-        encoded
+    /// The scrape's body in `format`: `head` (families of the exporter's own, each written as
+    /// it is, in order), then the selected collectors' families and blocks.
+    pub fn body(&self, format: Format, head: &[Families<'_>]) -> Result<Body, fmt::Error> {
+        let mut body = BodyWriter::new(format);
+        for families in head {
+            body.write(families);
+        }
+        self.collectors
+            .encode(&self.selection, self.self_metrics, &mut body)?;
+        Ok(body.finish())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus_client::registry::Registry;
 
     #[derive(Debug)]
     struct Fixed {
@@ -371,7 +353,7 @@ mod tests {
         fn companions(&self) -> &'static [&'static str] {
             self.companions
         }
-        fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, fmt::Error> {
+        fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, fmt::Error> {
             let mut families = Families::default();
             let family = format!("test_{}", self.name);
             families
@@ -407,11 +389,10 @@ mod tests {
     }
 
     fn encode(collectors: Collectors, selection: Selection) -> String {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Scrape::new(Arc::new(collectors), selection, true)));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        text
+        Scrape::new(Arc::new(collectors), selection, true)
+            .body(Format::OpenMetrics, &[])
+            .unwrap()
+            .to_text()
     }
 
     #[test]

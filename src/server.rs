@@ -1,6 +1,7 @@
 //! HTTP front: `/metrics` with content negotiation, `/healthz`, `/probe` (one configured
 //! switch), `/ib/switch` (one InfiniBand switch of the last subnet scan), and a landing page.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,16 +14,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::Registry;
 
 use crate::collector::{Collector, Collectors, Scrape, Selection};
-use crate::exposition::Format;
+use crate::exposition::body::Body;
+use crate::exposition::{Families, Format, Value};
 use crate::ib::collector::IbFabricCollector;
 use crate::ib::detail::DetailError;
 use crate::node::storm::StormDetector;
 use crate::node::NodeCollector;
-use crate::exposition::body::Body;
 use crate::switch::metrics::SwitchCollector;
 use crate::switch::poller::Poller;
 use crate::web::fabric_json::HostFeed;
@@ -89,39 +88,40 @@ impl AppState {
         }
     }
 
-    /// One scrape's body in `format`: the registry of [`AppState::registry`], encoded, with the
-    /// blocks its collectors encoded ahead.
+    /// One scrape's body in `format`: the exporter's own families, then the selected
+    /// collectors'.
     fn encode(&self, format: Format, selection: Selection) -> Result<Body, std::fmt::Error> {
-        let scrape = Scrape::new(self.collectors.clone(), selection, true);
-        let blocks = scrape.blocks();
-        Body::encode(format, &self.registry(scrape), &blocks)
+        Scrape::new(self.collectors.clone(), selection, true).body(format, &self.own_families())
     }
 
-    /// What one scrape encodes: the exporter's fixed families, then the selected collectors.
-    fn registry(&self, scrape: Scrape) -> Registry {
-        use crate::exposition::{base_name, Kind};
-        let mut registry = Registry::default();
-        registry.register(
-            base_name("rdma_exporter_coalesced_scrapes_total", Kind::Counter).expect("suffixed"),
-            "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own",
-            self.coalesced_scrapes.clone(),
+    /// The exporter's own families, each written on its own in this order (as they were
+    /// registered when prometheus-client encoded the scrape: the body keeps their place).
+    fn own_families(&self) -> [Families<'static>; 3] {
+        let mut coalesced = Families::default();
+        coalesced.counter(
+            "rdma_exporter_coalesced_scrapes_total",
+            "Scrapes of /metrics answered with the result of a scrape that was running when they arrived, instead of a read of their own.",
+            [],
+            Value::U64(self.coalesced_scrapes.get()),
         );
-        registry.register(
-            base_name("rdma_exporter_http_panics_total", Kind::Counter).expect("suffixed"),
-            "Panics while handling an HTTP request, answered with a 500 instead of the request's answer",
-            panic_guard::HTTP_PANICS.clone(),
+        let mut panics = Families::default();
+        panics.counter(
+            "rdma_exporter_http_panics_total",
+            "Panics while handling an HTTP request, answered with a 500 instead of the request's answer.",
+            [],
+            Value::U64(panic_guard::HTTP_PANICS.get()),
         );
-        registry.register(
-            base_name("rdma_exporter_build_info", Kind::Info).expect("suffixed"),
-            "Build facts of the running rdma-fabric-exporter; value is always 1",
-            Info::new(vec![
-                ("version", crate::build::VERSION),
-                ("revision", crate::build::REVISION),
-                ("rustc_version", crate::build::RUSTC),
-            ]),
+        let mut build = Families::default();
+        build.info(
+            "rdma_exporter_build_info",
+            "Build facts of the running rdma-fabric-exporter; value is always 1.",
+            [
+                ("version", Cow::Borrowed(crate::build::VERSION)),
+                ("revision", Cow::Borrowed(crate::build::REVISION)),
+                ("rustc_version", Cow::Borrowed(crate::build::RUSTC)),
+            ],
         );
-        registry.register_collector(Box::new(scrape));
-        registry
+        [coalesced, panics, build]
     }
 }
 
@@ -356,16 +356,13 @@ async fn probe(
         poller,
         only: Some(index),
     });
-    let mut registry = Registry::default();
     let scrape = Scrape::new(
         Arc::new(Collectors::new(vec![switch])),
         Selection::All,
         false,
     );
-    let blocks = scrape.blocks();
-    registry.register_collector(Box::new(scrape));
     let format = negotiated_format(&headers);
-    match Body::encode(format, &registry, &blocks) {
+    match scrape.body(format, &[]) {
         Ok(body) => exposition(format, Arc::new(body), &headers).await,
         Err(e) => {
             tracing::error!("encoding probe metrics failed: {e}");

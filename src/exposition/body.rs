@@ -1,17 +1,19 @@
-//! Families encoded ahead of the scrape and written into its body as they are. The InfiniBand
-//! subnet's port series (millions on a large subnet) change once per scan: they are encoded
-//! once per scan, and a scrape copies them instead of encoding them again.
+//! A scrape's body: what its collectors wrote ([`BodyWriter`]), and the families encoded ahead
+//! of the scrape, written into it as they are. The InfiniBand subnet's port series (millions on
+//! a large subnet) change once per scan: they are encoded once per scan, and a scrape copies
+//! them instead of encoding them again.
 //!
-//! A scrape's [`Body`] is the registry's text with the blocks spliced in before OpenMetrics'
-//! closing `# EOF`. Its gzip is the registry text's gzip member followed by each block's own
-//! member, compressed once per format and kept: a gzip stream may hold several members (RFC
-//! 1952, 2.2), and Go's reader, which Prometheus uses, reads them all.
+//! A [`Body`] is the written text with the blocks spliced in before OpenMetrics' closing
+//! `# EOF`. Its gzip is the text's gzip member followed by each block's own member, compressed
+//! once per format and kept: a gzip stream may hold several members (RFC 1952, 2.2), and Go's
+//! reader, which Prometheus uses, reads them all.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use axum::body::Bytes;
 
-use super::Format;
+use super::{Families, Format};
 
 /// Families encoded before the scrape, in both formats.
 pub trait PreEncoded: Send + Sync + std::fmt::Debug {
@@ -26,8 +28,59 @@ pub trait PreEncoded: Send + Sync + std::fmt::Debug {
 /// The blocks one scrape's collectors handed over.
 pub type Blocks = Vec<Arc<dyn PreEncoded>>;
 
-/// Where a scrape's collectors put their blocks; read once the registry is encoded.
-pub type BlockSink = Arc<Mutex<Blocks>>;
+/// The largest starting capacity a [`BodyWriter`] takes from earlier bodies.
+const MAX_BODY_GUESS: usize = 16 << 20;
+
+/// The largest body written so far (up to [`MAX_BODY_GUESS`]): a writer starts at that size,
+/// since growing a 100 KB body from a guess copies it.
+static LARGEST_BODY: AtomicUsize = AtomicUsize::new(64 * 1024);
+
+/// One scrape's body being written: families encoded now, in the order written, and the blocks
+/// encoded ahead, spliced in after them.
+#[derive(Debug)]
+pub struct BodyWriter {
+    format: Format,
+    text: Vec<u8>,
+    blocks: Blocks,
+}
+
+impl BodyWriter {
+    pub fn new(format: Format) -> BodyWriter {
+        BodyWriter {
+            format,
+            text: Vec::with_capacity(LARGEST_BODY.load(Ordering::Relaxed)),
+            blocks: Blocks::new(),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Writes `families`. Each family is written once per body: a second time would give it a
+    /// second HELP line.
+    pub fn write(&mut self, families: &Families<'_>) {
+        families.write(self.format, &mut self.text);
+    }
+
+    /// Hands over families encoded before the scrape: the body carries them as they are.
+    pub fn append(&mut self, block: Arc<dyn PreEncoded>) {
+        self.blocks.push(block);
+    }
+
+    /// The body: the text written, the blocks, OpenMetrics' `# EOF`.
+    pub fn finish(mut self) -> Body {
+        LARGEST_BODY.fetch_max(self.text.len().min(MAX_BODY_GUESS), Ordering::Relaxed);
+        if self.format == Format::OpenMetrics {
+            self.text.extend_from_slice(EOF.as_bytes());
+        }
+        Body {
+            format: self.format,
+            text: Bytes::from(self.text),
+            blocks: self.blocks,
+        }
+    }
+}
 
 /// The gzip members of a block, one per format, each made at most once.
 #[derive(Debug, Default)]
@@ -42,8 +95,7 @@ impl GzipOnce {
             Format::OpenMetrics => &self.open_metrics,
             Format::PrometheusText => &self.text,
         };
-        slot.get_or_init(|| super::gzip::compress(&text()))
-            .clone()
+        slot.get_or_init(|| super::gzip::compress(&text())).clone()
     }
 }
 
@@ -58,10 +110,10 @@ pub struct Body {
 }
 
 impl Body {
-    pub fn new(format: Format, text: String, blocks: Blocks) -> Body {
+    pub fn new(format: Format, text: impl Into<Bytes>, blocks: Blocks) -> Body {
         Body {
             format,
-            text: Bytes::from(text),
+            text: text.into(),
             blocks,
         }
     }
@@ -72,19 +124,7 @@ impl Body {
             Format::OpenMetrics => EOF,
             Format::PrometheusText => "",
         };
-        Body::new(format, text.to_owned(), blocks)
-    }
-
-    /// Encodes `registry` in `format` and takes the blocks its scrape's collectors put in `sink`
-    /// meanwhile (`Scrape::blocks`).
-    pub fn encode(
-        format: Format,
-        registry: &prometheus_client::registry::Registry,
-        sink: &BlockSink,
-    ) -> Result<Body, std::fmt::Error> {
-        let text = format.encode(registry)?;
-        let blocks = std::mem::take(&mut *sink.lock().unwrap_or_else(|p| p.into_inner()));
-        Ok(Body::new(format, text, blocks))
+        Body::new(format, text, blocks)
     }
 
     /// The registry's text before OpenMetrics' `# EOF`, and the `# EOF` (empty in text 0.0.4).
@@ -95,6 +135,11 @@ impl Body {
             }
             _ => (self.text.clone(), ""),
         }
+    }
+
+    /// The whole text as a string (tests, small bodies).
+    pub fn to_text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
     }
 
     /// Whether blocks encoded ahead are spliced in (then [`Body::bytes`] copies them).
@@ -185,14 +230,14 @@ mod tests {
         let block = Arc::new(Fixed::default());
         let om = Body::new(
             Format::OpenMetrics,
-            "# TYPE a gauge\na 1\n# EOF\n".into(),
+            "# TYPE a gauge\na 1\n# EOF\n",
             vec![block.clone()],
         );
         let expected = "# TYPE a gauge\na 1\n# TYPE b gauge\nb 2\n# EOF\n";
         assert_eq!(om.bytes(), expected);
         assert_eq!(gunzip(&om.gzip()), expected);
         assert_eq!(gunzip(&om.gzip()), expected);
-        let text = Body::new(Format::PrometheusText, "a 1\n".into(), vec![block.clone()]);
+        let text = Body::new(Format::PrometheusText, "a 1\n", vec![block.clone()]);
         assert_eq!(text.bytes(), "a 1\n# TYPE b gauge\nb 2.0\n");
         assert_eq!(gunzip(&text.gzip()), "a 1\n# TYPE b gauge\nb 2.0\n");
         // One compression per format, however many scrapes.
@@ -203,7 +248,7 @@ mod tests {
         let alone = Body::of_blocks(Format::OpenMetrics, vec![block.clone()]);
         assert_eq!(alone.bytes(), "# TYPE b gauge\nb 2\n# EOF\n");
         assert_eq!(gunzip(&alone.gzip()), "# TYPE b gauge\nb 2\n# EOF\n");
-        let plain = Body::new(Format::PrometheusText, "a 1\n".into(), Vec::new());
+        let plain = Body::new(Format::PrometheusText, "a 1\n", Vec::new());
         assert_eq!(gunzip(&plain.gzip()), "a 1\n");
         assert_eq!(plain.bytes(), "a 1\n");
     }

@@ -2,18 +2,15 @@
 //! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
 use rustc_hash::FxHashMap;
 
 pub mod body;
 pub mod gzip;
+mod text;
+
+pub use text::header;
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -68,6 +65,7 @@ struct Family<'a> {
 
 impl<'a> Family<'a> {
     /// The name prometheus-client is given: it appends `_total`/`_info` itself.
+    #[cfg(test)]
     fn base(&self) -> &str {
         &self.exposed[..self.exposed.len() - self.kind.suffix().len()]
     }
@@ -312,8 +310,17 @@ impl<'a> Families<'a> {
             .collect()
     }
 
-    /// Encodes every family, sorted by exposed name.
-    pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// Encodes every family, sorted by exposed name, with prometheus-client: the reference
+    /// [`Families::write`] is compared with.
+    #[cfg(test)]
+    pub fn encode_with_prometheus_client(
+        &self,
+        encoder: &mut prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        use prometheus_client::metrics::MetricType;
         let mut order: Vec<&Family> = self.families.iter().collect();
         order.sort_by(|a, b| a.exposed.cmp(&b.exposed));
         for family in order {
@@ -371,9 +378,6 @@ pub fn sanitize_name_part(raw: &str) -> String {
         .collect()
 }
 
-/// The largest starting capacity [`Format::encode`] takes from earlier bodies.
-const MAX_BODY_GUESS: usize = 16 << 20;
-
 /// Exposition formats a scraper can ask for (chosen by `web::negotiate::format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -388,20 +392,37 @@ impl Format {
             Format::PrometheusText => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         }
     }
+}
 
-    pub fn encode(self, registry: &Registry) -> Result<String, std::fmt::Error> {
-        // Sized like the largest body so far: growing a 100 KB body from a guess copies it.
-        static LARGEST: AtomicUsize = AtomicUsize::new(64 * 1024);
-        let mut body = String::with_capacity(LARGEST.load(Ordering::Relaxed));
-        match self {
-            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut body, registry)?,
-            Format::PrometheusText => {
-                prometheus_client::encoding::prometheus_text::encode(&mut body, registry)?
-            }
+/// The families as prometheus-client encodes them (OpenMetrics without its `# EOF`): the
+/// reference the exposition writer's bytes are compared with.
+#[cfg(test)]
+pub fn prometheus_client_text(families: Families<'static>, format: Format) -> String {
+    #[derive(Debug)]
+    struct Once(Families<'static>);
+    impl prometheus_client::collector::Collector for Once {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder,
+        ) -> std::fmt::Result {
+            self.0.encode_with_prometheus_client(&mut encoder)
         }
-        LARGEST.fetch_max(body.len().min(MAX_BODY_GUESS), Ordering::Relaxed);
-        Ok(body)
     }
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Once(families)));
+    let mut text = String::new();
+    match format {
+        Format::OpenMetrics => {
+            prometheus_client::encoding::text::encode(&mut text, &registry)
+                .expect("encoding into a String");
+            text.truncate(text.len() - "# EOF\n".len());
+        }
+        Format::PrometheusText => {
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+                .expect("encoding into a String")
+        }
+    }
+    text
 }
 
 #[cfg(test)]
@@ -414,21 +435,13 @@ mod tests {
     fn histograms_encode_as_prometheus_clients_own() {
         use prometheus_client::metrics::histogram::Histogram;
 
-        #[derive(Debug)]
-        struct Ours(Families<'static>);
-        impl prometheus_client::collector::Collector for Ours {
-            fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-                self.0.encode(&mut encoder)
-            }
-        }
-
         let bounds = [0.001, 0.01];
         let observations = [0.0005, 0.002, 0.003, 5.0];
         let theirs = Histogram::new(bounds);
         for v in observations {
             theirs.observe(v);
         }
-        let mut reference = Registry::default();
+        let mut reference = prometheus_client::registry::Registry::default();
         // register() ends the help with a period.
         reference.register("probe_rtt_seconds", "Round trips", theirs);
 
@@ -443,15 +456,23 @@ mod tests {
                 count: 4,
             },
         );
-        let mut ours = Registry::default();
-        ours.register_collector(Box::new(Ours(families)));
         for format in [Format::OpenMetrics, Format::PrometheusText] {
-            let expected = format.encode(&reference).unwrap();
+            let mut expected = String::new();
+            match format {
+                Format::OpenMetrics => {
+                    prometheus_client::encoding::text::encode(&mut expected, &reference).unwrap();
+                    expected.truncate(expected.len() - "# EOF\n".len());
+                }
+                Format::PrometheusText => {
+                    prometheus_client::encoding::prometheus_text::encode(&mut expected, &reference)
+                        .unwrap()
+                }
+            }
             assert!(
                 expected.contains("probe_rtt_seconds_bucket{le=\"+Inf\"} 4"),
                 "{expected}"
             );
-            assert_eq!(format.encode(&ours).unwrap(), expected);
+            assert_eq!(families.text(format), expected);
         }
     }
 

@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 use super::counters::CounterName;
 use super::model::{counter_metric_stem, FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
 use super::selection::Selection;
-use crate::exposition::{Format, Kind};
 use crate::exposition::body::{GzipOnce, PreEncoded};
+use crate::exposition::{Format, Kind};
 
 const COUNTER_HELP: &str = "Switch port counter from PortCounters/PortCountersExtended, as the subnet scan last read it (data counters in bytes; the narrow IBTA counters stop at their maximum).";
 
@@ -427,7 +427,6 @@ mod tests {
     use crate::ib::model::{Guid, NodeKind, RemoteEnd};
     use crate::ib::selection::Shard;
     use std::borrow::Cow;
-    use std::sync::Mutex;
 
     /// The same families built sample by sample with [`Families`] and encoded by
     /// prometheus-client, as every scrape did before: the reference the cached text must equal.
@@ -493,26 +492,8 @@ mod tests {
         families
     }
 
-    #[derive(Debug)]
-    struct Once(Mutex<Option<Families<'static>>>);
-
-    impl prometheus_client::collector::Collector for Once {
-        fn encode(
-            &self,
-            mut encoder: prometheus_client::encoding::DescriptorEncoder,
-        ) -> std::fmt::Result {
-            match self.0.lock().unwrap().take() {
-                Some(families) => families.encode(&mut encoder),
-                None => Ok(()),
-            }
-        }
-    }
-
     fn by_prometheus_client(families: Families<'static>, format: Format) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Once(Mutex::new(Some(families)))));
-        let text = format.encode(&registry).unwrap();
-        text.strip_suffix("# EOF\n").unwrap_or(&text).to_owned()
+        crate::exposition::prometheus_client_text(families, format)
     }
 
     fn text(ports: &PortFamilies, format: Format) -> String {

@@ -358,7 +358,7 @@ impl Collector for FecCollector {
         self.readings.stop();
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         // A scrape right after the start waits a little for the first round (reading a node's
         // ports takes milliseconds), so that the first scrape already has FEC.
         let started = Instant::now();
@@ -447,15 +447,14 @@ mod tests {
     }
 
     fn scrape(collector: &Arc<FecCollector>) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape::new(
+        Scrape::new(
             Arc::new(Collectors::new(vec![collector.clone()])),
             Selection::All,
             true,
-        )));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        text
+        )
+        .body(crate::exposition::Format::OpenMetrics, &[])
+        .unwrap()
+        .to_text()
     }
 
     fn started(dir: &Path, sysfs: &Path, config: FecConfig) -> Arc<FecCollector> {

@@ -362,7 +362,7 @@ impl Collector for NetlinkCollector {
         self.readings.stop();
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let reading = self.readings.last();
         let errors = self
             .shared
@@ -465,15 +465,14 @@ mod tests {
     }
 
     fn scrape(collector: &Arc<NetlinkCollector>) -> String {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape::new(
+        Scrape::new(
             Arc::new(Collectors::new(vec![collector.clone()])),
             Selection::All,
             true,
-        )));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        text
+        )
+        .body(crate::exposition::Format::OpenMetrics, &[])
+        .unwrap()
+        .to_text()
     }
 
     fn started(source: Fixed, config: NetlinkConfig, sysfs: &Path) -> Arc<NetlinkCollector> {

@@ -194,23 +194,9 @@ mod tests {
 
     /// Series as a scraper counts them: the lines of the text format that are not comments.
     fn count(stats: &Stats, per_target: bool) -> usize {
-        #[derive(Debug)]
-        struct Probe(Stats, bool);
-        impl prometheus_client::collector::Collector for Probe {
-            fn encode(
-                &self,
-                mut encoder: prometheus_client::encoding::DescriptorEncoder,
-            ) -> std::fmt::Result {
-                let mut families = Families::default();
-                encode(&self.0, self.1, &mut families);
-                families.encode(&mut encoder)
-            }
-        }
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Probe(stats.clone(), per_target)));
-        let text = crate::exposition::Format::PrometheusText
-            .encode(&registry)
-            .unwrap();
+        let mut families = Families::default();
+        encode(stats, per_target, &mut families);
+        let text = families.text(crate::exposition::Format::PrometheusText);
         text.lines().filter(|l| !l.starts_with('#')).count()
     }
 

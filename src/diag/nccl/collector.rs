@@ -615,7 +615,7 @@ impl Collector for NcclCollector {
         self.scans.stop();
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let last = self.last_scan();
         let empty;
         let scan = match &last {
@@ -747,14 +747,14 @@ mod tests {
 
     /// One scrape of the collector through the framework: (body, collector success).
     fn scrape(collector: &Arc<NcclCollector>) -> (String, bool) {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape::new(
+        let text = Scrape::new(
             Arc::new(Collectors::new(vec![collector.clone()])),
             Selection::All,
             true,
-        )));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        )
+        .body(crate::exposition::Format::OpenMetrics, &[])
+        .unwrap()
+        .to_text();
         let ok = text.contains(r#"rdma_exporter_collector_success{collector="nccl"} 1"#);
         (text, ok)
     }
