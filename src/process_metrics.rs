@@ -200,7 +200,7 @@ impl Collector for ProcessCollector {
         "process"
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let families = self.families();
         out.encode(&families)?;
         // Without /proc the figures are absent, which is not a failure of the exporter.

@@ -126,7 +126,7 @@ impl Collector for IbFabricCollector {
 
     /// The switch ports' families go as the scan thread encoded them; only the scan's own
     /// figures are encoded per scrape.
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let reading = self.scans.last();
         let age = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -422,7 +422,7 @@ impl Collector for NodeCollector {
         }
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         self.scrape(|families, collection| {
             if let Some((ok, duration)) = collection.ethtool {
                 out.report("ethtool", ok, duration);

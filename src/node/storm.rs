@@ -296,7 +296,7 @@ impl crate::collector::Collector for StormDetector {
 
     fn collect(
         &self,
-        out: &mut crate::collector::Output<'_, '_>,
+        out: &mut crate::collector::Output<'_>,
     ) -> Result<crate::collector::Outcome, std::fmt::Error> {
         let reports = self.take_reports();
         let mut families = crate::exposition::Families::default();

@@ -208,7 +208,7 @@ impl Collector for PodsCollector {
         self.readings.stop();
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let reading = self.readings.last();
         let errors = self
             .errors

@@ -133,7 +133,7 @@ impl Collector for ProbeCollector {
         "probe"
     }
 
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let Some(stats) = self.agent.lock().unwrap().as_ref().map(|a| a.stats()) else {
             return Ok(Outcome::ok(false));
         };

@@ -241,7 +241,7 @@ impl Collector for SwitchCollector {
 
     /// Serves each switch's last snapshot; the polls themselves run in the background, and a
     /// failing switch shows in `rdma_switch_up`, not as a failed collector.
-    fn collect(&self, out: &mut Output<'_, '_>) -> Result<Outcome, std::fmt::Error> {
+    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
         let mut families = Families::default();
         // Snapshots are cloned out (Arc) so that no poll waits on an encoding scrape.
         let mut snapshots = Vec::with_capacity(self.poller.targets.len());
