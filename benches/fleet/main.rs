@@ -18,7 +18,9 @@
 //! (default 2) of at most FLEET_DEMO_HOSTS hosts (default 32, at most 64), FLEET_WARMUP_S / FLEET_MEASURE_S (default 90 / 120), FLEET_SOURCE=DIR to read
 //! alerts/ and dashboards/ from another checkout, FLEET_BEFORE=DIR to run a second Prometheus
 //! with DIR's rules and dashboards against the same fleet at the same time and compare (the
-//! before/after figures in BENCHMARKS.md).
+//! before/after figures in BENCHMARKS.md). FLEET_STORE=0 leaves out the central store (store.rs:
+//! the first Prometheus remote-writes to two `victoria-metrics`, the shipped selection and
+//! everything; their write volume and the fleet board's query times on the store).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +35,7 @@ mod fleet;
 mod panels;
 mod rules;
 mod scrape;
+mod store;
 
 // The integration tests' real Prometheus helpers, shared rather than copied (they name
 // `super::ChildGuard` and `super::prometheus`).
@@ -105,17 +108,28 @@ fn run() -> anyhow::Result<()> {
     );
     let dir = tempfile::Builder::new().prefix("rfe-fleet-").tempdir()?;
     let mut fleet = fleet::Fleet::start(&plan, dir.path())?;
+    let stores = if env_number("FLEET_STORE", 1)? == 0 {
+        Vec::new()
+    } else {
+        vec![
+            store::Store::start(store::Selection::Shipped, &dir.path().join("store-shipped"))?,
+            store::Store::start(store::Selection::Everything, &dir.path().join("store-all"))?,
+        ]
+    };
     let mut sides = Vec::new();
     for (index, (name, source)) in sources.into_iter().enumerate() {
         println!(
             "Prometheus {index}: {name}, rules and dashboards from {}",
             source.display()
         );
+        // Only the first one writes to the stores: a second would write the same series.
+        let writes_to = if index == 0 { &stores[..] } else { &[] };
         sides.push(Side::start(
             name,
             source,
             &dir.path().join(index.to_string()),
             &fleet,
+            writes_to,
         )?);
     }
     // Prometheus' own memory before any target, taken out of the per-series figure.
@@ -134,7 +148,9 @@ fn run() -> anyhow::Result<()> {
     std::thread::sleep(warmup);
     fleet.check_alive()?;
     let clients: Vec<&scrape::Client> = sides.iter().map(|s| &s.client).collect();
+    let sent_first = store::Sent::read(&sides[0].address)?;
     let windows = scrape::RuleWindow::sample(&clients, measure)?;
+    let ingest = store::ingest(&stores, &sent_first, &store::Sent::read(&sides[0].address)?);
     fleet.check_alive()?;
     // The quiet phase: the simulators stop, and every rule and panel is timed with the machine
     // to Prometheus, at a moment just before they stopped (when every series was fresh). The
@@ -167,6 +183,24 @@ fn run() -> anyhow::Result<()> {
         let timings = panels::time_all(&side.client, &panels, range)?;
         results.push((counts, rule_costs, timings));
     }
+    // The fleet board on the store, every Prometheus stopped (none writes meanwhile).
+    let mut store_timings = Vec::new();
+    if let Some(shipped) = stores.first() {
+        for side in &sides {
+            side.set_paused(true)?;
+        }
+        let boards = dir.path().join("store-boards");
+        std::fs::create_dir_all(&boards)?;
+        let board = format!("{}.json", store::FLEET_BOARD);
+        std::fs::copy(
+            sides[0].source.join("dashboards").join(&board),
+            boards.join(&board),
+        )?;
+        let mut client = scrape::Client::new(&shipped.address)?;
+        client.pin(quiet_at);
+        let panels = panels::load(&boards, &client)?;
+        store_timings = panels::time_all(&client, &panels, range)?;
+    }
     println!("quiet phase done, load {}", load_average());
     for side in &sides {
         side.set_paused(false)?;
@@ -190,6 +224,9 @@ fn run() -> anyhow::Result<()> {
         measured.print();
         extrapolate::print_table(&measured, rule_costs, timings);
     }
+    if !stores.is_empty() {
+        store::print(plan.nodes() as f64, &ingest, &store_timings);
+    }
     if let ([after, before], [(_, after_rules, after_timings), (_, before_rules, before_timings)]) =
         (&windows[..], &results[..])
     {
@@ -210,6 +247,8 @@ struct Side {
     source: PathBuf,
     rule_files: Vec<PathBuf>,
     client: scrape::Client,
+    /// Its HTTP address (its own `/metrics`: remote-write counters).
+    address: String,
     prometheus: ChildGuard,
 }
 
@@ -230,6 +269,7 @@ impl Side {
         source: PathBuf,
         dir: &std::path::Path,
         fleet: &fleet::Fleet,
+        stores: &[store::Store],
     ) -> anyhow::Result<Side> {
         std::fs::create_dir_all(dir)?;
         let rule_files: Vec<PathBuf> = ["alerts/rdma-rules.yml", "alerts/rdma-alerts.yml"]
@@ -240,7 +280,9 @@ impl Side {
         if let Some(missing) = rule_files.iter().find(|f| !f.is_file()) {
             anyhow::bail!("{}: no such rule file", missing.display());
         }
-        let (prometheus, address) = prometheus::launch(dir, &fleet.prometheus_config(&rule_files));
+        let config =
+            store::with_remote_write(&fleet.prometheus_config(&rule_files), stores, &source)?;
+        let (prometheus, address) = prometheus::launch(dir, &config);
         let client = scrape::Client::new(&address)?;
         client.wait_ready(Duration::from_secs(60))?;
         Ok(Side {
@@ -248,6 +290,7 @@ impl Side {
             source,
             rule_files,
             client,
+            address,
             prometheus,
         })
     }
