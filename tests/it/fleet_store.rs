@@ -76,9 +76,13 @@ const KNOWN_DIFFERENCES: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// Of the queries compared on the full store, at least this many must return data on both
-/// sides: a comparison of empty answers proves nothing.
-const MIN_NON_EMPTY: usize = 150;
+/// Of the answers compared on the full store (512 in all), at least this many must have data on
+/// both sides: a comparison of empty answers proves nothing. (About 350 have: the rest are
+/// panels about faults the two scenarios do not have, or joins on what the demo has not.)
+const MIN_NON_EMPTY: usize = 300;
+/// The same for the store fed by the shipped selection (104 answers compared, about 90 with
+/// data).
+const MIN_NON_EMPTY_SELECTED: usize = 80;
 
 /// A `victoria-metrics` process on a loopback port with its data in `dir`; `None` when the
 /// program is not installed.
@@ -522,7 +526,7 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
     std::thread::sleep(Duration::from_secs(3));
 
     let mut failures = Vec::new();
-    let (mut compared, mut non_empty, mut on_fleet_store) = (0, 0, 0);
+    let (mut compared, mut non_empty, mut on_fleet_store, mut selected_non_empty) = (0, 0, 0, 0);
     let mut compare = |place: &str,
                        what: &str,
                        store: &str,
@@ -591,7 +595,7 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
                 let (selectors, _) = dashboards::lex(text);
                 if selectors.iter().all(|s| shipped.keep.is_match(&s.metric)) {
                     on_fleet_store += 1;
-                    compare(
+                    let found = compare(
                         &dashboard.uid,
                         what,
                         &fleet,
@@ -600,6 +604,9 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
                         prometheus,
                         &local_expr,
                     );
+                    if found == Some(true) {
+                        selected_non_empty += 1;
+                    }
                 }
             }
         }
@@ -621,7 +628,8 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
         );
     }
     eprintln!(
-        "compared {compared} answers ({non_empty} with data on both sides, {on_fleet_store} on the fleet store) in {:?}",
+        "compared {compared} answers ({non_empty} with data on both sides; {on_fleet_store} on the \
+         store fed the shipped selection, {selected_non_empty} with data) in {:?}",
         started.elapsed() - HISTORY
     );
     assert!(
@@ -634,7 +642,10 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
         non_empty >= MIN_NON_EMPTY,
         "only {non_empty} of {compared} answers had data on both sides"
     );
-    assert!(on_fleet_store >= 20, "{on_fleet_store}");
+    assert!(
+        selected_non_empty >= MIN_NON_EMPTY_SELECTED,
+        "only {selected_non_empty} of {on_fleet_store} answers of the shipped selection had data"
+    );
 }
 
 fn unix_now() -> f64 {
