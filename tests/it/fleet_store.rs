@@ -70,9 +70,11 @@ const KNOWN_DIFFERENCES: [(&str, &str, &str); 2] = [
         "rules",
         "rdma:nic_ecn_diagnosis:ratio_rate5m",
         "`a or on (...) b` where a comparison inside `a` filtered a port out: VictoriaMetrics \
-         1.79 keeps `a`'s labels (diagnosis Idle) with `b`'s value (its issues 7640 and 7759, \
-         fixed in later releases). Prometheus evaluates the rule in the cluster; the store only \
-         stores its output, which the ECN tuning board reads, and that agrees",
+         1.79 keeps the emptied series of `a` and fills it with `b`'s value, under `a`'s labels \
+         (diagnosis Idle; binaryOpOr in app/vmselect/promql/binary_op.go; later releases drop \
+         emptied series first, their changelog's `or` fix of issues 7640 and 7759). Prometheus \
+         evaluates the rule in the cluster; the store only stores its output, which the ECN \
+         tuning board reads, and that agrees",
     ),
 ];
 
