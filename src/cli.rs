@@ -52,6 +52,10 @@ pub enum Command {
     /// links, ports with errors, congested ports (exit 0 none, 1 found, 2 unreadable, 3 not
     /// infiniband-diags output).
     IbReport(crate::diag::ib_report::IbReportArgs),
+    /// Every RDMA port's hardware counters over RDMA netlink or from sysfs, or both readers
+    /// timed (`--bench ROUNDS`): for the real-kernel suite and BENCHMARKS.md.
+    #[command(hide = true)]
+    HwCounters(crate::diag::hw_counters::HwCountersArgs),
     /// Validate a config file; errors name the key, line and column.
     CheckConfig {
         /// Config file to check (`-` for standard input).

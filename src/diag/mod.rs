@@ -6,6 +6,7 @@
 
 pub mod doctor;
 pub mod ecn_tune;
+pub mod hw_counters;
 pub mod ib_report;
 pub mod nccl;
 pub mod nccl_tests;

@@ -544,8 +544,18 @@ mod tests {
         assert!(third.errors.is_empty(), "{:?}", third.errors);
     }
 
+    /// Held by the lane-count test and by the netlink tests (whose fake kernel reads files and
+    /// blocks threads): beside them on two busy cores, a walk can stall past `STALL_AFTER` and
+    /// start more lanes than the test allows.
+    static LANE_COUNT: Mutex<()> = Mutex::new(());
+
+    fn lane_count_alone() -> std::sync::MutexGuard<'static, ()> {
+        LANE_COUNT.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     #[test]
     fn a_walk_reads_its_devices_on_a_few_lanes_not_a_thread_each() {
+        let _alone = lane_count_alone();
         let reads = DeviceReads::default();
         let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
         let seen = threads.clone();
@@ -680,6 +690,7 @@ mod tests {
 
     #[test]
     fn netlink_values_read_as_the_files_do() {
+        let _alone = lane_count_alone();
         let kernel = netlink_kernel(0, "", "", Arc::default());
         let reads = netlink_reads(&kernel, Duration::from_secs(30));
         let all = DeviceFilter::default();
@@ -722,6 +733,7 @@ mod tests {
 
     #[test]
     fn a_device_whose_netlink_answer_fails_is_read_from_its_files() {
+        let _alone = lane_count_alone();
         // Values from netlink are off by one: they show which path served each device.
         let kernel = netlink_kernel(1, "", "mlx5_1", Arc::default());
         let reads = netlink_reads(&kernel, Duration::from_millis(50));
@@ -754,6 +766,7 @@ mod tests {
     /// no second read of it starts while the first is out.
     #[test]
     fn a_netlink_request_that_never_answers_costs_only_its_device() {
+        let _alone = lane_count_alone();
         let gate = Arc::new(Gate::default());
         let kernel = netlink_kernel(1, "mlx5_1", "", gate.clone());
         let reads = netlink_reads(&kernel, Duration::from_secs(3600));

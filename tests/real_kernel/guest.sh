@@ -126,6 +126,32 @@ sleep 2.5
 qps rc-after
 scrape rc-after
 
+log "hw counters: netlink against sysfs"
+# The counters moved (RC traffic): the exporter's netlink reader, the files, the netlink reader
+# again, so that a counter moving in between lies between its two netlink readings. Then two
+# exporters, one per source, scraped netlink, files, netlink; then both readers timed.
+"$exporter" hw-counters --source netlink >"$O/hw-netlink-1.txt" 2>>"$O/errors.txt"
+"$exporter" hw-counters --source sysfs >"$O/hw-files.txt" 2>>"$O/errors.txt"
+"$exporter" hw-counters --source netlink >"$O/hw-netlink-2.txt" 2>>"$O/errors.txt"
+hw_pids=
+for source in netlink:9869 sysfs:9870; do
+    "$exporter" serve --collector.sysfs.hw-counters-source="${source%:*}" \
+        --web.listen-address=127.0.0.1:"${source#*:}" --no-collector.ethtool \
+        --no-collector.pfc_storm --no-collector.netlink >"$O/hw-${source%:*}.log" 2>&1 &
+    hw_pids="$hw_pids $!"
+done
+for port in 9869 9870; do
+    for _ in $(seq 100); do busybox wget -q -O /dev/null http://127.0.0.1:$port/healthz 2>/dev/null && break; sleep 0.2; done
+done
+scrape hw-netlink-a 9869
+scrape hw-sysfs 9870
+scrape hw-netlink-b 9869
+# shellcheck disable=SC2086 # two pids
+kill $hw_pids
+# shellcheck disable=SC2086
+wait $hw_pids
+"$exporter" hw-counters --bench 100 >"$O/hw-bench.txt" 2>&1
+
 log "UD traffic: ib_send_bw -c UD"
 timeout 60 ib_send_bw -F -c UD -d rxeB -D 3 >"$O/ud-server.txt" 2>&1 &
 server=$!

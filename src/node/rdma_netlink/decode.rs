@@ -116,6 +116,17 @@ pub fn ends_answer(datagram: &[u8], seq: u32) -> bool {
     })
 }
 
+/// Whether `datagram` answers the doit `seq` that was sent without `NLM_F_ACK`: its one message,
+/// or the error that replaces it (errors are acknowledged whatever the flags, `rdma_nl_rcv_skb`
+/// in drivers/infiniband/core/netlink.c). One datagram and one `recvfrom` fewer than with the
+/// acknowledgement.
+pub fn ends_doit(datagram: &[u8], seq: u32) -> bool {
+    wire::messages(datagram).any(|m| match m {
+        Ok(m) => m.header.seq == seq,
+        Err(_) => true,
+    })
+}
+
 /// The messages of `op`: other types in an answer are not ours to read.
 fn of_command<'m, 'a>(
     messages: &'m [Message<'a>],

@@ -112,6 +112,9 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Session<T, F> {
             ))
             .map_err(io_error)?;
         let deadline = Instant::now() + timeout;
+        // A doit without NLM_F_ACK ends with its one message; anything else with DONE or the
+        // acknowledgement.
+        let doit = flags & (NLM_F_DUMP | NLM_F_ACK) == 0;
         let mut bytes = Vec::new();
         let result = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -122,7 +125,10 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Session<T, F> {
                 Err(e) => break Err(io_error(e)),
                 Ok(None) => break Err(NetlinkError::Timeout { command, timeout }),
                 Ok(Some(datagram)) => {
-                    let ends = decode::ends_answer(&datagram, seq);
+                    let ends = match doit {
+                        true => decode::ends_doit(&datagram, seq),
+                        false => decode::ends_answer(&datagram, seq),
+                    };
                     bytes.extend_from_slice(&datagram);
                     if ends {
                         break Ok(Collected {

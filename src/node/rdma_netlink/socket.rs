@@ -94,6 +94,33 @@ impl NetlinkSocket {
     }
 }
 
+impl NetlinkSocket {
+    /// Waits up to `timeout` for a datagram: `false` when none came.
+    fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Round up: a 0 ms poll on 0.4 ms left would spin.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        loop {
+            // SAFETY: one valid pollfd.
+            match unsafe { libc::poll(&mut pfd, 1, ms) } {
+                0 => return Ok(false),
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                _ => return Ok(true),
+            }
+        }
+    }
+}
+
 fn kernel_address() -> libc::sockaddr_nl {
     // SAFETY: sockaddr_nl is plain data; all zeroes is a valid value (pid 0 = the kernel).
     let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -124,25 +151,10 @@ impl Transport for NetlinkSocket {
 
     fn recv(&mut self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
         loop {
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // Round up: a 0 ms poll on 0.4 ms left would spin.
-            let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd.
-            match unsafe { libc::poll(&mut pfd, 1, ms) } {
-                0 => return Ok(None),
-                n if n < 0 => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return Err(e);
-                }
-                _ => {}
-            }
+            // The datagram is tried first, the poll only when none is queued: the kernel
+            // answers a doit inside our `sendto` (netlink_unicast_kernel runs the handler in
+            // the sender's context), so the answer is usually there already and a poll first
+            // would be a syscall for nothing.
             let mut from = kernel_address();
             let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
             // SAFETY: buffer and address are valid for the lengths given.
@@ -159,7 +171,11 @@ impl Transport for NetlinkSocket {
             if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
-                    Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => match self.wait(timeout)? {
+                        true => continue,
+                        false => return Ok(None),
+                    },
                     _ => return Err(e),
                 }
             }
