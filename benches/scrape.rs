@@ -1,12 +1,15 @@
 //! Scrape benchmark: our exporter against node_exporter 1.5's infiniband collector on the same
 //! fixture of an 8-GPU node (10 ConnectX-7 ports with counters, hw_counters and ethtool stats).
 //!
-//! `cargo bench --bench scrape`. Environment: BENCH_SCRAPES=N measured scrapes per target and
-//! run (default 300); BENCH_RUNS=K runs (default 5), whose ratios' median is the verdict (one
-//! run's ratio moves by about 0.05 on a shared VM); NODE_EXPORTER=PATH another node_exporter
-//! binary; RFE_BINARY=PATH another build of ours (to compare revisions). Prints figures only: the
-//! targets are reported, not asserted (shared machines are noisy). Exits non-zero when a scrape
-//! fails or a server dies. See BENCHMARKS.md.
+//! `cargo bench --bench scrape`. Environment: BENCH_RUNS=K rounds (default 40) of
+//! BENCH_SCRAPES=N scrapes per target (default 100), the targets' scrapes interleaved; each
+//! round's ratio of CPU per scrape (per-thread nanoseconds from `schedstat`) and of median
+//! latency is one sample, and the verdict is the median of the rounds with a 95 % interval from
+//! their order statistics. Many short rounds average out a shared VM's drifts that a few long
+//! runs caught whole (one run's ratio moved by about 0.05). NODE_EXPORTER=PATH another
+//! node_exporter binary; RFE_BINARY=PATH another build of ours (to compare revisions). Prints
+//! figures only: the targets are reported, not asserted (shared machines are noisy). Exits
+//! non-zero when a scrape fails or a server dies. See BENCHMARKS.md.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -17,14 +20,14 @@ mod common;
 
 use anyhow::{bail, Context};
 use common::fixture::{node_exporter_binary, Fixture, NODE_EXPORTER};
-use common::proc::{cpu_seconds, env_number, load_average, memory_kib};
+use common::proc::{cpu_ns_between, env_number, load_average, memory_kib, thread_cpu_ns};
 use common::server::Server;
 
 const DEVICES: usize = 10;
 const SEED: u64 = 42;
 const WARMUP_SCRAPES: usize = 20;
-const DEFAULT_SCRAPES: u64 = 300;
-const DEFAULT_RUNS: u64 = 5;
+const DEFAULT_SCRAPES: u64 = 100;
+const DEFAULT_RUNS: u64 = 40;
 /// Targets from the project brief: our median scrape and CPU per scrape at most half of
 /// node_exporter's, RSS below.
 const TARGET_LATENCY_RATIO: f64 = 0.5;
@@ -104,16 +107,19 @@ fn run() -> anyhow::Result<()> {
                 ours.p50_ms / theirs.p50_ms,
                 ours.cpu_seconds / theirs.cpu_seconds,
             );
-            println!(
-                "run {run}/{runs}: p50 ours {:.3} ms, node_exporter {:.3} ms; CPU per scrape ours \
-                 {:.3} ms, node_exporter {:.3} ms -> latency {:.2}x, CPU {:.2}x",
-                ours.p50_ms,
-                theirs.p50_ms,
-                ours.cpu_seconds * 1000.0 / scrapes as f64,
-                theirs.cpu_seconds * 1000.0 / scrapes as f64,
-                ratios.0,
-                ratios.1
-            );
+            // One line every few rounds: enough to see a drift without forty lines.
+            if run == 1 || run % 10 == 0 || run == runs {
+                println!(
+                    "round {run}/{runs}: p50 ours {:.3} ms, node_exporter {:.3} ms; CPU per \
+                     scrape ours {:.3} ms, node_exporter {:.3} ms -> latency {:.2}x, CPU {:.2}x",
+                    ours.p50_ms,
+                    theirs.p50_ms,
+                    ours.cpu_seconds * 1000.0 / scrapes as f64,
+                    theirs.cpu_seconds * 1000.0 / scrapes as f64,
+                    ratios.0,
+                    ratios.1
+                );
+            }
             run_ratios.push(ratios);
         }
     }
@@ -147,9 +153,9 @@ struct RunFigures {
 
 /// `scrapes` interleaved rounds over every target: each target's median latency and CPU.
 fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<RunFigures>> {
-    let cpu_before: Vec<f64> = targets
+    let cpu_before: Vec<_> = targets
         .iter()
-        .map(|t| cpu_seconds(t.server.pid()))
+        .map(|t| thread_cpu_ns(t.server.pid()))
         .collect::<anyhow::Result<_>>()?;
     let first_of_run: Vec<usize> = targets.iter().map(|t| t.latencies_ms.len()).collect();
     for round in 0..scrapes {
@@ -168,7 +174,8 @@ fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<Run
         .map(|((target, before), first)| {
             Ok(RunFigures {
                 p50_ms: median(&mut target.latencies_ms[first..].to_vec()),
-                cpu_seconds: cpu_seconds(target.server.pid())? - before,
+                cpu_seconds: cpu_ns_between(&before, &thread_cpu_ns(target.server.pid())?) as f64
+                    / 1e9,
             })
         })
         .collect()
@@ -385,6 +392,28 @@ fn median(values: &mut [f64]) -> f64 {
     percentile(values, 50.0)
 }
 
+/// A distribution-free 95 % confidence interval of the median of `values`: the order
+/// statistics x(j) and x(n+1-j) with the largest j for which a Binomial(n, 1/2) falls below j
+/// with probability at most 2.5 %. `None` under 6 values (no such j).
+fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    // P(B <= k) for B ~ Binomial(n, 1/2), summed in logs to stay finite for large n.
+    let ln_choose = |k: usize| -> f64 {
+        (1..=k)
+            .map(|i| ((n + 1 - i) as f64).ln() - (i as f64).ln())
+            .sum()
+    };
+    let cdf = |k: usize| -> f64 {
+        (0..=k)
+            .map(|i| (ln_choose(i) - n as f64 * std::f64::consts::LN_2).exp())
+            .sum()
+    };
+    let j = (1..=n / 2).take_while(|&j| cdf(j - 1) <= 0.025).last()?;
+    Some((sorted[j - 1], sorted[n - j]))
+}
+
 fn print_report(
     scrapes: usize,
     runs: usize,
@@ -393,8 +422,8 @@ fn print_report(
     run_ratios: &[(f64, f64)],
 ) {
     println!(
-        "\n{runs} runs of {scrapes} measured scrapes per target (after {WARMUP_SCRAPES} warm-up), \
-         interleaved, keep-alive, text format 0.0.4, no compression; the table pools the runs\n"
+        "\n{runs} rounds of {scrapes} measured scrapes per target (after {WARMUP_SCRAPES} warm-up), \
+         interleaved, keep-alive, text format 0.0.4, no compression; the table pools the rounds\n"
     );
     println!(
         "{:<22} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}",
@@ -429,7 +458,7 @@ fn print_report(
     println!(
         "  (collect: median of the collector durations the server reports in its own body, \
          summed; ours run concurrently, so the sum can exceed the latency; \
-         CPU ms: server CPU ms per scrape, utime+stime)"
+         CPU ms: server CPU ms per scrape, its threads' time on the CPU from schedstat)"
     );
 
     println!(
@@ -466,12 +495,20 @@ fn print_report(
         return;
     }
     let mut theirs_sorted = theirs.latencies_ms.clone();
-    let latency_ratio = median(&mut run_ratios.iter().map(|r| r.0).collect::<Vec<_>>());
-    let cpu_ratio = median(&mut run_ratios.iter().map(|r| r.1).collect::<Vec<_>>());
+    let latencies: Vec<f64> = run_ratios.iter().map(|r| r.0).collect();
+    let cpus: Vec<f64> = run_ratios.iter().map(|r| r.1).collect();
+    let latency_ratio = median(&mut latencies.clone());
+    let cpu_ratio = median(&mut cpus.clone());
+    let interval = |values: &[f64]| match median_interval(values) {
+        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
+        None => "(too few rounds for an interval)".to_owned(),
+    };
     println!(
-        "\nratios ours/node_exporter, median of {} runs: median latency {latency_ratio:.2}x, CPU \
-         per scrape {cpu_ratio:.2}x",
-        run_ratios.len()
+        "\nratios ours/node_exporter, median of {} rounds with its 95 % interval: median latency \
+         {latency_ratio:.3}x {}, CPU per scrape {cpu_ratio:.3}x {}",
+        run_ratios.len(),
+        interval(&latencies),
+        interval(&cpus)
     );
     println!(
         "target: our median scrape and CPU per scrape <= {TARGET_LATENCY_RATIO}x node_exporter's: \
