@@ -3,6 +3,9 @@
 //! - the domains (`node`, `switch`, `diag`, `ib`, `probe`) never import the modules that compose or front them:
 //!   `config`, `app`, `cli`, `server`, `web`, `landing`, `sim`. A domain owns its config types
 //!   and imports only leaves (`yaml`, `exposition`, `collector`, `direction`) and other domains;
+//! - the exposition (`exposition`: families, the text writer, bodies and their gzip) is the
+//!   bottom layer every body goes through: it imports no domain, no collector framework and
+//!   nothing that fronts it (`web`, `server`);
 //! - nothing but `src/main.rs` imports `cli`: not the library, the tests, the benches or the
 //!   fuzz targets.
 //!
@@ -155,6 +158,25 @@ fn the_domains_never_import_outer_modules() {
     assert!(
         found.is_empty(),
         "the domains import what composes them (move the type into the domain, or into a leaf such as yaml.rs):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_exposition_imports_nothing_above_it() {
+    let dir = Path::new(ROOT).join("src/exposition");
+    let files = rust_files(&dir);
+    assert!(files.len() >= 4, "found only {files:?}");
+    let above: Vec<&str> = OUTER
+        .iter()
+        .chain(DOMAINS)
+        .chain(&["collector", "pods", "process_metrics"])
+        .copied()
+        .collect();
+    let found = violations(&files, &above, &["crate"]);
+    assert!(
+        found.is_empty(),
+        "the exposition imports a layer above it:\n{}",
         found.join("\n")
     );
 }

@@ -3,10 +3,10 @@
 //! ([`crate::exposition::body`]). A 2 000-switch subnet has 128 000 switch ports and millions of
 //! series: encoding them per scrape took seconds, a copy takes a fraction of that.
 //!
-//! The text is written here, not by prometheus-client: its sample lines are the same in both
-//! formats, so they are kept once and each format adds its own HELP and TYPE lines. The layout is
-//! prometheus-client's, byte for byte (a test compares the two): families sorted by name, samples
-//! in scan order, label values escaped as it escapes them.
+//! The sample lines are written here, once per scan: they are the same in both formats, so they
+//! are kept once and each format adds its own HELP and TYPE lines (`exposition::header`). The
+//! layout is the exposition writer's, byte for byte (a test compares the two): families sorted by
+//! name, samples in scan order, label values escaped as it escapes them.
 //!
 //! Each family remembers where each switch's lines start, so that one switch's families
 //! (`/ib/switch?target=`) are a copy of its lines ([`PortFamilies::switch`]).
@@ -130,41 +130,7 @@ impl Family {
 
 impl Family {
     fn header(&self, format: Format, out: &mut Vec<u8>) {
-        let (name, kind) = match format {
-            Format::OpenMetrics => {
-                let base = &self.exposed[..self.exposed.len() - self.kind.suffix().len()];
-                let kind = match self.kind {
-                    Kind::Counter => "counter",
-                    Kind::Info => "info",
-                    Kind::Gauge => "gauge",
-                    Kind::Untyped => "unknown",
-                    Kind::Histogram => "histogram",
-                };
-                (base, kind)
-            }
-            Format::PrometheusText => {
-                let kind = match self.kind {
-                    Kind::Counter => "counter",
-                    Kind::Info | Kind::Gauge => "gauge",
-                    Kind::Untyped => "untyped",
-                    Kind::Histogram => "histogram",
-                };
-                (self.exposed.as_str(), kind)
-            }
-        };
-        for part in [
-            "# HELP ",
-            name,
-            " ",
-            self.help,
-            "\n# TYPE ",
-            name,
-            " ",
-            kind,
-            "\n",
-        ] {
-            out.extend_from_slice(part.as_bytes());
-        }
+        crate::exposition::header(out, format, &self.exposed, self.kind, self.help);
     }
 }
 
