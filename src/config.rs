@@ -469,10 +469,10 @@ mod tests {
         use crate::node::config::HwCountersSource;
         assert_eq!(
             Config::default().node.hw_counters_source,
-            HwCountersSource::Auto
+            HwCountersSource::Sysfs
         );
-        let config = parse(Path::new("c.yml"), "node:\n  hw_counters_source: sysfs\n").unwrap();
-        assert_eq!(config.node.hw_counters_source, HwCountersSource::Sysfs);
+        let config = parse(Path::new("c.yml"), "node:\n  hw_counters_source: auto\n").unwrap();
+        assert_eq!(config.node.hw_counters_source, HwCountersSource::Auto);
         let err = parse_err("node:\n  hw_counters_source: ioctl\n");
         assert!(
             err.starts_with("c.yml:2:23: node.hw_counters_source: unknown variant `ioctl`"),

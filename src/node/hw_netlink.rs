@@ -36,11 +36,13 @@ use super::reason::ReadErrorReason;
 #[serde(rename_all = "lowercase")]
 pub enum HwCountersSource {
     /// Netlink where the sysfs root is `/sys` and the kernel has NETLINK_RDMA, else sysfs.
-    #[default]
     Auto,
     /// Always ask RDMA netlink first (each device falls back to sysfs on its own).
     Netlink,
-    /// One file per counter, as before.
+    /// One file per counter: the default, because on the one kernel with RDMA devices we
+    /// can measure (soft-RoCE in the VM, 15 counters a port) a request cost 1.6-2.4 times the
+    /// files' CPU (BENCHMARKS.md); mlx5 (about 35 counters a port) is still to be measured.
+    #[default]
     Sysfs,
 }
 

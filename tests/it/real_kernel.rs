@@ -877,6 +877,18 @@ fn unprivileged_exporter_reads_what_needs_no_capability() {
             "{sample:?}"
         );
     }
+    // Nobody read its hw_counters through netlink (the flag in guest.sh): no fallback to the
+    // files, no refusal.
+    let fallbacks: Vec<_> = unprivileged
+        .iter()
+        .filter(|s| {
+            s.name == "rdma_exporter_read_errors_total"
+                && s.labels
+                    .get("reason")
+                    .is_some_and(|r| r.starts_with("netlink_"))
+        })
+        .collect();
+    assert!(fallbacks.is_empty(), "{fallbacks:?}");
     let log = run.file("unpriv.log");
     assert!(!log.contains(" WARN ") && !log.contains(" ERROR "), "{log}");
 }
