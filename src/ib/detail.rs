@@ -146,9 +146,9 @@ impl SwitchDetails {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exposition::body::PreEncoded;
     use crate::exposition::Format;
     use crate::ib::model::{CounterValues, IbPort, LinkSpeed, LinkWidth, RemoteEnd};
-    use crate::exposition::body::PreEncoded;
 
     fn port(number: u8, wait: u64) -> IbPort {
         IbPort {
