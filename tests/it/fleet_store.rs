@@ -3,9 +3,9 @@
 //! with the shipped recording rules and remote-writing, with `external_labels: {cluster: ...}`,
 //! into real `victoria-metrics` processes (Debian's package): one gets everything, one only what
 //! the shipped `deploy/prometheus/remote-write.yml` keeps. Every panel query of every dashboard
-//! and every recording rule's expression is then evaluated at one timestamp on the store (the
-//! cluster picked) and on that cluster's Prometheus, and the answers must agree: same label
-//! sets, values within `agree`'s tolerance.
+//! and every rule's expression (recording and alerting) is then evaluated at one timestamp on
+//! the store (the cluster picked) and on that cluster's Prometheus, and the answers must agree:
+//! same label sets, values within `agree`'s tolerance.
 
 use crate::common;
 use crate::dashboards;
@@ -22,7 +22,7 @@ use serde_yaml::Value as Yaml;
 /// Debian's single-node VictoriaMetrics server (`apt-get install victoria-metrics`).
 const STORE: &str = "victoria-metrics";
 
-/// The two clusters: name, the demo's scenario (PFC and ECN trouble in one, flapping links
+/// The two clusters (the same host names in both, as clusters built alike have): name, the demo's scenario (PFC and ECN trouble in one, flapping links
 /// in the other, so that both rankings of the fleet board have something to rank).
 const CLUSTERS: [(&str, &str); 2] = [("a", "pfc-storm"), ("b", "link-flap")];
 
@@ -56,8 +56,8 @@ const HISTORY: Duration = Duration::from_secs(45);
 const RELATIVE: f64 = 0.25;
 const ABSOLUTE: f64 = 1e-6;
 
-/// Queries whose answers rightly differ between the store and Prometheus: (dashboard uid or
-/// `rules`, panel title or recorded series, why). Also listed in docs/deploy.md.
+/// Queries whose answers rightly differ between the store and Prometheus: (dashboard uid,
+/// `rules` or `alerts`; panel title, recorded series or alert; why). Also listed in docs/deploy.md.
 const KNOWN_DIFFERENCES: [(&str, &str, &str); 2] = [
     (
         "rdma-fabric-overview",
@@ -78,7 +78,7 @@ const KNOWN_DIFFERENCES: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// Of the answers compared on the full store (512 in all), at least this many must have data on
+/// Of the answers compared on the full store (604 in all), at least this many must have data on
 /// both sides: a comparison of empty answers proves nothing. (About 350 have: the rest are
 /// panels about faults the two scenarios do not have, or joins on what the demo has not.)
 const MIN_NON_EMPTY: usize = 300;
@@ -264,8 +264,9 @@ fn close(a: f64, b: f64) -> bool {
     a == b || (a - b).abs() <= ABSOLUTE.max(RELATIVE * a.abs().max(b.abs()))
 }
 
-/// An answer without `__name__`: a recording rule names its output itself, and MetricsQL keeps
-/// or drops the input's name where PromQL does the other (`keeps_name`).
+/// An answer without `__name__`: a recording rule names its output itself (an alert has
+/// `alertname`), and MetricsQL keeps or drops the input's name where PromQL does the other
+/// (`keeps_name`).
 fn nameless(answer: BTreeMap<Labels, f64>) -> BTreeMap<Labels, f64> {
     answer
         .into_iter()
@@ -359,25 +360,37 @@ fn runnable(expr: &str, cluster: &str) -> String {
     })
 }
 
-/// Every recording rule: (recorded series, expression with its windows cut to `WINDOW`).
-fn recording_rules() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(dashboards::rules_file()).unwrap();
-    let rules: Yaml = serde_yaml::from_str(&text).unwrap();
+/// Every rule's expression as (`rules` or `alerts`, the recorded series or alert, expression
+/// with its windows cut to `WINDOW`): the recording rules of alerts/rdma-rules.yml and the
+/// alerts of alerts/rdma-alerts.yml (evaluated on a store that holds several clusters, a join
+/// that forgets `cluster` fails there: many-to-many matching).
+fn rule_expressions() -> Vec<(&'static str, String, String)> {
     let window = regex::Regex::new(r"\[\d+[smhd]\]").unwrap();
-    rules["groups"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .flat_map(|group| group["rules"].as_sequence().unwrap())
-        .filter_map(|rule| {
-            let record = rule["record"].as_str()?;
-            let expr = rule["expr"].as_str()?;
-            Some((
-                record.to_string(),
-                window.replace_all(expr, format!("[{WINDOW}]")).into_owned(),
-            ))
-        })
-        .collect()
+    let mut found = Vec::new();
+    for (place, file, key) in [
+        ("rules", dashboards::rules_file(), "record"),
+        (
+            "alerts",
+            project_root().join("alerts/rdma-alerts.yml"),
+            "alert",
+        ),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let rules: Yaml = serde_yaml::from_str(&text).unwrap();
+        for rule in rules["groups"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .flat_map(|group| group["rules"].as_sequence().unwrap())
+        {
+            let (Some(name), Some(expr)) = (rule[key].as_str(), rule["expr"].as_str()) else {
+                continue;
+            };
+            let expr = window.replace_all(expr, format!("[{WINDOW}]")).into_owned();
+            found.push((place, name.to_string(), expr));
+        }
+    }
+    found
 }
 
 fn known_difference(place: &str, what: &str) -> Option<&'static str> {
@@ -477,7 +490,7 @@ fn the_shipped_remote_write_keeps_the_fleet_view_and_labels_the_cluster() {
 }
 
 #[test]
-fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster() {
+fn every_panel_query_and_rule_expression_agree_between_the_store_and_each_cluster() {
     let _exclusive = common::exclusive(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let Some((_full_store, full)) = start_store(&dir.path().join("full")) else {
@@ -548,7 +561,7 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
             (Ok(s), Ok(p)) if ranks(store_expr) => {
                 (by_rank(keyed(s, Some(cluster))), by_rank(keyed(p, None)))
             }
-            (Ok(s), Ok(p)) if place == "rules" || keeps_name(store_expr) => {
+            (Ok(s), Ok(p)) if place == "rules" || place == "alerts" || keeps_name(store_expr) => {
                 (nameless(keyed(s, Some(cluster))), nameless(keyed(p, None)))
             }
             (Ok(s), Ok(p)) => (keyed(s, Some(cluster)), keyed(p, None)),
@@ -612,8 +625,8 @@ fn every_panel_query_and_recording_rule_agree_between_the_store_and_each_cluster
                 }
             }
         }
-        for (record, expr) in recording_rules() {
-            if compare("rules", &record, &full, &expr, cluster, prometheus, &expr) == Some(true) {
+        for (place, name, expr) in rule_expressions() {
+            if compare(place, &name, &full, &expr, cluster, prometheus, &expr) == Some(true) {
                 non_empty += 1;
             }
         }
