@@ -91,8 +91,8 @@ pub fn header(out: &mut Vec<u8>, format: Format, exposed: &str, kind: Kind, help
     out.push(b'\n');
 }
 
-/// `name` `suffix` `{labels}`: `le` (a histogram bucket's bound) goes first in OpenMetrics and
-/// last in text 0.0.4, as `first` or `last`.
+/// `name` `suffix` `{labels}`; `le`, a histogram bucket's bound, goes first among the labels in
+/// OpenMetrics and last in text 0.0.4 (the format given with it).
 fn series(
     out: &mut Vec<u8>,
     name: &str,
