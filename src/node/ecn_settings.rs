@@ -38,6 +38,10 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use super::ethtool_map::{pause_names_show_pfc, TypedNames};
 use super::metrics::EncodeIssue;
@@ -372,10 +376,84 @@ pub fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
     Some((netdev, request))
 }
 
-/// Reads the settings of `port` into it (on the device's reader, after its statistics).
-pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool) {
+/// Reads the settings of `port` into it (on the device's reader, after its statistics), or
+/// takes them from `kept` while they are recent.
+pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &KeptSettings) {
     if let Some((netdev, request)) = request_for(port, parameters) {
-        port.ecn = read(class_net, netdev, request);
+        port.ecn = kept.read(class_net, netdev, request);
+    }
+}
+
+/// How long a netdev's settings, read without errors, are served before its files are read
+/// again. They change when an operator reconfigures DCQCN, each `enable` file is a firmware
+/// query (each parameter another), and the alerts on them wait minutes; the PCIe link is kept
+/// the same way (`sysfs::PCIE_REFRESH`).
+pub const ECN_REFRESH: Duration = Duration::from_secs(30);
+
+/// The last error-free read of each netdev's `ecn/` (an absent directory included), served for
+/// [`ECN_REFRESH`] to the same request. A read with errors is not kept: the next scrape reads
+/// again, and counts the errors again.
+#[derive(Debug)]
+pub struct KeptSettings {
+    refresh: Duration,
+    reads: Mutex<FxHashMap<String, KeptRead>>,
+}
+
+impl Default for KeptSettings {
+    fn default() -> Self {
+        KeptSettings::new(ECN_REFRESH)
+    }
+}
+
+#[derive(Debug)]
+struct KeptRead {
+    at: Instant,
+    request: Request,
+    settings: Option<EcnSettings>,
+}
+
+impl KeptSettings {
+    /// Reads served for `refresh` each.
+    pub fn new(refresh: Duration) -> KeptSettings {
+        KeptSettings {
+            refresh,
+            reads: Mutex::default(),
+        }
+    }
+
+    /// `read(class_net, netdev, request)`, or its kept answer while recent.
+    pub fn read(&self, class_net: &Path, netdev: &str, request: Request) -> EcnRead {
+        if let Some(kept) = self.lock().get(netdev) {
+            if kept.request == request && kept.at.elapsed() < self.refresh {
+                return EcnRead {
+                    settings: kept.settings.clone(),
+                    errors: Vec::new(),
+                };
+            }
+        }
+        let at = Instant::now();
+        let fresh = read(class_net, netdev, request);
+        let mut kept = self.lock();
+        // Netdevs renamed or gone leave with their age.
+        kept.retain(|_, k| k.at.elapsed() < self.refresh);
+        if fresh.errors.is_empty() {
+            let settings = fresh.settings.clone();
+            kept.insert(
+                netdev.to_string(),
+                KeptRead {
+                    at,
+                    request,
+                    settings,
+                },
+            );
+        } else {
+            kept.remove(netdev);
+        }
+        fresh
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<String, KeptRead>> {
+        self.reads.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -557,6 +635,93 @@ mod tests {
             read(&class_net(), "no-such-netdev", request),
             EcnRead::default()
         );
+    }
+
+    /// A netdev directory with `ecn/` as `spec` says, in a temporary `class/net`.
+    fn write_netdev(class_net: &Path, netdev: &str, spec: &crate::sim::ecn_tree::EcnSpec) {
+        let write = |path: &Path, text: &str| std::fs::write(path, text);
+        crate::sim::ecn_tree::write_ecn(&class_net.join(netdev), spec, &write).unwrap();
+    }
+
+    #[test]
+    fn kept_settings_are_served_for_their_refresh_to_the_same_request() {
+        use crate::sim::ecn_tree::EcnSpec;
+        let dir = tempfile::tempdir().unwrap();
+        let class_net = dir.path();
+        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        let request = Request {
+            priorities: 1 << 3,
+            parameters: false,
+        };
+        let kept = KeptSettings::new(Duration::from_secs(3600));
+        let on = kept.read(class_net, "ens1f0np0", request);
+        let on_settings = on.settings.clone().unwrap();
+        assert_eq!(on_settings.enabled(Point::Reaction, 3), Some(true));
+
+        // An operator turns DCQCN off: the kept read is served while recent...
+        write_netdev(class_net, "ens1f0np0", &EcnSpec::default());
+        assert_eq!(kept.read(class_net, "ens1f0np0", request), on);
+        // ...but another request reads the files.
+        let wider = Request {
+            priorities: (1 << 3) | (1 << 4),
+            parameters: false,
+        };
+        let off = kept.read(class_net, "ens1f0np0", wider).settings.unwrap();
+        assert_eq!(off.enabled(Point::Reaction, 3), Some(false));
+
+        // With no time kept, every read goes to the files.
+        let unkept = KeptSettings::new(Duration::ZERO);
+        assert_eq!(
+            unkept
+                .read(class_net, "ens1f0np0", request)
+                .settings
+                .unwrap()
+                .enabled(Point::Reaction, 3),
+            Some(false)
+        );
+        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        assert_eq!(unkept.read(class_net, "ens1f0np0", request), on);
+
+        // An absent directory is kept too: one that appears is seen at the refresh.
+        assert_eq!(
+            kept.read(class_net, "ens2f0np0", request),
+            EcnRead::default()
+        );
+        write_netdev(class_net, "ens2f0np0", &EcnSpec::on_priority(3));
+        assert_eq!(
+            kept.read(class_net, "ens2f0np0", request),
+            EcnRead::default()
+        );
+        assert_eq!(unkept.read(class_net, "ens2f0np0", request), on);
+    }
+
+    #[test]
+    fn a_read_with_errors_is_not_kept() {
+        use crate::sim::ecn_tree::EcnSpec;
+        let dir = tempfile::tempdir().unwrap();
+        let class_net = dir.path();
+        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        let enable = class_net.join("ens1f0np0/ecn/roce_rp/enable/3");
+        // The driver's failed firmware query.
+        std::fs::write(&enable, "").unwrap();
+        let request = Request {
+            priorities: 1 << 3,
+            parameters: false,
+        };
+        let kept = KeptSettings::new(Duration::from_secs(3600));
+        let failed = kept.read(class_net, "ens1f0np0", request);
+        assert_eq!(failed.errors.len(), 1, "{failed:?}");
+        // Read again, and counted again, until a read succeeds; that one is kept.
+        assert_eq!(kept.read(class_net, "ens1f0np0", request), failed);
+        std::fs::write(&enable, "1\n").unwrap();
+        let read = kept.read(class_net, "ens1f0np0", request);
+        assert!(read.errors.is_empty());
+        assert_eq!(
+            read.settings.as_ref().unwrap().enabled(Point::Reaction, 3),
+            Some(true)
+        );
+        std::fs::write(&enable, "").unwrap();
+        assert_eq!(kept.read(class_net, "ens1f0np0", request), read);
     }
 
     #[test]

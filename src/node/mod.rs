@@ -122,6 +122,8 @@ pub struct NodeCollector {
     stat_names: Mutex<Arc<StatNamesByNetdev>>,
     /// The sizes the last scrape's families reached (buffer capacities for the next one).
     family_sizes: Mutex<Arc<FamilySizes>>,
+    /// Each netdev's last ECN settings, shared with the readers.
+    ecn_kept: Arc<ecn_settings::KeptSettings>,
 }
 
 type StatNamesByNetdev = FxHashMap<String, ethtool::StatNames>;
@@ -147,6 +149,7 @@ impl NodeCollector {
             walks: AtomicU64::new(0),
             stat_names: Mutex::default(),
             family_sizes: Mutex::default(),
+            ecn_kept: Arc::default(),
         }
     }
 
@@ -180,12 +183,13 @@ impl NodeCollector {
             let source = self.config.ethtool.clone();
             let tally = tally.clone();
             let ecn_parameters = self.config.ecn_parameters;
+            let ecn_kept = self.ecn_kept.clone();
             Arc::new(move |device: &str, port: &mut sysfs::Port| {
                 if let Some(source) = &source {
                     tally.read(source.as_ref(), device, port);
                 }
                 // The ECN settings of the priorities the statistics show in use.
-                ecn_settings::read_port(&tally.class_net, port, ecn_parameters);
+                ecn_settings::read_port(&tally.class_net, port, ecn_parameters, &ecn_kept);
             })
         };
         let snapshot = self.reads.read_node(
