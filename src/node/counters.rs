@@ -48,6 +48,11 @@ impl Counters {
     pub fn names(&self) -> &Names {
         &self.names
     }
+
+    /// The values, by position in [`Counters::names`].
+    pub fn values(&self) -> &[Option<u64>] {
+        &self.values
+    }
 }
 
 impl From<Vec<(String, u64)>> for Counters {

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::ethtool_map::{pause_names_show_pfc, TypedNames};
+use super::ethtool_map::pause_names_show_pfc;
 use super::metrics::EncodeIssue;
 use super::parse::{self, ValueError};
 use super::priority_traffic::PriorityTraffic;
@@ -362,11 +362,11 @@ pub fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
         return None;
     }
     let driver = port.netdev_driver.as_deref();
-    let typed = TypedNames::of(driver);
     let mut traffic = PriorityTraffic::default();
-    for (name, value) in port.ethtool.iter() {
-        if let Some(stat) = typed.classify(name) {
-            traffic.note(stat, value);
+    let types = port.ethtool_types();
+    for (stat, value) in types.iter().zip(port.ethtool.values()) {
+        if let (Some(stat), Some(value)) = (stat, value) {
+            traffic.note(*stat, *value);
         }
     }
     let request = Request {

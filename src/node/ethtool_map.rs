@@ -347,6 +347,16 @@ pub fn classify_for(driver: Option<&str>, name: &str) -> Option<TypedStat> {
     TypedNames::of(driver).classify(name)
 }
 
+/// The typed meaning of each statistic of a name list, by position: classified once for a
+/// netdev's list and shared, like the list, by the reads that find it unchanged.
+pub type StatTypes = std::sync::Arc<[Option<TypedStat>]>;
+
+/// Classifies every name of `names` as `driver`'s statistics.
+pub fn types_of(driver: Option<&str>, names: &[Box<str>]) -> StatTypes {
+    let typed = TypedNames::of(driver);
+    names.iter().map(|name| typed.classify(name)).collect()
+}
+
 /// The typed names of one driver's table (or of every table), found once per netdev and
 /// then asked once per statistic.
 #[derive(Clone, Copy)]

@@ -6,7 +6,7 @@ use regex::Regex;
 use rustc_hash::FxHashSet;
 
 use super::counters::Counters;
-use super::ethtool_map::{pause_names_show_pfc, TypedNames, TypedStat};
+use super::ethtool_map::{pause_names_show_pfc, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
@@ -476,9 +476,13 @@ fn add_ethtool<'a>(
     let mut seen_untyped = FxHashSet::default();
     let driver = port.netdev_driver.as_deref();
     let mut per_priority = PriorityTraffic::default();
-    let typed = TypedNames::of(driver);
-    for (name, raw) in port.ethtool.iter() {
-        let Some(stat) = typed.classify(name) else {
+    let types = port.ethtool_types();
+    let stats = port.ethtool.names().iter().zip(port.ethtool.values());
+    for ((name, raw), stat) in stats.zip(types.iter()) {
+        let (name, Some(raw)) = (&**name, *raw) else {
+            continue;
+        };
+        let Some(stat) = *stat else {
             if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name) {
                 let added = families.add(
                     "rdma_ethtool_stat",

@@ -126,7 +126,15 @@ pub struct NodeCollector {
     ecn_kept: Arc<ecn_settings::KeptSettings>,
 }
 
-type StatNamesByNetdev = FxHashMap<String, ethtool::StatNames>;
+type StatNamesByNetdev = FxHashMap<String, KnownStats>;
+
+/// A netdev's statistic names from a walk, and their types for the driver it had then.
+#[derive(Debug)]
+struct KnownStats {
+    names: ethtool::StatNames,
+    driver: Option<String>,
+    types: ethtool_map::StatTypes,
+}
 
 /// Timing and outcome of one collection.
 #[derive(Debug)]
@@ -300,12 +308,28 @@ impl EthtoolTally {
             return;
         };
         let started = Instant::now();
-        match source.read(netdev, self.previous.get(netdev.as_str())) {
+        let previous = self.previous.get(netdev.as_str());
+        match source.read(netdev, previous.map(|p| &p.names)) {
             Ok(stats) => {
+                let names = stats.names().clone();
+                let driver = port.netdev_driver.clone();
+                // The same list from the same driver: the same types.
+                let types = match previous {
+                    Some(p) if Arc::ptr_eq(&p.names, &names) && p.driver == driver => {
+                        p.types.clone()
+                    }
+                    _ => ethtool_map::types_of(driver.as_deref(), &names),
+                };
+                port.ethtool_typed = Some((names.clone(), types.clone()));
+                let known = KnownStats {
+                    names,
+                    driver,
+                    types,
+                };
                 self.names
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(netdev.clone(), stats.names().clone());
+                    .insert(netdev.clone(), known);
                 port.ethtool = stats;
             }
             Err(ethtool::EthtoolError::NoDevice { .. })
@@ -434,5 +458,62 @@ impl Collector for NodeCollector {
             out.encode(families)?;
             Ok(Outcome::ok(collection.sysfs_ok))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ethtool_map::{types_of, TypedStat};
+
+    fn fixture_collector() -> NodeCollector {
+        let fixture =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cx7-roce");
+        NodeCollector::new(NodeCollectorConfig {
+            sysfs_root: fixture.join("sys"),
+            devices: DeviceFilter::default(),
+            device_read_timeout: Duration::from_secs(30),
+            ethtool: Some(Arc::new(ethtool::FileSource::new(fixture.join("ethtool")))),
+            ethtool_include: None,
+            hw_counters: Arc::default(),
+            hw_netlink: None,
+            ecn_parameters: false,
+            pcie_detail: false,
+        })
+    }
+
+    /// Each port's driver statistics are classified once per netdev's name list: the next walk
+    /// that finds the same list shares the types, which are what classifying anew gives.
+    #[test]
+    fn statistic_types_are_shared_across_walks_of_the_same_names() {
+        let collector = fixture_collector();
+        let first = collector.collect().snapshot;
+        let second = collector.collect().snapshot;
+        let ports = |s: &NodeSnapshot| -> Vec<sysfs::Port> {
+            s.devices
+                .iter()
+                .flat_map(|d| d.ports.clone())
+                .filter(|p| !p.ethtool.is_empty())
+                .collect()
+        };
+        let (first, second) = (ports(&first), ports(&second));
+        assert_eq!(first.len(), 9, "the fixture's RoCE ports");
+        for (a, b) in first.iter().zip(&second) {
+            let (a_types, b_types) = (a.ethtool_types(), b.ethtool_types());
+            assert!(Arc::ptr_eq(&a_types, &b_types), "{:?}", b.netdev);
+            let fresh = types_of(b.netdev_driver.as_deref(), b.ethtool.names());
+            assert_eq!(&*b_types, &*fresh);
+            assert!(fresh
+                .iter()
+                .any(|t| matches!(t, Some(TypedStat::PfcPauseFrames { .. }))));
+        }
+        // Types made for another list are not used for this one.
+        let mut other = second[0].clone();
+        other.ethtool = vec![("rx_prio3_pause".to_string(), 5)].into();
+        assert_eq!(
+            &*other.ethtool_types(),
+            &[ethtool_map::classify("rx_prio3_pause")]
+        );
+        assert!(other.ethtool_types()[0].is_some());
     }
 }

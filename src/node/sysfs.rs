@@ -10,6 +10,7 @@ use rustix::fs::AtFlags;
 
 use super::counter_filter::CounterFilter;
 use super::counters::Counters;
+use super::ethtool_map::{types_of, StatTypes};
 use super::hw_netlink::{self, DeviceLink, Miss, NetlinkHwCounters};
 use super::parse::{self, ValueError};
 use super::reason::ReadErrorReason;
@@ -87,6 +88,9 @@ pub struct Port {
     pub hw_counters: Counters,
     /// Driver statistics of `netdev` (`ethtool -S`), filled by the node collector for RoCE ports.
     pub ethtool: super::ethtool::EthtoolStats,
+    /// The type of each of `ethtool`'s statistics, with the name list it was made for (the node
+    /// collector shares one per netdev across scrapes); read through [`Port::ethtool_types`].
+    pub ethtool_typed: Option<(super::ethtool::StatNames, StatTypes)>,
     /// `netdev` lives in another network namespace (an SR-IOV VF in a pod): no driver
     /// statistics from here, and no read error. Set by the node collector.
     pub netdev_in_other_netns: bool,
@@ -96,6 +100,15 @@ pub struct Port {
 }
 
 impl Port {
+    /// The type of each of `ethtool`'s statistics by position: the shared classification made
+    /// for this very name list, or one made now.
+    pub fn ethtool_types(&self) -> StatTypes {
+        match &self.ethtool_typed {
+            Some((names, types)) if Arc::ptr_eq(names, self.ethtool.names()) => types.clone(),
+            _ => types_of(self.netdev_driver.as_deref(), self.ethtool.names()),
+        }
+    }
+
     pub fn is_ethernet(&self) -> bool {
         self.link_layer.as_deref() == Some("Ethernet")
     }
@@ -491,6 +504,7 @@ impl Walk {
             counters_ext: self.counter_dir(device, dir, "counters_ext"),
             hw_counters: self.port_hw_counters(device, dir, number),
             ethtool: Default::default(),
+            ethtool_typed: None,
             netdev_in_other_netns: false,
             ecn: Default::default(),
         }
