@@ -28,9 +28,10 @@ const SEED: u64 = 42;
 const WARMUP_SCRAPES: usize = 20;
 const DEFAULT_SCRAPES: u64 = 100;
 const DEFAULT_RUNS: u64 = 40;
-/// Targets from the project brief: our median scrape and CPU per scrape at most half of
-/// node_exporter's, RSS below.
-const TARGET_LATENCY_RATIO: f64 = 0.5;
+/// Targets: CPU per scrape and median scrape against node_exporter's (issue 47; the project
+/// brief's half was the earlier one), RSS below.
+const TARGET_CPU_RATIO: f64 = 0.4;
+const TARGET_LATENCY_RATIO: f64 = 0.45;
 const TARGET_RSS_MIB: f64 = 20.0;
 
 fn main() -> ExitCode {
@@ -511,9 +512,10 @@ fn print_report(
         interval(&cpus)
     );
     println!(
-        "target: our median scrape and CPU per scrape <= {TARGET_LATENCY_RATIO}x node_exporter's: \
-         {} (latency {latency_ratio:.2}x, CPU {cpu_ratio:.2}x)",
-        verdict(latency_ratio <= TARGET_LATENCY_RATIO && cpu_ratio <= TARGET_LATENCY_RATIO)
+        "target: our CPU per scrape <= {TARGET_CPU_RATIO}x and median scrape <= \
+         {TARGET_LATENCY_RATIO}x node_exporter's: {} (CPU {cpu_ratio:.3}x, latency \
+         {latency_ratio:.3}x)",
+        verdict(latency_ratio <= TARGET_LATENCY_RATIO && cpu_ratio <= TARGET_CPU_RATIO)
     );
     println!(
         "target: our RSS < {TARGET_RSS_MIB} MiB: {} ({:.1} MiB, peak {:.1} MiB)",
@@ -528,7 +530,7 @@ fn print_report(
             "equal work (ours on the same tree without hw_counters, no ethtool: the files \
              node_exporter 1.5 reads): median latency {equal_latency:.2}x, CPU per scrape \
              {equal_cpu:.2}x -> {} on equal work",
-            verdict(equal_latency <= TARGET_LATENCY_RATIO)
+            verdict(equal_latency <= TARGET_LATENCY_RATIO && equal_cpu <= TARGET_CPU_RATIO)
         );
     }
 }

@@ -70,6 +70,33 @@ impl<'a> Family<'a> {
         &self.exposed[..self.exposed.len() - self.kind.suffix().len()]
     }
 
+    /// This family without its samples, for another scrape: the name, help and kind stay, and
+    /// so does the buffers' capacity (the labels' buffer is collected in place: the same
+    /// allocation, retyped for the new lifetime).
+    fn recycle<'b>(self) -> Family<'b> {
+        let mut labels = self.labels;
+        labels.clear();
+        let mut samples = self.samples;
+        samples.clear();
+        let mut histograms = self.histograms;
+        histograms.clear();
+        Family {
+            exposed: self.exposed,
+            help: self.help,
+            kind: self.kind,
+            labels: labels
+                .into_iter()
+                .map(|_| unreachable!("cleared"))
+                .collect(),
+            samples,
+            histograms,
+        }
+    }
+
+    fn has_samples(&self) -> bool {
+        !self.samples.is_empty()
+    }
+
     fn samples(&self) -> impl Iterator<Item = (&[Label<'a>], Value)> {
         let mut start = 0;
         self.samples.iter().map(move |&(end, value)| {
@@ -81,7 +108,9 @@ impl<'a> Family<'a> {
 }
 
 /// Metric families of one scrape. Encoded sorted by exposed name (`_total`/`_info` included), so
-/// output is deterministic and a counter `x_total` can never merge with a gauge `x`.
+/// output is deterministic and a counter `x_total` can never merge with a gauge `x`. A family
+/// exists once it has a sample; [`Families::recycle`] keeps the families of one scrape, empty,
+/// for the next, and a family that gets no sample there is not written.
 ///
 /// Families are named by their exposed name (`rdma_pfc_pause_frames_total`, `rdma_port_info`)
 /// where they are produced, so that grep finds the producer of any name a scraper sees.
@@ -92,15 +121,9 @@ pub struct Families<'a> {
     /// under a taken name is refused.
     /// Keys are the exporter's own metric names (hashed once per sample: Fx, not SipHash).
     exposed: FxHashMap<Arc<str>, usize>,
-    /// The sizes an earlier scrape's families reached: a family starts at its size.
-    sizes: Arc<FamilySizes>,
+    /// Family indices sorted by exposed name: the order they are written in.
+    order: Vec<usize>,
 }
-
-/// How many samples and labels each family of a scrape had, by exposed name: given to the next
-/// scrape's [`Families::sized_like`], its families start at that size instead of growing by
-/// reallocation (hundreds of reallocations per node scrape). A capacity hint only.
-#[derive(Debug, Default)]
-pub struct FamilySizes(FxHashMap<Arc<str>, (usize, usize)>);
 
 /// Why a sample was dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,22 +166,16 @@ pub fn base_name(exposed: &str, kind: Kind) -> Result<&str, FamilyError> {
 }
 
 impl<'a> Families<'a> {
-    /// No families yet; each family created starts at the size `sizes` knows for it.
-    pub fn sized_like(sizes: Arc<FamilySizes>) -> Families<'a> {
+    /// These families emptied of their samples, for the next scrape (whose samples borrow from
+    /// another snapshot): a scrape like the last one then creates no family and grows no
+    /// buffer, where it made hundreds of allocations.
+    pub fn recycle<'b>(self) -> Families<'b> {
         Families {
-            sizes,
-            ..Families::default()
+            // Collected in place: the same allocation.
+            families: self.families.into_iter().map(Family::recycle).collect(),
+            exposed: self.exposed,
+            order: self.order,
         }
-    }
-
-    /// The sizes these families reached, for the next scrape's [`Families::sized_like`].
-    pub fn sizes(&self) -> FamilySizes {
-        FamilySizes(
-            self.families
-                .iter()
-                .map(|f| (f.exposed.clone(), (f.samples.len(), f.labels.len())))
-                .collect(),
-        )
     }
 
     /// Adds one sample to the family exposed as `exposed` (`..._total` for a counter, `..._info`
@@ -172,7 +189,22 @@ impl<'a> Families<'a> {
         value: Value,
     ) -> Result<(), FamilyError> {
         let index = match self.exposed.get(exposed) {
-            Some(&index) if self.families[index].kind == kind => index,
+            Some(&index) if self.families[index].kind == kind => {
+                let family = &mut self.families[index];
+                if !family.has_samples() {
+                    // Kept from an earlier scrape: this scrape's first sample sets the help.
+                    family.help = help.into();
+                }
+                index
+            }
+            // A family kept empty from an earlier scrape takes this scrape's kind.
+            Some(&index) if !self.families[index].has_samples() => {
+                base_name(exposed, kind)?;
+                let family = &mut self.families[index];
+                family.kind = kind;
+                family.help = help.into();
+                index
+            }
             Some(_) => return Err(FamilyError::TypeConflict(exposed.to_string())),
             None => self.create(exposed, kind, help.into())?,
         };
@@ -190,15 +222,18 @@ impl<'a> Families<'a> {
     ) -> Result<usize, FamilyError> {
         base_name(exposed, kind)?;
         let index = self.families.len();
-        let (samples, labels) = self.sizes.0.get(exposed).copied().unwrap_or_default();
+        let at = self
+            .order
+            .partition_point(|&i| *self.families[i].exposed < *exposed);
+        self.order.insert(at, index);
         let exposed: Arc<str> = Arc::from(exposed);
         self.exposed.insert(exposed.clone(), index);
         self.families.push(Family {
             exposed,
             help,
             kind,
-            labels: Vec::with_capacity(labels),
-            samples: Vec::with_capacity(samples),
+            labels: Vec::new(),
+            samples: Vec::new(),
             histograms: Vec::new(),
         });
         Ok(index)
@@ -273,8 +308,11 @@ impl<'a> Families<'a> {
         Some(&family.labels[start..end])
     }
 
+    /// Whether the family exposed as `exposed` has a sample.
     pub fn contains(&self, exposed: &str) -> bool {
-        self.exposed.contains_key(exposed)
+        self.exposed
+            .get(exposed)
+            .is_some_and(|&i| self.families[i].has_samples())
     }
 
     /// Number of samples.
@@ -283,7 +321,7 @@ impl<'a> Families<'a> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.families.is_empty()
+        !self.families.iter().any(Family::has_samples)
     }
 
     /// Every sample as (exposed name, labels, value), families in the order they were created.
@@ -321,7 +359,7 @@ impl<'a> Families<'a> {
         use prometheus_client::metrics::counter::ConstCounter;
         use prometheus_client::metrics::gauge::ConstGauge;
         use prometheus_client::metrics::MetricType;
-        let mut order: Vec<&Family> = self.families.iter().collect();
+        let mut order: Vec<&Family> = self.families.iter().filter(|f| f.has_samples()).collect();
         order.sort_by(|a, b| a.exposed.cmp(&b.exposed));
         for family in order {
             let metric_type = match family.kind {
@@ -429,6 +467,59 @@ pub fn prometheus_client_text(families: Families<'static>, format: Format) -> St
 mod tests {
     use super::*;
 
+    /// Recycled families keep their buffers, write only the families that get a sample again,
+    /// and write those as fresh families would.
+    #[test]
+    fn recycled_families_keep_their_buffers_and_write_only_what_gets_samples() {
+        let first_device = String::from("mlx5_0");
+        let mut families = Families::default();
+        for port in ["1", "2"] {
+            let labels = [
+                ("device", Cow::Borrowed(first_device.as_str())),
+                ("port", Cow::Borrowed(port)),
+            ];
+            families.counter("rdma_x_total", "X.", labels, Value::U64(1));
+        }
+        families.gauge("rdma_b", "B.", [], Value::U64(2));
+        let buffer = families.families[0].labels.as_ptr() as usize;
+        let capacity = families.families[0].labels.capacity();
+        assert!(capacity >= 4);
+
+        let second_device = String::from("mlx5_1");
+        let mut next: Families<'_> = families.recycle();
+        drop(first_device);
+        assert_eq!(next.families[0].labels.as_ptr() as usize, buffer);
+        assert_eq!(next.families[0].labels.capacity(), capacity);
+        assert!(next.is_empty());
+        assert_eq!(next.samples().count(), 0);
+        assert!(!next.contains("rdma_x_total"));
+        assert_eq!(next.text(Format::PrometheusText), "");
+
+        let labels = [("device", Cow::Borrowed(second_device.as_str()))];
+        next.counter("rdma_x_total", "X again.", labels.clone(), Value::U64(3));
+        // A family kept empty may come back as another kind.
+        next.add("rdma_b", Kind::Untyped, "B untyped.", [], Value::U64(4))
+            .unwrap();
+        next.gauge("rdma_a", "A.", [], Value::U64(5));
+        let mut fresh = Families::default();
+        fresh.counter("rdma_x_total", "X again.", labels, Value::U64(3));
+        fresh
+            .add("rdma_b", Kind::Untyped, "B untyped.", [], Value::U64(4))
+            .unwrap();
+        fresh.gauge("rdma_a", "A.", [], Value::U64(5));
+        for format in [Format::OpenMetrics, Format::PrometheusText] {
+            assert_eq!(next.text(format), fresh.text(format));
+        }
+        assert!(next
+            .text(Format::PrometheusText)
+            .starts_with("# HELP rdma_a A."));
+        // Once it has a sample again, its kind holds.
+        assert!(matches!(
+            next.add("rdma_b", Kind::Gauge, "B.", [], Value::U64(6)),
+            Err(FamilyError::TypeConflict(_))
+        ));
+    }
+
     /// A histogram sample is written byte for byte as prometheus-client writes its own
     /// `Histogram` with the same observations, in both formats.
     #[test]
@@ -484,7 +575,7 @@ mod tests {
     }
 
     #[test]
-    fn a_scrape_sized_like_the_last_starts_at_its_sizes_and_gives_the_same_samples() {
+    fn a_recycled_scrape_gives_the_same_samples_without_growing() {
         let build = |families: &mut Families<'static>| {
             for port in ["1", "2", "3"] {
                 let labels = [
@@ -495,21 +586,24 @@ mod tests {
             }
             families.gauge("b", "h", [], Value::U64(2));
         };
-        let mut first = Families::default();
-        build(&mut first);
-        let sizes = first.sizes();
-        assert_eq!(sizes.0.get("a_total"), Some(&(3, 6)));
-        assert_eq!(sizes.0.get("b"), Some(&(1, 0)));
-        let mut second = Families::sized_like(Arc::new(sizes));
-        build(&mut second);
-        let a = &second.families[second.exposed["a_total"]];
-        assert!(a.labels.capacity() >= 6 && a.samples.capacity() >= 3);
         let all = |f: &Families| {
             f.samples()
                 .map(|(n, l, v)| format!("{n}{l:?}{v:?}"))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(all(&first), all(&second));
+        let mut first = Families::default();
+        build(&mut first);
+        let first_samples = all(&first);
+        let mut second = first.recycle();
+        let capacity = |f: &Families| {
+            let a = &f.families[f.exposed["a_total"]];
+            (a.labels.capacity(), a.samples.capacity())
+        };
+        let kept = capacity(&second);
+        assert!(kept.0 >= 6 && kept.1 >= 3, "{kept:?}");
+        build(&mut second);
+        assert_eq!(capacity(&second), kept);
+        assert_eq!(all(&second), first_samples);
         assert_eq!(
             second.last_labels("a_total"),
             Some(

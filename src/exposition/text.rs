@@ -19,9 +19,8 @@ use super::{Families, Family, Format, HistogramValue, Kind, Label, Value};
 impl Families<'_> {
     /// Appends every family, sorted by exposed name, in `format`.
     pub fn write(&self, format: Format, out: &mut Vec<u8>) {
-        let mut order: Vec<&Family> = self.families.iter().collect();
-        order.sort_unstable_by(|a, b| a.exposed.cmp(&b.exposed));
-        for family in order {
+        let written = self.order.iter().map(|&i| &self.families[i]);
+        for family in written.filter(|f| f.has_samples()) {
             write_family(family, format, out);
         }
     }

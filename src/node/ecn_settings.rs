@@ -637,18 +637,28 @@ mod tests {
         );
     }
 
-    /// A netdev directory with `ecn/` as `spec` says, in a temporary `class/net`.
-    fn write_netdev(class_net: &Path, netdev: &str, spec: &crate::sim::ecn_tree::EcnSpec) {
-        let write = |path: &Path, text: &str| std::fs::write(path, text);
-        crate::sim::ecn_tree::write_ecn(&class_net.join(netdev), spec, &write).unwrap();
+    /// A netdev directory in a temporary `class/net` with `ecn/`: both points enabled on the
+    /// priorities in `on`, off on the others.
+    fn write_netdev(class_net: &Path, netdev: &str, on: &[u8]) {
+        for point in Point::ALL {
+            let enable = class_net
+                .join(netdev)
+                .join("ecn")
+                .join(point.dir())
+                .join("enable");
+            std::fs::create_dir_all(&enable).unwrap();
+            for priority in 0..8u8 {
+                let text = if on.contains(&priority) { "1\n" } else { "0\n" };
+                std::fs::write(enable.join(priority.to_string()), text).unwrap();
+            }
+        }
     }
 
     #[test]
     fn kept_settings_are_served_for_their_refresh_to_the_same_request() {
-        use crate::sim::ecn_tree::EcnSpec;
         let dir = tempfile::tempdir().unwrap();
         let class_net = dir.path();
-        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        write_netdev(class_net, "ens1f0np0", &[3]);
         let request = Request {
             priorities: 1 << 3,
             parameters: false,
@@ -659,7 +669,7 @@ mod tests {
         assert_eq!(on_settings.enabled(Point::Reaction, 3), Some(true));
 
         // An operator turns DCQCN off: the kept read is served while recent...
-        write_netdev(class_net, "ens1f0np0", &EcnSpec::default());
+        write_netdev(class_net, "ens1f0np0", &[]);
         assert_eq!(kept.read(class_net, "ens1f0np0", request), on);
         // ...but another request reads the files.
         let wider = Request {
@@ -679,7 +689,7 @@ mod tests {
                 .enabled(Point::Reaction, 3),
             Some(false)
         );
-        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        write_netdev(class_net, "ens1f0np0", &[3]);
         assert_eq!(unkept.read(class_net, "ens1f0np0", request), on);
 
         // An absent directory is kept too: one that appears is seen at the refresh.
@@ -687,7 +697,7 @@ mod tests {
             kept.read(class_net, "ens2f0np0", request),
             EcnRead::default()
         );
-        write_netdev(class_net, "ens2f0np0", &EcnSpec::on_priority(3));
+        write_netdev(class_net, "ens2f0np0", &[3]);
         assert_eq!(
             kept.read(class_net, "ens2f0np0", request),
             EcnRead::default()
@@ -697,10 +707,9 @@ mod tests {
 
     #[test]
     fn a_read_with_errors_is_not_kept() {
-        use crate::sim::ecn_tree::EcnSpec;
         let dir = tempfile::tempdir().unwrap();
         let class_net = dir.path();
-        write_netdev(class_net, "ens1f0np0", &EcnSpec::on_priority(3));
+        write_netdev(class_net, "ens1f0np0", &[3]);
         let enable = class_net.join("ens1f0np0/ecn/roce_rp/enable/3");
         // The driver's failed firmware query.
         std::fs::write(&enable, "").unwrap();

@@ -39,7 +39,7 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, FamilySizes, Value};
+use crate::exposition::{Families, Value};
 use device_reads::DeviceReads;
 use ethtool::EthtoolSource;
 use sysfs::{DeviceFilter, NodeSnapshot};
@@ -120,8 +120,8 @@ pub struct NodeCollector {
     /// Each netdev's statistic names from the last walk that read them, for the next walk's
     /// reads to share (a netdev that is gone drops out at the next walk).
     stat_names: Mutex<Arc<StatNamesByNetdev>>,
-    /// The sizes the last scrape's families reached (buffer capacities for the next one).
-    family_sizes: Mutex<Arc<FamilySizes>>,
+    /// The last scrape's families, emptied: the next scrape fills them again.
+    kept_families: Mutex<Families<'static>>,
     /// Each netdev's last ECN settings, shared with the readers.
     ecn_kept: Arc<ecn_settings::KeptSettings>,
 }
@@ -156,7 +156,7 @@ impl NodeCollector {
             reads,
             walks: AtomicU64::new(0),
             stat_names: Mutex::default(),
-            family_sizes: Mutex::default(),
+            kept_families: Mutex::default(),
             ecn_kept: Arc::default(),
         }
     }
@@ -240,12 +240,9 @@ impl NodeCollector {
     /// last-scrape state without a copy.
     pub fn scrape<R>(&self, use_families: impl FnOnce(&Families<'_>, &Collection) -> R) -> R {
         let collection = self.collect();
-        let sizes = self
-            .family_sizes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut families = Families::sized_like(sizes);
+        let kept =
+            std::mem::take(&mut *self.kept_families.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut families = kept.recycle();
         let issues = metrics::add_node_metrics(
             &mut families,
             &collection.snapshot,
@@ -256,8 +253,7 @@ impl NodeCollector {
         state.record(&self.config.sysfs_root, &collection, &issues);
         add_read_errors(&mut families, &state);
         let result = use_families(&families, &collection);
-        *self.family_sizes.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(families.sizes());
-        drop(families);
+        *self.kept_families.lock().unwrap_or_else(|p| p.into_inner()) = families.recycle();
         state.last.snapshot = collection.snapshot;
         result
     }
@@ -480,6 +476,19 @@ mod tests {
             ecn_parameters: false,
             pcie_detail: false,
         })
+    }
+
+    /// The second scrape fills the first one's families again: the same text, every family in
+    /// it, none left over.
+    #[test]
+    fn a_scrape_on_recycled_families_writes_what_a_fresh_one_does() {
+        use crate::exposition::Format;
+        let collector = fixture_collector();
+        let text = |c: &NodeCollector| c.scrape(|f, _| f.text(Format::PrometheusText));
+        let first = text(&collector);
+        assert!(first.contains("rdma_pfc_pause_frames_total{"), "{first}");
+        assert_eq!(text(&collector), first);
+        assert_eq!(text(&fixture_collector()), first);
     }
 
     /// Each port's driver statistics are classified once per netdev's name list: the next walk
