@@ -10,7 +10,7 @@ pub mod body;
 pub mod gzip;
 mod text;
 
-pub use text::header;
+pub use text::{escape_label_value, header};
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -14,6 +14,8 @@
 //! - a histogram is `_sum`, `_count`, then the buckets with `le` first among the labels in
 //!   OpenMetrics; the buckets (`le` last, Go's float spelling), `_sum`, `_count` in text 0.0.4.
 
+use std::borrow::Cow;
+
 use super::{Families, Family, Format, HistogramValue, Kind, Label, Value};
 
 impl Families<'_> {
@@ -113,7 +115,7 @@ fn series(
         first = false;
         out.extend_from_slice(key.as_bytes());
         out.extend_from_slice(b"=\"");
-        escape_label_value(out, value);
+        out.extend_from_slice(escape_label_value(value).as_bytes());
         out.push(b'"');
     };
     if let Some((bound, Format::OpenMetrics)) = le {
@@ -234,20 +236,22 @@ fn go_float(v: f64) -> String {
     }
 }
 
-/// A label value with `\`, `"` and newline escaped; most values have none and are one copy.
-fn escape_label_value(out: &mut Vec<u8>, value: &str) {
+/// A label value with `\`, `"` and newline escaped, as both formats write it (the pre-encoded
+/// IB families too); borrowed when it has none of them, as most values.
+pub fn escape_label_value(value: &str) -> Cow<'_, str> {
     if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        out.extend_from_slice(value.as_bytes());
-        return;
+        return Cow::Borrowed(value);
     }
-    for b in value.bytes() {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b => out.push(b),
+    let mut out = String::with_capacity(value.len() + 2);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
         }
     }
+    Cow::Owned(out)
 }
 
 /// Text 0.0.4's HELP escaping: `\` and newline.

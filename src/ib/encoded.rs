@@ -20,7 +20,7 @@ use super::counters::CounterName;
 use super::model::{counter_metric_stem, FabricScan, Guid, IbNode, IbPort, LinkSpeed, LinkWidth};
 use super::selection::Selection;
 use crate::exposition::body::{GzipOnce, PreEncoded};
-use crate::exposition::{Format, Kind};
+use crate::exposition::{escape_label_value, Format, Kind};
 
 const COUNTER_HELP: &str = "Switch port counter from PortCounters/PortCountersExtended, as the subnet scan last read it (data counters in bytes; the narrow IBTA counters stop at their maximum).";
 
@@ -332,7 +332,8 @@ impl Writer {
     fn port(&mut self, switch: &IbNode, port: &IbPort, errors_only: bool) {
         self.labels.clear();
         self.labels.push_str("{switch=\"");
-        escape_into(&mut self.labels, &switch.description);
+        self.labels
+            .push_str(&escape_label_value(&switch.description));
         let _ = write!(
             self.labels,
             "\",switch_guid=\"{}\",port=\"{}\"",
@@ -348,7 +349,7 @@ impl Writer {
         if let Some(remote) = &port.remote {
             let family = self.family(LINK_INFO, Kind::Info, LINK_INFO_HELP);
             let mut extra = String::from(",remote=\"");
-            escape_into(&mut extra, &remote.description);
+            extra.push_str(&escape_label_value(&remote.description));
             let _ = write!(
                 extra,
                 "\",remote_guid=\"{}\",remote_port=\"{}\",width=\"{}\",speed=\"{}\"",
@@ -370,18 +371,6 @@ impl Writer {
                 // `{:?}` keeps the `.0` of a whole number, as prometheus-client writes floats.
                 GaugeValue::Gbps(v) => self.sample(family, "", &format_args!("{v:?}")),
             }
-        }
-    }
-}
-
-/// A label value as the exposition formats escape it: `\`, `"` and newline.
-fn escape_into(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
         }
     }
 }
