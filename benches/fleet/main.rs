@@ -47,6 +47,10 @@ mod prometheus;
 #[path = "../../tests/common/alerting.rs"]
 mod alerting;
 
+#[allow(dead_code)]
+#[path = "../../tests/common/victoria_metrics.rs"]
+mod victoria_metrics;
+
 /// A child process killed and reaped on drop (Prometheus).
 pub struct ChildGuard(pub std::process::Child);
 

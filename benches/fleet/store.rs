@@ -9,14 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_yaml::Value;
 
 use crate::panels::{per_dashboard, Timing};
-use crate::prometheus::free_port;
+use crate::victoria_metrics;
 use crate::ChildGuard;
 
 /// The board that reads the store.
@@ -53,34 +52,12 @@ pub struct Store {
 impl Store {
     /// A `victoria-metrics` on a loopback port, its data in `dir`.
     pub fn start(selection: Selection, dir: &Path) -> anyhow::Result<Store> {
-        let address = format!("127.0.0.1:{}", free_port());
-        let process = Command::new("victoria-metrics")
-            .arg(format!("-storageDataPath={}", dir.display()))
-            .arg(format!("-httpListenAddr={address}"))
-            .arg("-retentionPeriod=1d")
-            // Samples queryable as soon as stored; no response cache between timed runs.
-            .arg("-search.latencyOffset=0s")
-            .arg("-search.disableCache")
-            .arg("-loggerLevel=ERROR")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("victoria-metrics (Debian package `victoria-metrics`)")?;
-        let store = Store {
+        let (process, address) = victoria_metrics::start(dir).map_err(anyhow::Error::msg)?;
+        Ok(Store {
             selection,
             address,
-            _process: ChildGuard(process),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !reqwest::blocking::get(format!("http://{}/health", store.address))
-            .is_ok_and(|r| r.status().is_success())
-        {
-            if Instant::now() > deadline {
-                bail!("victoria-metrics did not start on {}", store.address);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(store)
+            _process: process,
+        })
     }
 
     fn url(&self) -> String {

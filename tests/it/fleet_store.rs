@@ -12,15 +12,14 @@ use crate::dashboards;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::prometheus::{self, free_port, wait_for};
-use common::{project_root, ChildGuard, Exporter};
+use common::prometheus::{self, wait_for};
+use common::{project_root, victoria_metrics, ChildGuard, Exporter};
 use serde_yaml::Value as Yaml;
 
 /// Debian's single-node VictoriaMetrics server (`apt-get install victoria-metrics`).
-const STORE: &str = "victoria-metrics";
+const STORE: &str = victoria_metrics::PROGRAM;
 
 /// The two clusters (the same host names in both, as clusters built alike have): name, the demo's scenario (PFC and ECN trouble in one, flapping links
 /// in the other, so that both rankings of the fleet board have something to rank).
@@ -89,44 +88,10 @@ const MIN_NON_EMPTY_SELECTED: usize = 80;
 /// A `victoria-metrics` process on a loopback port with its data in `dir`; `None` when the
 /// program is not installed.
 fn start_store(dir: &Path) -> Option<(ChildGuard, String)> {
-    if Command::new(STORE)
-        .arg("-version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
+    if !victoria_metrics::installed() {
         return None;
     }
-    let address = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(STORE)
-        .arg(format!("-storageDataPath={}", dir.display()))
-        .arg(format!("-httpListenAddr={address}"))
-        .arg("-retentionPeriod=1d")
-        // A sample is queryable as soon as it is stored (30 s later by default), and answers
-        // are computed afresh, not from the response cache (which would serve one query's
-        // answer for another timestamp's).
-        .arg("-search.latencyOffset=0s")
-        .arg("-search.disableCache")
-        .arg("-loggerLevel=ERROR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("victoria-metrics starts");
-    let store = ChildGuard(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while reqwest::blocking::get(format!("http://{address}/health"))
-        .ok()
-        .filter(|r| r.status().is_success())
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{STORE} did not start on {address}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Some((store, address))
+    Some(victoria_metrics::start(dir).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// `deploy/prometheus/remote-write.yml`: its `remote_write` entry and external label names.
