@@ -21,33 +21,59 @@ pub fn query(prometheus: &str, expr: &str) -> Vector {
     try_query(prometheus, expr).expect("Prometheus answers queries")
 }
 
-/// `None` while Prometheus is still starting.
+/// `None` while Prometheus is still starting; a query it refuses fails the test.
 pub fn try_query(prometheus: &str, expr: &str) -> Option<Vector> {
-    let url = format!("http://{prometheus}/api/v1/query");
-    let response: serde_json::Value = reqwest::blocking::Client::new()
-        .get(url)
-        .query(&[("query", expr)])
+    let response = instant(prometheus, expr, None).ok()?;
+    Some(answer(&response).unwrap_or_else(|e| panic!("{expr}: {e}")))
+}
+
+/// An instant query's answer at `time` (seconds since the epoch; the server's now when
+/// `None`), from Prometheus or anything speaking its API (VictoriaMetrics): each series'
+/// labels and value, a scalar as one entry without labels. Errors, the server's included, as
+/// text.
+pub fn query_at(server: &str, expr: &str, time: Option<f64>) -> Result<Vector, String> {
+    answer(&instant(server, expr, time)?)
+}
+
+fn instant(server: &str, expr: &str, time: Option<f64>) -> Result<serde_json::Value, String> {
+    let mut params = vec![("query", expr.to_string())];
+    if let Some(time) = time {
+        params.push(("time", format!("{time:.3}")));
+    }
+    reqwest::blocking::Client::new()
+        .get(format!("http://{server}/api/v1/query"))
+        .query(&params)
         .send()
-        .ok()?
+        .map_err(|e| e.to_string())?
         .json()
-        .ok()?;
-    assert_eq!(response["status"], "success", "{response}");
-    let vector = response["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let labels = r["metric"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect();
-            let value = r["value"][1].as_str().unwrap().parse().unwrap();
-            (labels, value)
-        })
-        .collect();
-    Some(vector)
+        .map_err(|e| e.to_string())
+}
+
+fn answer(response: &serde_json::Value) -> Result<Vector, String> {
+    if response["status"] != "success" {
+        return Err(format!("{}: {}", response["errorType"], response["error"]));
+    }
+    let value = |pair: &serde_json::Value| -> Result<f64, String> {
+        pair[1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("not a value: {pair}"))
+    };
+    let data = &response["data"];
+    if data["resultType"] == "scalar" {
+        return Ok(vec![(Default::default(), value(&data["result"])?)]);
+    }
+    let mut vector = Vector::new();
+    for series in data["result"].as_array().into_iter().flatten() {
+        let labels = series["metric"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        vector.push((labels, value(&series["value"])?));
+    }
+    Ok(vector)
 }
 
 /// Starts Prometheus with `scrape_configs` (YAML, indented as a top-level key's items) and a

@@ -699,18 +699,8 @@ fn the_lexer_finds_selectors_and_windows() {
 }
 
 /// An instant query's result size, or Prometheus' error.
-fn instant_query(prometheus: &str, expr: &str) -> Result<usize, String> {
-    let response: Value = reqwest::blocking::Client::new()
-        .get(format!("http://{prometheus}/api/v1/query"))
-        .query(&[("query", expr)])
-        .send()
-        .map_err(|e| e.to_string())?
-        .json()
-        .map_err(|e| e.to_string())?;
-    if response["status"] != "success" {
-        return Err(format!("{}: {}", response["errorType"], response["error"]));
-    }
-    Ok(response["data"]["result"].as_array().map_or(0, Vec::len))
+fn instant_query(server: &str, expr: &str) -> Result<usize, String> {
+    prometheus::query_at(server, expr, None).map(|answer| answer.len())
 }
 
 #[test]

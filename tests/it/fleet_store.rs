@@ -174,37 +174,7 @@ fn cluster_prometheus(
 
 /// An instant query's answer at `time`: each series' labels and value, or the server's error.
 fn query_at(server: &str, expr: &str, time: f64) -> Result<Vec<(Labels, f64)>, String> {
-    let response: serde_json::Value = reqwest::blocking::Client::new()
-        .get(format!("http://{server}/api/v1/query"))
-        .query(&[("query", expr), ("time", &format!("{time:.3}"))])
-        .send()
-        .map_err(|e| e.to_string())?
-        .json()
-        .map_err(|e| e.to_string())?;
-    if response["status"] != "success" {
-        return Err(format!("{}: {}", response["errorType"], response["error"]));
-    }
-    let value = |pair: &serde_json::Value| -> Result<f64, String> {
-        pair[1]
-            .as_str()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("not a value: {pair}"))
-    };
-    let data = &response["data"];
-    if data["resultType"] == "scalar" {
-        return Ok(vec![(Labels::new(), value(&data["result"])?)]);
-    }
-    let mut answer = Vec::new();
-    for series in data["result"].as_array().into_iter().flatten() {
-        let labels = series["metric"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-            .collect();
-        answer.push((labels, value(&series["value"])?));
-    }
-    Ok(answer)
+    prometheus::query_at(server, expr, Some(time))
 }
 
 type Labels = BTreeMap<String, String>;
