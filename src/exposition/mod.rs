@@ -1,5 +1,6 @@
-//! Metric families built fresh at each scrape and encoded with prometheus-client, in OpenMetrics
-//! or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
+//! Metric families built at each scrape (or recycled from the last one: `Families::recycle`) and
+//! written by the exporter's own writer (`text.rs`, byte for byte prometheus-client's) in
+//! OpenMetrics or the Prometheus text format 0.0.4 (which one a scraper gets: `web::negotiate`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
