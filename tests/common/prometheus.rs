@@ -63,14 +63,20 @@ fn answer(response: &serde_json::Value) -> Result<Vector, String> {
     if data["resultType"] == "scalar" {
         return Ok(vec![(Default::default(), value(&data["result"])?)]);
     }
+    let shape = |what: &str| format!("{what}: {response}");
     let mut vector = Vector::new();
-    for series in data["result"].as_array().into_iter().flatten() {
-        let labels = series["metric"]
+    for series in data["result"]
+        .as_array()
+        .ok_or_else(|| shape("no result"))?
+    {
+        let metric = series["metric"]
             .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-            .collect();
+            .ok_or_else(|| shape("no labels"))?;
+        let labels = metric
+            .iter()
+            .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect::<Option<_>>()
+            .ok_or_else(|| shape("a label value that is not a string"))?;
         vector.push((labels, value(&series["value"])?));
     }
     Ok(vector)
