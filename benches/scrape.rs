@@ -10,6 +10,11 @@
 //! node_exporter binary; RFE_BINARY=PATH another build of ours (to compare revisions). Prints
 //! figures only: the targets are reported, not asserted (shared machines are noisy). Exits
 //! non-zero when a scrape fails or a server dies. See BENCHMARKS.md.
+//!
+//! Last, it measures in its own process where our scrape's CPU goes (the walk, the node's
+//! families and text, the other collectors; the server's figure minus these is the serving),
+//! and what the CPU ratio would be if each phase cost nothing: a target can be checked against
+//! what the design allows before work is spent on it.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -143,7 +148,144 @@ fn run() -> anyhow::Result<()> {
     }
 
     print_report(scrapes, runs, &counts, &results, &run_ratios);
+    let phases = PhaseCosts::measure(&fixture, BREAKDOWN_ROUNDS, BREAKDOWN_SCRAPES)?;
+    let theirs_cpu_ms = results.get(1).map(|r| r.cpu_ms_per_scrape);
+    phases.print(results[0].cpu_ms_per_scrape, theirs_cpu_ms);
     Ok(())
+}
+
+/// Rounds and scrapes per round of the in-process phase measure.
+const BREAKDOWN_ROUNDS: usize = 5;
+const BREAKDOWN_SCRAPES: usize = 200;
+/// The idle time between scrapes in the phase measure's second column. A server idles while
+/// its scraper reads the answer; on this VM a core that idled has lost much of its cache, and
+/// back-to-back scrapes would hide that.
+const IDLE_GAP: Duration = Duration::from_micros(500);
+
+/// Where our scrape's CPU goes, measured in this process with the library's collectors as
+/// `serve` builds them for the same flags, on the same tree: each phase's CPU ms per scrape,
+/// back to back and with [`IDLE_GAP`] between scrapes.
+struct PhaseCosts {
+    walk: [f64; 2],
+    node_text: [f64; 2],
+    other_collectors: [f64; 2],
+}
+
+impl PhaseCosts {
+    fn measure(fixture: &Fixture, rounds: usize, scrapes: usize) -> anyhow::Result<PhaseCosts> {
+        use rdma_fabric_exporter::collector::{Scrape, Selection};
+        use rdma_fabric_exporter::exposition::Format;
+        use rdma_fabric_exporter::process_metrics::ProcessCollector;
+
+        let yaml = format!(
+            "node:\n  sysfs_path: {}\n  ethtool:\n    source: files\n    stats_dir: {}\n",
+            fixture.sys().display(),
+            fixture.ethtool().display()
+        );
+        let config = rdma_fabric_exporter::config::parse(Path::new("scrape-bench.yaml"), &yaml)?;
+        let state =
+            rdma_fabric_exporter::app::app_state(&config, None, Some(ProcessCollector::default()));
+        let node = state
+            .node
+            .clone()
+            .context("the node collector is not enabled")?;
+        let collectors = state.collectors.clone();
+        let mut text = Vec::new();
+        // Each phase includes the ones before it: the walk; the walk, the node's families and
+        // their text; every collector's families and text.
+        let mut phase = |which: usize| -> anyhow::Result<()> {
+            match which {
+                0 => drop(node.collect()),
+                1 => node.scrape(|families, _| {
+                    text.clear();
+                    families.write(Format::PrometheusText, &mut text);
+                }),
+                _ => drop(
+                    Scrape::new(collectors.clone(), Selection::All, true)
+                        .body(Format::PrometheusText, &[])?,
+                ),
+            }
+            Ok(())
+        };
+        for which in 0..3 {
+            for _ in 0..WARMUP_SCRAPES {
+                phase(which)?;
+            }
+        }
+        let me = std::process::id();
+        let mut cpu_ns = [[0u64; 2]; 3];
+        for _ in 0..rounds {
+            for (column, gap) in [None, Some(IDLE_GAP)].into_iter().enumerate() {
+                for (which, spent) in cpu_ns.iter_mut().enumerate() {
+                    let before = thread_cpu_ns(me)?;
+                    for _ in 0..scrapes {
+                        phase(which)?;
+                        if let Some(gap) = gap {
+                            std::thread::sleep(gap);
+                        }
+                    }
+                    spent[column] += cpu_ns_between(&before, &thread_cpu_ns(me)?);
+                }
+            }
+        }
+        state.collectors.retire();
+        let ms = |ns: u64| ns as f64 / 1e6 / (rounds * scrapes) as f64;
+        let per_phase = |which: usize| [ms(cpu_ns[which][0]), ms(cpu_ns[which][1])];
+        let (walk, node, all) = (per_phase(0), per_phase(1), per_phase(2));
+        Ok(PhaseCosts {
+            walk,
+            node_text: [node[0] - walk[0], node[1] - walk[1]],
+            other_collectors: [all[0] - node[0], all[1] - node[1]],
+        })
+    }
+
+    fn total(&self, column: usize) -> f64 {
+        self.walk[column] + self.node_text[column] + self.other_collectors[column]
+    }
+
+    /// The phases beside the server's CPU per scrape (`ours_cpu_ms`), and what each ratio to
+    /// node_exporter's (`theirs_cpu_ms`) would be without a phase.
+    fn print(&self, ours_cpu_ms: f64, theirs_cpu_ms: Option<f64>) {
+        println!(
+            "\nwhere our scrape's CPU goes, in this process (the library's collectors as `serve` \
+             builds them, the same tree; {BREAKDOWN_ROUNDS} rounds of {BREAKDOWN_SCRAPES} \
+             scrapes), CPU ms per scrape:"
+        );
+        println!(
+            "{:<34} {:>13} {:>22}",
+            "phase",
+            "back to back",
+            format!("{} us idle between", IDLE_GAP.as_micros())
+        );
+        let rows = [
+            ("node walk (reads, parsing)", self.walk),
+            ("node families and their text", self.node_text),
+            ("the other collectors", self.other_collectors),
+            ("sum", [self.total(0), self.total(1)]),
+        ];
+        for (name, [hot, idle]) in rows {
+            println!("{name:<34} {hot:>13.3} {idle:>22.3}");
+        }
+        let serving = ours_cpu_ms - self.total(1);
+        println!(
+            "the server over HTTP: {ours_cpu_ms:.3} ms; the {serving:.3} ms beyond the idle \
+             column's sum are the HTTP exchange, the hand-offs between threads and the socket"
+        );
+        let Some(theirs) = theirs_cpu_ms else {
+            return;
+        };
+        let without = |phase: f64| (ours_cpu_ms - phase) / theirs;
+        println!(
+            "CPU ratio to node_exporter if a phase cost nothing: the node's families and text \
+             {:.3}x, the other collectors {:.3}x, the serving {:.3}x, the walk {:.3}x \
+             (measured: {:.3}x)",
+            without(self.node_text[1]),
+            without(self.other_collectors[1]),
+            without(serving),
+            without(self.walk[1]),
+            ours_cpu_ms / theirs
+        );
+    }
 }
 
 /// One target's figures from one run.
