@@ -290,6 +290,19 @@ pub struct Simulated {
     pub probe_ports: Option<Vec<crate::probe::agent::LocalPort>>,
 }
 
+/// Threads of `serve`'s async runtime: `flag` (`--runtime.worker-threads`) when given, else 1
+/// where no switch is polled and one per CPU where switches are. A node agent's runtime only
+/// serves HTTP (its devices are read on threads of their own): on a 2-CPU VM its second thread
+/// cost about 5 % of a scrape's CPU in wake-ups (BENCHMARKS.md). Switch polls decode on the
+/// runtime, so a poller keeps every CPU.
+pub fn runtime_worker_threads(flag: Option<u16>, polls_switches: bool) -> usize {
+    match (flag, polls_switches) {
+        (Some(threads), _) => usize::from(threads),
+        (None, false) => 1,
+        (None, true) => std::thread::available_parallelism().map_or(1, usize::from),
+    }
+}
+
 /// The HTTP state for a resolved config: every collector it enables, in the framework's order.
 /// `process` is the process's own figures, for the one state that stands for the process.
 pub fn app_state(
@@ -364,4 +377,18 @@ pub fn app_state_with(
     state.ib_fabric = ib_fabric;
     state.probe = probe;
     state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runtime_worker_threads;
+
+    #[test]
+    fn a_node_agent_gets_one_runtime_thread_a_switch_poller_every_cpu() {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(runtime_worker_threads(None, false), 1);
+        assert_eq!(runtime_worker_threads(None, true), cpus);
+        assert_eq!(runtime_worker_threads(Some(3), false), 3);
+        assert_eq!(runtime_worker_threads(Some(1), true), 1);
+    }
 }

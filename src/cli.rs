@@ -244,6 +244,16 @@ pub struct ServeArgs {
     pub collectors: CollectorFlags,
     #[command(flatten)]
     pub ib_fabric: IbFabricFlags,
+    /// Threads of the async runtime, which serves HTTP and polls switches (node_exporter's
+    /// --runtime.gomaxprocs). Default: 1 where no switch is polled (a node agent reads its
+    /// devices on threads of their own, and a second runtime thread only adds wake-ups to
+    /// each scrape), else one per CPU.
+    #[arg(
+        long = "runtime.worker-threads",
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    pub worker_threads: Option<u16>,
     /// For benchmarks only: every scrape walks sysfs itself, however many run at once.
     #[arg(long = "debug.no-scrape-coalescing", hide = true)]
     pub no_scrape_coalescing: bool,

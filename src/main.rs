@@ -128,7 +128,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(web) => web,
         Err(code) => return Ok(code),
     };
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(app::runtime_worker_threads(
+            args.worker_threads,
+            switches.is_some(),
+        ))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     let listen_address = config
         .web
         .listen_address

@@ -75,6 +75,28 @@ fn health_and_landing_page() {
     }
 }
 
+/// The async runtime runs one thread on a node agent (node_exporter's `--runtime.gomaxprocs`
+/// is 1 too), and as many as `--runtime.worker-threads` asks for. Counted before any scrape:
+/// a scrape's blocking task would add a thread of the same name.
+#[test]
+fn a_node_agent_runs_one_runtime_thread_unless_told_otherwise() {
+    let runtime_threads = |exporter: &Exporter| {
+        let (status, _, _) = exporter.get("/healthz");
+        assert_eq!(status, 200);
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", exporter.pid())).unwrap();
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == "tokio-rt-worker")
+            .count()
+    };
+    assert_eq!(runtime_threads(&quirks_exporter(&[])), 1);
+    let three = quirks_exporter(&["--runtime.worker-threads", "3"]);
+    assert_eq!(runtime_threads(&three), 3);
+    let (code, _, stderr) = run(&["serve", "--runtime.worker-threads", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--runtime.worker-threads"), "{stderr}");
+}
+
 #[test]
 fn custom_telemetry_path() {
     let exporter = quirks_exporter(&["--web.telemetry-path", "/rdma"]);
