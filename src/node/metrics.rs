@@ -269,22 +269,20 @@ fn add_port_counters<'a>(
     name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
 ) {
-    let mut seen: FxHashSet<&str> = FxHashSet::default();
     // Kernel names that differ only in case or in a `port_` prefix (`FOO`, `foo`, `port_foo`)
     // land on one metric name: the first keeps it, the others are reported, never exported as
     // duplicate series that Prometheus would silently drop. This port already has a sample
     // under the name exactly when that family's last sample is this port's.
     let labels = port_labels(device, port);
-    // Plain counters win; legacy 64-bit files only fill names the plain set lacks.
+    // Plain counters win; legacy 64-bit files only fill names the plain set lacks (a
+    // directory's names are unique: no set of the names seen is needed).
     let plain = port.counters.iter();
     let legacy = port
         .counters_ext
         .iter()
-        .map(|(n, v)| (counters_ext_equivalent(n), v));
+        .map(|(n, v)| (counters_ext_equivalent(n), v))
+        .filter(|(n, _)| port.counters.get(n).is_none());
     for (name, raw) in plain.chain(legacy) {
-        if !seen.insert(name) {
-            continue;
-        }
         let value = if DATA_COUNTERS.contains(&name) {
             raw.checked_mul(4)
                 .map_or(Value::F64(raw as f64 * 4.0), Value::U64)
@@ -716,6 +714,42 @@ mod tests {
             3,
             "rdma_devices, rdma_port_info, one rx_bytes"
         );
+    }
+
+    /// Legacy 64-bit files fill only the names the plain set lacks; an unreadable plain file
+    /// counts as lacking.
+    #[test]
+    fn legacy_counters_fill_only_what_the_plain_ones_lack() {
+        let port = Port {
+            number: 1,
+            number_text: "1".into(),
+            counters: crate::node::counters::Counters::new(
+                vec!["port_rcv_data".into(), "port_xmit_data".into()].into(),
+                vec![Some(10), None],
+            ),
+            counters_ext: vec![
+                ("port_rcv_data_64".into(), 7),
+                ("port_xmit_data_64".into(), 8),
+                ("port_unicast_rcv_packets".into(), 9),
+            ]
+            .into(),
+            ..Port::default()
+        };
+        let snapshot = one_port_node(port);
+        let mut families = Families::default();
+        let issues = add_node_metrics(&mut families, &snapshot, None);
+        assert!(issues.is_empty(), "{issues:?}");
+        let lines = families.sample_lines();
+        let counter =
+            |name: &str| -> Vec<&String> { lines.iter().filter(|l| l.starts_with(name)).collect() };
+        assert_eq!(
+            counter("rdma_port_rcv_data_bytes_total").len(),
+            1,
+            "{lines:?}"
+        );
+        assert!(counter("rdma_port_rcv_data_bytes_total")[0].ends_with(" 40"));
+        assert!(counter("rdma_port_xmit_data_bytes_total")[0].ends_with(" 32"));
+        assert!(counter("rdma_port_unicast_rcv_packets_total")[0].ends_with(" 9"));
     }
 
     #[test]
