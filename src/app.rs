@@ -293,7 +293,7 @@ pub struct Simulated {
 /// Threads of `serve`'s async runtime: `flag` (`--runtime.worker-threads`) when given, else 1
 /// where no switch is polled and one per CPU where switches are. A node agent's runtime only
 /// serves HTTP (its devices are read on threads of their own): on a 2-CPU VM its second thread
-/// cost about 5 % of a scrape's CPU in wake-ups (BENCHMARKS.md). Switch polls decode on the
+/// cost about 8 % of a scrape's CPU in wake-ups (BENCHMARKS.md). Switch polls decode on the
 /// runtime, so a poller keeps every CPU.
 pub fn runtime_worker_threads(flag: Option<u16>, polls_switches: bool) -> usize {
     match (flag, polls_switches) {

@@ -504,6 +504,16 @@ pub fn memory_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
+/// Threads of process `pid` named `name` (`/proc/<pid>/task/*/comm`), and all its threads.
+pub fn threads(pid: u32, name: &str) -> (usize, usize) {
+    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .collect();
+    let named = tasks.iter().filter(|comm| comm.trim_end() == name).count();
+    (named, tasks.len())
+}
+
 /// Runs the binary to completion with the given args; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(binary()).args(args).output().unwrap();

@@ -83,11 +83,7 @@ fn a_node_agent_runs_one_runtime_thread_unless_told_otherwise() {
     let runtime_threads = |exporter: &Exporter| {
         let (status, _, _) = exporter.get("/healthz");
         assert_eq!(status, 200);
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", exporter.pid())).unwrap();
-        tasks
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|comm| comm.trim_end() == "tokio-rt-worker")
-            .count()
+        threads(exporter.pid(), "tokio-rt-worker").0
     };
     assert_eq!(runtime_threads(&quirks_exporter(&[])), 1);
     let three = quirks_exporter(&["--runtime.worker-threads", "3"]);

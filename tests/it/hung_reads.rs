@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     assert_no_duplicate_series, copy_tree, fixture, get_with, matching, parse_exposition, path_str,
-    skip_or_fail, value_of, Exporter, Sample,
+    skip_or_fail, threads, value_of, Exporter, Sample,
 };
 
 const HUNG: &str = "mlx5_3";
@@ -212,16 +212,6 @@ fn timeouts(samples: &[Sample]) -> f64 {
         &[("device", HUNG), ("reason", "timeout")],
     )
     .unwrap_or(0.0)
-}
-
-/// Threads of `pid` named `name`, and all its threads.
-fn threads(pid: u32, name: &str) -> (usize, usize) {
-    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .collect();
-    let named = tasks.iter().filter(|comm| comm.trim_end() == name).count();
-    (named, tasks.len())
 }
 
 /// Reader threads of `pid` once those of healthy devices have exited (they end right after
