@@ -12,9 +12,10 @@
 //! non-zero when a scrape fails or a server dies. See BENCHMARKS.md.
 //!
 //! Last, it measures in its own process where our scrape's CPU goes (the walk, the node's
-//! families and text, the other collectors; the server's figure minus these is the serving),
-//! and what the CPU ratio would be if each phase cost nothing: a target can be checked against
-//! what the design allows before work is spent on it.
+//! families and text, the other collectors; the server's figure minus these is the serving; and,
+//! inside the walk, the `ethtool -S` text files that stand in here for a real node's ioctl), and
+//! what the CPU ratio would be if each phase cost nothing: a target can be checked against what
+//! the design allows before work is spent on it.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -27,6 +28,7 @@ use anyhow::{bail, Context};
 use common::fixture::{node_exporter_binary, Fixture, NODE_EXPORTER};
 use common::proc::{cpu_ns_between, env_number, load_average, memory_kib, thread_cpu_ns};
 use common::server::Server;
+use rdma_fabric_exporter::node::ethtool::{EthtoolSource, EthtoolStats, FileSource};
 
 const DEVICES: usize = 10;
 const SEED: u64 = 42;
@@ -169,6 +171,9 @@ struct PhaseCosts {
     walk: [f64; 2],
     node_text: [f64; 2],
     other_collectors: [f64; 2],
+    /// Part of the walk: reading and parsing the `ethtool -S` text files, this bench's stand-in
+    /// for the driver statistics a real node reads with one ioctl a netdev (no text, no file).
+    stats_text: [f64; 2],
 }
 
 impl PhaseCosts {
@@ -190,6 +195,7 @@ impl PhaseCosts {
             .clone()
             .context("the node collector is not enabled")?;
         let collectors = state.collectors.clone();
+        let mut stats_files = StatsFiles::of(&fixture.ethtool())?;
         let mut text = Vec::new();
         // Each phase includes the ones before it: the walk; the walk, the node's families and
         // their text; every collector's families and text.
@@ -200,6 +206,7 @@ impl PhaseCosts {
                     text.clear();
                     families.write(Format::PrometheusText, &mut text);
                 }),
+                3 => stats_files.read_all()?,
                 _ => drop(
                     Scrape::new(collectors.clone(), Selection::All, true)
                         .body(Format::PrometheusText, &[])?,
@@ -207,13 +214,13 @@ impl PhaseCosts {
             }
             Ok(())
         };
-        for which in 0..3 {
+        for which in 0..4 {
             for _ in 0..WARMUP_SCRAPES {
                 phase(which)?;
             }
         }
         let me = std::process::id();
-        let mut cpu_ns = [[0u64; 2]; 3];
+        let mut cpu_ns = [[0u64; 2]; 4];
         for _ in 0..rounds {
             for (column, gap) in [None, Some(IDLE_GAP)].into_iter().enumerate() {
                 for (which, spent) in cpu_ns.iter_mut().enumerate() {
@@ -236,6 +243,7 @@ impl PhaseCosts {
             walk,
             node_text: [node[0] - walk[0], node[1] - walk[1]],
             other_collectors: [all[0] - node[0], all[1] - node[1]],
+            stats_text: per_phase(3),
         })
     }
 
@@ -262,6 +270,7 @@ impl PhaseCosts {
             ("node families and their text", self.node_text),
             ("the other collectors", self.other_collectors),
             ("sum", [self.total(0), self.total(1)]),
+            ("of the walk: ethtool -S text files", self.stats_text),
         ];
         for (name, [hot, idle]) in rows {
             println!("{name:<34} {hot:>13.3} {idle:>22.3}");
@@ -277,14 +286,55 @@ impl PhaseCosts {
         let without = |phase: f64| (ours_cpu_ms - phase) / theirs;
         println!(
             "CPU ratio to node_exporter if a phase cost nothing: the node's families and text \
-             {:.3}x, the other collectors {:.3}x, the serving {:.3}x, the walk {:.3}x \
-             (measured: {:.3}x)",
+             {:.3}x, the other collectors {:.3}x, the serving {:.3}x, the walk {:.3}x, the \
+             ethtool -S text files {:.3}x (a real node reads those statistics with an ioctl a \
+             netdev instead; measured: {:.3}x)",
             without(self.node_text[1]),
             without(self.other_collectors[1]),
             without(serving),
             without(self.walk[1]),
+            without(self.stats_text[1]),
             ours_cpu_ms / theirs
         );
+    }
+}
+
+/// The fixture's `ethtool -S` text files, read as the node's walk reads them: each netdev's
+/// through [`FileSource`], sharing the names of its previous read.
+struct StatsFiles {
+    source: FileSource,
+    /// Each netdev with its last read.
+    netdevs: Vec<(String, Option<EthtoolStats>)>,
+}
+
+impl StatsFiles {
+    fn of(dir: &Path) -> anyhow::Result<StatsFiles> {
+        let mut netdevs = Vec::new();
+        for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(netdev) = name.strip_suffix(".txt") {
+                netdevs.push((netdev.to_string(), None));
+            }
+        }
+        anyhow::ensure!(
+            !netdevs.is_empty(),
+            "no ethtool -S files in {}",
+            dir.display()
+        );
+        Ok(StatsFiles {
+            source: FileSource::new(dir),
+            netdevs,
+        })
+    }
+
+    fn read_all(&mut self) -> anyhow::Result<()> {
+        for (netdev, previous) in &mut self.netdevs {
+            let stats = self
+                .source
+                .read(netdev, previous.as_ref().map(|s| s.names()))?;
+            *previous = Some(stats);
+        }
+        Ok(())
     }
 }
 
