@@ -197,8 +197,9 @@ impl PhaseCosts {
         let collectors = state.collectors.clone();
         let mut stats_files = StatsFiles::of(&fixture.ethtool())?;
         let mut text = Vec::new();
-        // Each phase includes the ones before it: the walk; the walk, the node's families and
-        // their text; every collector's families and text.
+        // The first three each include the ones before: the walk; the walk, the node's
+        // families and their text; every collector's families and text. The fourth, the text
+        // files alone, is a part of the first.
         let mut phase = |which: usize| -> anyhow::Result<()> {
             match which {
                 0 => drop(node.collect()),
