@@ -28,6 +28,7 @@ use anyhow::{bail, Context};
 use common::fixture::{node_exporter_binary, Fixture, NODE_EXPORTER};
 use common::proc::{cpu_ns_between, env_number, load_average, memory_kib, thread_cpu_ns};
 use common::server::Server;
+use common::stats::{median, percentile};
 use rdma_fabric_exporter::node::ethtool::{EthtoolSource, EthtoolStats, FileSource};
 
 const DEVICES: usize = 10;
@@ -570,20 +571,6 @@ struct Results {
     series: usize,
     bytes: usize,
     collect_ms: f64,
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    percentile(values, 50.0)
 }
 
 /// A distribution-free 95 % confidence interval of the median of `values`: the order

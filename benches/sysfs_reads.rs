@@ -29,6 +29,7 @@ use std::process::ExitCode;
 
 use anyhow::{ensure, Context};
 use common::proc::env_number;
+use common::stats::median;
 
 const DEFAULT_RUNS: u64 = 20;
 const DEFAULT_READS: u64 = 500;
@@ -222,6 +223,9 @@ impl Poller {
     }
 }
 
+/// This thread's CPU time to the nanosecond. Not `common::proc::thread_cpu_ns`: `schedstat`
+/// brings a running thread's own time up to date only at scheduler ticks, too coarse for a
+/// round of a few milliseconds.
 fn thread_cpu_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
@@ -230,9 +234,4 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: `now` is a valid timespec for the call to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }

@@ -4,6 +4,7 @@
 pub mod fixture;
 pub mod proc;
 pub mod server;
+pub mod stats;
 
 /// The bench's exit status: figures were printed, or why it failed.
 pub fn exit_code(bench: &str, result: anyhow::Result<()>) -> std::process::ExitCode {
