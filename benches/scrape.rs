@@ -157,6 +157,9 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the in-process measure times: the walk; with the node's families and text; with every
+/// collector; the `ethtool -S` text files alone.
+const PHASES: usize = 4;
 /// Rounds and scrapes per round of the in-process phase measure.
 const BREAKDOWN_ROUNDS: usize = 5;
 const BREAKDOWN_SCRAPES: usize = 200;
@@ -208,21 +211,21 @@ impl PhaseCosts {
                     text.clear();
                     families.write(Format::PrometheusText, &mut text);
                 }),
-                3 => stats_files.read_all()?,
-                _ => drop(
+                2 => drop(
                     Scrape::new(collectors.clone(), Selection::All, true)
                         .body(Format::PrometheusText, &[])?,
                 ),
+                _ => stats_files.read_all()?,
             }
             Ok(())
         };
-        for which in 0..4 {
+        for which in 0..PHASES {
             for _ in 0..WARMUP_SCRAPES {
                 phase(which)?;
             }
         }
         let me = std::process::id();
-        let mut cpu_ns = [[0u64; 2]; 4];
+        let mut cpu_ns = [[0u64; 2]; PHASES];
         for _ in 0..rounds {
             for (column, gap) in [None, Some(IDLE_GAP)].into_iter().enumerate() {
                 for (which, spent) in cpu_ns.iter_mut().enumerate() {
