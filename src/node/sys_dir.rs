@@ -40,6 +40,10 @@ const FILE_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC)
     .union(OFlags::NONBLOCK);
 
+/// The entries of a directory named by a number, in numeric order: each number with its
+/// entry's place in the directory's [`Names`].
+pub type Numbered = Arc<[(u32, usize)]>;
+
 /// The size bound of every attribute read: attributes are at most a page.
 pub type AttrBuf = [u8; 4096];
 
@@ -61,6 +65,8 @@ struct DirNode {
 struct DirState {
     dir: Dir,
     listing: Option<Names>,
+    /// The numbered entries of `listing` in numeric order (see [`SysDir::numbered_entries`]).
+    numbered: Option<Numbered>,
     // Looked up once per attribute per scrape by names the kernel chose: the Fx hash, not
     // SipHash (which was 3-6% of a scrape), since no untrusted party picks these keys.
     subdirs: FxHashMap<String, SysDir>,
@@ -226,6 +232,7 @@ impl SysDir {
             state: Mutex::new(DirState {
                 dir: Dir::new(fd)?,
                 listing: None,
+                numbered: None,
                 subdirs: FxHashMap::default(),
                 files: FxHashMap::default(),
                 listed_files: Vec::new(),
@@ -347,6 +354,31 @@ impl SysDir {
         Ok(names)
     }
 
+    /// The entries named by a number (`ports/1`, `gid_attrs/ndevs/0`) in numeric order, with
+    /// the listing they index. A cached directory sorts once: a RoCE port's GID table has 255
+    /// to 1 024 entries, parsed and sorted at every scrape before.
+    pub fn numbered_entries(&self) -> std::io::Result<(Names, Numbered)> {
+        let names = self.entries()?;
+        let mut state = lock(&self.0.state);
+        // Only the kept listing has a kept order: a fresh one may differ from the last.
+        if let (Some(listing), Some(numbered)) = (&state.listing, &state.numbered) {
+            if Arc::ptr_eq(listing, &names) {
+                return Ok((names, numbered.clone()));
+            }
+        }
+        let mut numbered: Vec<(u32, usize)> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(place, name)| Some((canonical_number(name)?, place)))
+            .collect();
+        numbered.sort_unstable();
+        let numbered: Numbered = numbered.into();
+        if state.listing.is_some() {
+            state.numbered = Some(numbered.clone());
+        }
+        Ok((names, numbered))
+    }
+
     /// Entry names, listed now even in a cached tree: for directories whose entries change
     /// without the device changing (a PCI function's `net/`, where netdevs come and go).
     pub fn entries_now(&self) -> std::io::Result<Vec<String>> {
@@ -423,6 +455,17 @@ fn is_regular(fd: &OwnedFd) -> bool {
     rustix::fs::fstat(fd).is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::RegularFile)
 }
 
+/// `name` as a number when it is one written the kernel's way: decimal digits, no sign and no
+/// leading zero (`ports/1`, never `ports/01`).
+fn canonical_number(name: &str) -> Option<u32> {
+    let digits = name.bytes().all(|b| b.is_ascii_digit());
+    let leading_zero = name.len() > 1 && name.starts_with('0');
+    if !digits || leading_zero {
+        return None;
+    }
+    name.parse().ok()
+}
+
 fn list(dir: &mut Dir) -> std::io::Result<Vec<String>> {
     dir.rewind();
     let mut names = Vec::new();
@@ -493,5 +536,39 @@ mod tests {
         let err = read(&mut buf).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
         assert!(tree.is_stale());
+    }
+    #[test]
+    fn numbered_entries_are_in_numeric_order_and_a_kept_directory_sorts_once() {
+        let root = tempfile::tempdir().unwrap();
+        let ndevs = root.path().join("ndevs");
+        std::fs::create_dir(&ndevs).unwrap();
+        // Not numbers the kernel writes: a sign, a leading zero, a name.
+        for name in ["10", "2", "0", "1", "100", "+3", "04", "types"] {
+            std::fs::write(ndevs.join(name), name).unwrap();
+        }
+        let numbers = |dir: &SysDir| {
+            let (names, numbered) = dir.numbered_entries().unwrap();
+            let pairs: Vec<(u32, String)> = numbered
+                .iter()
+                .map(|&(number, place)| (number, names[place].to_string()))
+                .collect();
+            (pairs, numbered)
+        };
+        let expected: Vec<(u32, String)> = [0, 1, 2, 10, 100]
+            .into_iter()
+            .map(|n| (n, n.to_string()))
+            .collect();
+
+        let plain = SysDir::open(&ndevs).unwrap();
+        assert_eq!(numbers(&plain).0, expected);
+
+        let parent = SysDir::open(root.path()).unwrap();
+        let kept = parent
+            .open_cached("ndevs", TreeShared::new(FdBudget::new(10)))
+            .unwrap();
+        let (first, first_order) = numbers(&kept);
+        assert_eq!(first, expected);
+        let (_, again) = numbers(&kept);
+        assert!(Arc::ptr_eq(&first_order, &again), "sorted once while kept");
     }
 }

@@ -423,19 +423,19 @@ impl Walk {
             pcie: None,
         };
         match dir.subdir("ports").and_then(|ports| {
-            let entries = ports.entries()?;
+            let entries = ports.numbered_entries()?;
             Ok((ports, entries))
         }) {
-            Ok((ports_dir, entries)) => {
-                let mut numbers: Vec<u32> = entries.iter().filter_map(|p| p.parse().ok()).collect();
-                numbers.sort_unstable();
-                for number in numbers {
-                    match ports_dir.subdir(&number.to_string()) {
+            Ok((ports_dir, (entries, numbered))) => {
+                device.ports.reserve_exact(numbered.len());
+                for &(number, place) in numbered.iter() {
+                    let entry = &entries[place];
+                    match ports_dir.subdir(entry) {
                         Ok(port_dir) => {
                             let port = self.port(name, dir, &port_dir, number);
                             device.ports.push(port);
                         }
-                        Err(e) => self.io_error(name, &ports_dir, &number.to_string(), &e),
+                        Err(e) => self.io_error(name, &ports_dir, entry, &e),
                     }
                 }
             }
@@ -671,16 +671,10 @@ fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
 /// Unreadable GID entries are normal (unused slots return an error), so they are not recorded.
 fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
     if let Ok(ndevs) = port_dir.subdir("gid_attrs").and_then(|d| d.subdir("ndevs")) {
-        let mut indexes: Vec<u32> = ndevs
-            .entries()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|e| e.parse().ok())
-            .collect();
-        indexes.sort_unstable();
+        let (entries, numbered) = ndevs.numbered_entries().unwrap_or_default();
         let mut buf = [0u8; 4096];
-        for index in indexes {
-            if let Ok(n) = ndevs.read(&index.to_string(), &mut buf) {
+        for &(_, place) in numbered.iter() {
+            if let Ok(n) = ndevs.read_listed(place, &entries[place], &mut buf) {
                 if let Ok(name) = parse::text(&buf[..n]) {
                     return Some(name);
                 }
@@ -724,15 +718,9 @@ pub fn port_netdevs(
         let Ok(ports) = device_dir.subdir("ports") else {
             continue;
         };
-        let mut numbers: Vec<u32> = ports
-            .entries()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        numbers.sort_unstable();
-        for number in numbers {
-            let Ok(port_dir) = ports.subdir(&number.to_string()) else {
+        let (entries, numbered) = ports.numbered_entries().unwrap_or_default();
+        for &(number, place) in numbered.iter() {
+            let Ok(port_dir) = ports.subdir(&entries[place]) else {
                 continue;
             };
             let mut ethernet = || {
