@@ -355,8 +355,8 @@ impl SysDir {
     }
 
     /// The entries named by a number (`ports/1`, `gid_attrs/ndevs/0`) in numeric order, with
-    /// the listing they index. A cached directory sorts once: a RoCE port's GID table has 255
-    /// to 1 024 entries, parsed and sorted at every scrape before.
+    /// the listing they index. A cached directory sorts once: a RoCE port's GID table lists
+    /// every slot of the hardware's table (1 024 on rxe), used or not.
     pub fn numbered_entries(&self) -> std::io::Result<(Names, Numbered)> {
         let names = self.entries()?;
         let mut state = lock(&self.0.state);
