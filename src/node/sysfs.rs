@@ -484,10 +484,12 @@ impl Walk {
 
     fn port(&mut self, device: &str, device_dir: &SysDir, dir: &SysDir, number: u32) -> Port {
         use Presence::{Optional, Required};
+        let link_layer = self.attr(device, dir, "link_layer", Required, Fixed::Yes, parse::text);
+        let infiniband = link_layer.as_deref() == Some(INFINIBAND);
         Port {
             number,
             number_text: number.to_string(),
-            link_layer: self.attr(device, dir, "link_layer", Required, Fixed::Yes, parse::text),
+            link_layer,
             state: self.value(device, dir, "state", Required, parse::state),
             phys_state: self.value(device, dir, "phys_state", Required, parse::state),
             rate_bytes_per_second: self.value(
@@ -499,7 +501,7 @@ impl Walk {
             ),
             lid: self.value(device, dir, "lid", Optional, parse::counter),
             netdev_driver: None,
-            netdev: netdev_of(device_dir, dir),
+            netdev: netdev_of(device_dir, dir, infiniband),
             counters: self.counter_dir(device, dir, "counters"),
             counters_ext: self.counter_dir(device, dir, "counters_ext"),
             hw_counters: self.port_hw_counters(device, dir, number),
@@ -666,14 +668,34 @@ fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
     }
 }
 
-/// The netdev behind a port: the first readable `gid_attrs/ndevs/<i>` (RoCE), else the first
-/// entry of the PCI function's `device/net/` (IPoIB, or RoCE ports with an empty GID table).
-/// Unreadable GID entries are normal (unused slots return an error), so they are not recorded.
-fn netdev_of(device_dir: &SysDir, port_dir: &SysDir) -> Option<String> {
-    if let Ok(ndevs) = port_dir.subdir("gid_attrs").and_then(|d| d.subdir("ndevs")) {
+/// The `link_layer` of an InfiniBand port.
+const INFINIBAND: &str = "InfiniBand";
+
+/// The GID entries a netdev is looked up in: the kernel reserves the head of a RoCE port's GID
+/// table for its default GIDs, one per RoCE version (`ib_cache.c`), and binds them to the
+/// port's netdev while it has one. The other slots (up to the hardware's table size) hold
+/// addresses of that netdev or its upper devices, or nothing.
+const DEFAULT_GID_SLOTS: usize = 2;
+
+/// The netdev behind a port: the first readable `gid_attrs/ndevs/<i>` of the default GIDs
+/// (RoCE), else the first entry of the PCI function's `device/net/` (IPoIB, or RoCE ports with
+/// an empty GID table). Unreadable GID entries are normal (unused slots return an error), so
+/// they are not recorded. An InfiniBand port's GID entries never have a netdev: every one of
+/// its slots (as many as the hardware's table holds) fails to read: tried at every scrape, each
+/// cost an open, a failed read and a close.
+fn netdev_of(device_dir: &SysDir, port_dir: &SysDir, infiniband: bool) -> Option<String> {
+    let gid_ndevs = (!infiniband)
+        .then(|| {
+            port_dir
+                .subdir("gid_attrs")
+                .and_then(|d| d.subdir("ndevs"))
+                .ok()
+        })
+        .flatten();
+    if let Some(ndevs) = gid_ndevs {
         let (entries, numbered) = ndevs.numbered_entries().unwrap_or_default();
         let mut buf = [0u8; 4096];
-        for &(_, place) in numbered.iter() {
+        for &(_, place) in numbered.iter().take(DEFAULT_GID_SLOTS) {
             if let Ok(n) = ndevs.read_listed(place, &entries[place], &mut buf) {
                 if let Ok(name) = parse::text(&buf[..n]) {
                     return Some(name);
@@ -723,14 +745,15 @@ pub fn port_netdevs(
             let Ok(port_dir) = ports.subdir(&entries[place]) else {
                 continue;
             };
-            let mut ethernet = || {
-                let n = port_dir.read("link_layer", &mut buf).ok()?;
-                Some(parse::text(&buf[..n]).ok()? == "Ethernet")
-            };
-            if ethernet_only && ethernet() != Some(true) {
+            let link_layer = port_dir
+                .read("link_layer", &mut buf)
+                .ok()
+                .and_then(|n| parse::text(&buf[..n]).ok());
+            if ethernet_only && link_layer.as_deref() != Some("Ethernet") {
                 continue;
             }
-            if let Some(netdev) = netdev_of(&device_dir, &port_dir) {
+            let infiniband = link_layer.as_deref() == Some(INFINIBAND);
+            if let Some(netdev) = netdev_of(&device_dir, &port_dir, infiniband) {
                 found.push(PortNetdev {
                     device: device.clone(),
                     port: number.to_string(),
@@ -815,5 +838,58 @@ mod tests {
         assert!(!snapshot.infiniband_present);
         assert!(snapshot.devices.is_empty());
         assert!(snapshot.errors.is_empty());
+    }
+    /// A port's netdev comes from its default GIDs (the head of the table) when it is RoCE, and
+    /// from the PCI function's `net/` otherwise: the other slots are not read at each scrape.
+    #[test]
+    fn the_netdev_is_looked_up_in_the_default_gids_only_and_never_for_infiniband() {
+        let root = tempfile::tempdir().unwrap();
+        let port_with = |device: &str, link_layer: &str, ndevs: &[(&str, Option<&str>)]| {
+            let dir = root.path().join("class/infiniband").join(device);
+            let port = dir.join("ports/1");
+            std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
+            std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
+            for (slot, netdev) in ndevs {
+                let path = port.join("gid_attrs/ndevs").join(slot);
+                match netdev {
+                    Some(name) => std::fs::write(path, format!("{name}\n")).unwrap(),
+                    // Opens, then fails to read, as an unused slot does on sysfs.
+                    None => std::fs::create_dir(path).unwrap(),
+                }
+            }
+            let function = root.path().join("devices").join(device);
+            std::fs::create_dir_all(function.join("net").join(format!("{device}_net"))).unwrap();
+            std::os::unix::fs::symlink(&function, dir.join("device")).unwrap();
+        };
+        port_with(
+            "roce_a",
+            "Ethernet",
+            &[("0", Some("eth_a")), ("1", Some("eth_a"))],
+        );
+        // The default GIDs are gone (the netdev left): an address GID further on is not used.
+        port_with(
+            "roce_b",
+            "Ethernet",
+            &[("0", None), ("1", None), ("2", Some("vlan_b"))],
+        );
+        // Were an InfiniBand GID slot readable, it would still not name the port's netdev.
+        port_with("ib_c", "InfiniBand", &[("0", Some("not_a_netdev"))]);
+        let snapshot = read_node(root.path(), &DeviceFilter::default());
+        let netdevs: Vec<_> = snapshot
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.ports[0].netdev.as_deref()))
+            .collect();
+        assert_eq!(
+            netdevs,
+            [
+                ("ib_c", Some("ib_c_net")),
+                ("roce_a", Some("eth_a")),
+                ("roce_b", Some("roce_b_net")),
+            ]
+        );
+        let listed = port_netdevs(root.path(), &DeviceFilter::default(), false);
+        let listed: Vec<_> = listed.iter().map(|p| p.netdev.as_str()).collect();
+        assert_eq!(listed, ["ib_c_net", "eth_a", "roce_b_net"]);
     }
 }
