@@ -49,6 +49,9 @@ impl Fixture {
             .collect();
         write_tree(&fixture.sys_counters_only(), &counters_only)
             .context("writing the counters-only tree")?;
+        for sys in [fixture.sys(), fixture.sys_counters_only()] {
+            fill_gid_tables(&sys).context("filling the GID tables")?;
+        }
         // A node's sysfs directories date from boot. The exporter trusts a directory's kept
         // listing only once its change times are SETTLE old; measured right after writing, a
         // bench would measure a node whose every directory was just re-created.
@@ -83,6 +86,32 @@ impl Fixture {
     pub fn sys_counters_only(&self) -> PathBuf {
         self.root().join("sys-counters-only")
     }
+}
+
+/// The GID table slots each port lists: sysfs lists every slot of the hardware's table, used or
+/// not (1 024 on rxe, `tests/fixtures/real-kernel`), where the simulated tree writes only the
+/// used ones. node_exporter does not read them; the exporter looks a RoCE port's netdev up there.
+const GID_TABLE_SLOTS: usize = 128;
+
+/// Lists [`GID_TABLE_SLOTS`] slots in every port's `gid_attrs/ndevs` and `gid_attrs/types`:
+/// each unused one a directory, which opens and then fails to read, as an unused slot (and
+/// every slot of an InfiniBand port) does on sysfs.
+fn fill_gid_tables(sys: &Path) -> anyhow::Result<()> {
+    for device in std::fs::read_dir(sys.join("class/infiniband"))? {
+        for port in std::fs::read_dir(device?.path().join("ports"))? {
+            let gid_attrs = port?.path().join("gid_attrs");
+            for table in ["ndevs", "types"] {
+                let table = gid_attrs.join(table);
+                for slot in 0..GID_TABLE_SLOTS {
+                    let slot = table.join(slot.to_string());
+                    if !slot.exists() {
+                        std::fs::create_dir(&slot)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// node_exporter at $NODE_EXPORTER or Debian's path, if installed.
