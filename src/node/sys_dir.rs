@@ -537,6 +537,7 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::ENODEV), "{err}");
         assert!(tree.is_stale());
     }
+
     #[test]
     fn numbered_entries_are_in_numeric_order_and_a_kept_directory_sorts_once() {
         let root = tempfile::tempdir().unwrap();

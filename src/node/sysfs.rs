@@ -680,9 +680,8 @@ const DEFAULT_GID_SLOTS: usize = 2;
 /// The netdev behind a port: the first readable `gid_attrs/ndevs/<i>` of the default GIDs
 /// (RoCE), else the first entry of the PCI function's `device/net/` (IPoIB, or RoCE ports with
 /// an empty GID table). Unreadable GID entries are normal (unused slots return an error), so
-/// they are not recorded. An InfiniBand port's GID entries never have a netdev: every one of
-/// its slots (as many as the hardware's table holds) fails to read: tried at every scrape, each
-/// cost an open, a failed read and a close.
+/// they are not recorded. An InfiniBand GID has no netdev, so an InfiniBand port's table is not
+/// read at all: every slot of it fails, each an open, a failed read and a close per scrape.
 fn netdev_of(device_dir: &SysDir, port_dir: &SysDir, infiniband: bool) -> Option<String> {
     let gid_ndevs = (!infiniband)
         .then(|| {
