@@ -14,6 +14,7 @@ mod corpus;
 pub mod diag;
 pub mod direction;
 pub mod exposition;
+pub mod fd_limit;
 #[doc(hidden)]
 pub mod fuzzing;
 /// What `build.rs` watches for a new git revision (tested here: build scripts have no tests).

@@ -128,6 +128,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(web) => web,
         Err(code) => return Ok(code),
     };
+    raise_nofile_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(app::runtime_worker_threads(
             args.worker_threads,
@@ -185,6 +186,30 @@ fn spawn_reloader(serving: Arc<Serving>, args: ServeArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Raises the soft descriptor limit before the node collector sizes its kept trees from it
+/// (see `fd_limit`). A refusal is logged, not fatal: the walk then keeps fewer descriptors.
+fn raise_nofile_limit() {
+    use rdma_fabric_exporter::fd_limit::{raise_soft_limit, WANTED_SOFT_LIMIT};
+    match raise_soft_limit(WANTED_SOFT_LIMIT) {
+        Ok(limits) if limits.capped_by_hard(WANTED_SOFT_LIMIT) => tracing::warn!(
+            soft = limits.soft,
+            hard = limits.hard,
+            wanted = WANTED_SOFT_LIMIT,
+            "the hard RLIMIT_NOFILE keeps the soft one low: the kept sysfs trees get half of it, \
+             and past that each attribute is opened, read and closed at every scrape \
+             (raise LimitNOFILE= or the container's nofile ulimit)"
+        ),
+        Ok(limits) if limits.soft != limits.soft_before => tracing::debug!(
+            from = limits.soft_before,
+            to = limits.soft,
+            hard = limits.hard,
+            "raised the soft RLIMIT_NOFILE"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("could not raise the soft RLIMIT_NOFILE: {e}"),
+    }
+}
+
 fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = config::check_telemetry_path(&args.telemetry_path, config::DEMO_PATHS) {
         eprintln!("error: --web.telemetry-path: {e}");
@@ -194,6 +219,7 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         Ok(web) => web,
         Err(code) => return Ok(code),
     };
+    raise_nofile_limit();
     let listen_address = args
         .listen_address
         .clone()

@@ -192,9 +192,22 @@ impl Exporter {
     /// [`Exporter::start_subcommand`] with environment variables set for the exporter alone
     /// (`PATH` with stand-in tools first).
     pub fn start_with_env(subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Exporter {
+        Exporter::start_configured(subcommand, args, |command| {
+            command.envs(env.iter().copied());
+        })
+    }
+
+    /// [`Exporter::start_subcommand`] with the command set up by `configure` first (its
+    /// environment, what the child does before exec).
+    pub fn start_configured(
+        subcommand: &str,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Exporter {
         use std::io::BufRead;
-        let mut child = Command::new(binary())
-            .envs(env.iter().copied())
+        let mut command = Command::new(binary());
+        configure(&mut command);
+        let mut child = command
             .arg(subcommand)
             .args(["--web.listen-address", "127.0.0.1:0"])
             .args(args)

@@ -531,12 +531,18 @@ fn systemd_accepts_the_unit() {
     let unit =
         std::fs::read_to_string(project_root().join("deploy/systemd/rdma-fabric-exporter.service"))
             .unwrap();
+    // What the exporter would raise its soft limit to, given here: it may not call setrlimit.
+    let nofile = format!(
+        "LimitNOFILE={}\n",
+        rdma_fabric_exporter::fd_limit::WANTED_SOFT_LIMIT
+    );
     for setting in [
         "DynamicUser=yes",
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
         "CapabilityBoundingSet=\n",
         "ReadOnlyPaths=/sys",
+        &nofile,
     ] {
         assert!(unit.contains(setting), "{setting}");
     }

@@ -26,6 +26,7 @@ mod ecn_tune;
 mod ethtool_faults;
 mod ethtool_netns;
 mod exclusion;
+mod fd_limit;
 mod fleet_store;
 mod fuzz_regressions;
 mod golden;
