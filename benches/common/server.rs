@@ -12,6 +12,9 @@ use anyhow::{bail, Context};
 
 use super::proc::free_port;
 
+/// The soft `RLIMIT_NOFILE` systemd starts a service at (`DefaultLimitNOFILE=1024:524288`).
+const SERVICE_SOFT_NOFILE: libc::rlim_t = 1024;
+
 /// The binary `cargo bench` has just built, or another build of ours at $RFE_BINARY.
 pub fn rfe_binary() -> PathBuf {
     std::env::var_os("RFE_BINARY")
@@ -134,11 +137,26 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         // If the bench itself is killed (SIGKILL, no unwinding), take the server down with it.
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        // Each server starts at the soft descriptor limit systemd and container runtimes give
+        // (1 024, the hard limit unchanged): a server that needs more raises it itself, as Go
+        // programs do, and a shell's higher limit would hide one that does not.
+        // SAFETY: prctl, getrlimit and setrlimit are async-signal-safe; nothing else runs
+        // between fork and exec.
         unsafe {
             use std::os::unix::process::CommandExt;
             command.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                limit.rlim_cur = limit.rlim_cur.min(SERVICE_SOFT_NOFILE);
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
