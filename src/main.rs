@@ -191,13 +191,12 @@ fn spawn_reloader(serving: Arc<Serving>, args: ServeArgs) -> anyhow::Result<()> 
 fn raise_nofile_limit() {
     use rdma_fabric_exporter::fd_limit::{raise_soft_limit, WANTED_SOFT_LIMIT};
     match raise_soft_limit(WANTED_SOFT_LIMIT) {
-        Ok(limits) if limits.capped_by_hard(WANTED_SOFT_LIMIT) => tracing::warn!(
+        // Enough for most nodes: running out is warned about when it happens.
+        Ok(limits) if limits.capped_by_hard(WANTED_SOFT_LIMIT) => tracing::info!(
             soft = limits.soft,
             hard = limits.hard,
             wanted = WANTED_SOFT_LIMIT,
-            "the hard RLIMIT_NOFILE keeps the soft one low: the kept sysfs trees get half of it, \
-             and past that each attribute is opened, read and closed at every scrape \
-             (raise LimitNOFILE= or the container's nofile ulimit)"
+            "the hard RLIMIT_NOFILE caps the soft one: the kept sysfs trees get half of it"
         ),
         Ok(limits) if limits.soft != limits.soft_before => tracing::debug!(
             from = limits.soft_before,

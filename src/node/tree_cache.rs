@@ -31,12 +31,18 @@ pub const MAX_KEPT_FDS: usize = 8192;
 #[derive(Debug)]
 pub struct FdBudget {
     left: AtomicUsize,
+    /// The whole budget, for the warning when it runs out.
+    size: usize,
+    /// Running out is logged once: it is a setting to change, not an event of each scrape.
+    ran_out: AtomicBool,
 }
 
 impl FdBudget {
     pub fn new(limit: usize) -> Arc<FdBudget> {
         Arc::new(FdBudget {
             left: AtomicUsize::new(limit),
+            size: limit,
+            ran_out: AtomicBool::new(false),
         })
     }
 
@@ -49,10 +55,26 @@ impl FdBudget {
 
     /// One descriptor's charge, if the budget has room.
     pub fn charge(self: &Arc<Self>) -> Option<Charge> {
-        self.left
+        let charged = self
+            .left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .ok()
-            .map(|_| Charge(self.clone()))
+            .map(|_| Charge(self.clone()));
+        if charged.is_none() && !self.ran_out.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                kept = self.size,
+                "the kept sysfs trees hold all the descriptors they may (half the soft \
+                 RLIMIT_NOFILE, at most {MAX_KEPT_FDS}): the attributes past them are opened, \
+                 read and closed at every scrape (raise LimitNOFILE= or the container's nofile \
+                 limit)"
+            );
+        }
+        charged
+    }
+
+    /// True once a charge was refused.
+    pub fn ran_out(&self) -> bool {
+        self.ran_out.load(Ordering::Relaxed)
     }
 
     /// Descriptors still available.
@@ -222,7 +244,12 @@ mod tests {
         let budget = FdBudget::new(2);
         let a = budget.charge().unwrap();
         let _b = budget.charge().unwrap();
+        assert!(!budget.ran_out());
         assert!(budget.charge().is_none(), "over budget");
+        assert!(
+            budget.ran_out(),
+            "a refused charge is remembered (and logged once)"
+        );
         drop(a);
         assert_eq!(budget.left(), 1);
         assert!(budget.charge().is_some());
