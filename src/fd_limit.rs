@@ -6,13 +6,23 @@
 //! start (node_exporter among them). The kept trees get half the soft limit
 //! ([`crate::node::tree_cache::FdBudget`]): 512 descriptors where a 10-NIC node keeps about 750,
 //! so a third of the attribute reads fell back to an open, a read and a close at every scrape.
+//! What to raise it to is the budget's to say
+//! ([`crate::node::tree_cache::WANTED_SOFT_NOFILE`]); this module only reads and raises.
 
 use std::io;
 
-use crate::node::tree_cache::MAX_KEPT_FDS;
-
-/// The soft limit the exporter asks for: the kept trees' most ([`MAX_KEPT_FDS`]) is half of it.
-pub const WANTED_SOFT_LIMIT: u64 = 2 * MAX_KEPT_FDS as u64;
+/// The process's `RLIMIT_NOFILE`: (soft, hard), `u64::MAX` standing for unlimited.
+pub fn current() -> io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
 
 /// A soft limit before and after [`raise_soft_limit`], with the hard limit that bounds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,15 +44,7 @@ impl NofileLimits {
 /// `LimitNOFILE=` or a container's ulimit said so), so a seccomp filter that denies
 /// `setrlimit` is only met when raising is needed.
 pub fn raise_soft_limit(wanted: u64) -> io::Result<NofileLimits> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let (soft_before, hard) = (limit.rlim_cur, limit.rlim_max);
+    let (soft_before, hard) = current()?;
     let target = wanted.min(hard);
     if soft_before >= target {
         return Ok(NofileLimits {
@@ -51,7 +53,10 @@ pub fn raise_soft_limit(wanted: u64) -> io::Result<NofileLimits> {
             hard,
         });
     }
-    limit.rlim_cur = target;
+    let limit = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: hard,
+    };
     // SAFETY: setrlimit only reads the struct it is given.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
         return Err(io::Error::last_os_error());
@@ -66,6 +71,7 @@ pub fn raise_soft_limit(wanted: u64) -> io::Result<NofileLimits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::tree_cache::WANTED_SOFT_NOFILE;
 
     /// Asking for no more than the soft limit already is changes nothing and calls nothing.
     #[test]
@@ -77,18 +83,30 @@ mod tests {
     }
 
     #[test]
+    fn the_current_limits_are_what_proc_shows() {
+        let (soft, hard) = current().unwrap();
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        assert!(line.contains(&format!(" {soft} ")), "{line}");
+        assert!(soft <= hard);
+    }
+
+    #[test]
     fn capped_means_the_hard_limit_stopped_the_raise() {
         let capped = NofileLimits {
             soft_before: 1024,
             soft: 1024,
             hard: 1024,
         };
-        assert!(capped.capped_by_hard(WANTED_SOFT_LIMIT));
+        assert!(capped.capped_by_hard(WANTED_SOFT_NOFILE));
         let raised = NofileLimits {
             soft_before: 1024,
-            soft: WANTED_SOFT_LIMIT,
+            soft: WANTED_SOFT_NOFILE,
             hard: 524_288,
         };
-        assert!(!raised.capped_by_hard(WANTED_SOFT_LIMIT));
+        assert!(!raised.capped_by_hard(WANTED_SOFT_NOFILE));
     }
 }

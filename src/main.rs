@@ -189,13 +189,14 @@ fn spawn_reloader(serving: Arc<Serving>, args: ServeArgs) -> anyhow::Result<()> 
 /// Raises the soft descriptor limit before the node collector sizes its kept trees from it
 /// (see `fd_limit`). A refusal is logged, not fatal: the walk then keeps fewer descriptors.
 fn raise_nofile_limit() {
-    use rdma_fabric_exporter::fd_limit::{raise_soft_limit, WANTED_SOFT_LIMIT};
-    match raise_soft_limit(WANTED_SOFT_LIMIT) {
+    use rdma_fabric_exporter::fd_limit::raise_soft_limit;
+    use rdma_fabric_exporter::node::tree_cache::WANTED_SOFT_NOFILE;
+    match raise_soft_limit(WANTED_SOFT_NOFILE) {
         // Enough for most nodes: running out is warned about when it happens.
-        Ok(limits) if limits.capped_by_hard(WANTED_SOFT_LIMIT) => tracing::info!(
+        Ok(limits) if limits.capped_by_hard(WANTED_SOFT_NOFILE) => tracing::info!(
             soft = limits.soft,
             hard = limits.hard,
-            wanted = WANTED_SOFT_LIMIT,
+            wanted = WANTED_SOFT_NOFILE,
             "the hard RLIMIT_NOFILE caps the soft one: the kept sysfs trees get half of it"
         ),
         Ok(limits) if limits.soft != limits.soft_before => tracing::debug!(

@@ -122,13 +122,7 @@ fn open_fds() -> Option<u64> {
 }
 
 fn max_fds() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    (status == 0).then_some(limit.rlim_cur)
+    crate::fd_limit::current().ok().map(|(soft, _)| soft)
 }
 
 impl ProcessCollector {

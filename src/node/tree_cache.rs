@@ -27,6 +27,10 @@ use super::sys_dir::SysDir;
 /// The most descriptors kept, whatever the limit: a 10-NIC node keeps about 750.
 pub const MAX_KEPT_FDS: usize = 8192;
 
+/// The soft `RLIMIT_NOFILE` whose half is [`MAX_KEPT_FDS`]: what `serve` raises its own to
+/// ([`crate::fd_limit`]).
+pub const WANTED_SOFT_NOFILE: u64 = 2 * MAX_KEPT_FDS as u64;
+
 /// How many descriptors the kept trees may hold.
 #[derive(Debug)]
 pub struct FdBudget {
@@ -85,15 +89,7 @@ impl FdBudget {
 
 /// The soft `RLIMIT_NOFILE` (`u64::MAX` when unlimited or unknown).
 fn soft_nofile_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given.
-    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-        0 if limit.rlim_cur != libc::RLIM_INFINITY => limit.rlim_cur,
-        _ => u64::MAX,
-    }
+    crate::fd_limit::current().map_or(u64::MAX, |(soft, _)| soft)
 }
 
 /// One kept descriptor's share of the budget, given back when dropped (with the descriptor).

@@ -534,7 +534,7 @@ fn systemd_accepts_the_unit() {
     // What the exporter would raise its soft limit to, given here: it may not call setrlimit.
     let nofile = format!(
         "LimitNOFILE={}\n",
-        rdma_fabric_exporter::fd_limit::WANTED_SOFT_LIMIT
+        rdma_fabric_exporter::node::tree_cache::WANTED_SOFT_NOFILE
     );
     for setting in [
         "DynamicUser=yes",
