@@ -110,7 +110,7 @@ impl Port {
     }
 
     pub fn is_ethernet(&self) -> bool {
-        self.link_layer.as_deref() == Some("Ethernet")
+        self.link_layer.as_deref() == Some(ETHERNET)
     }
 
     /// Fills `netdev_driver` from `class/net/<netdev>/device/driver`, beside `class/infiniband`.
@@ -668,7 +668,8 @@ fn is_link(dir: Option<&SysDir>, path: &Path) -> bool {
     }
 }
 
-/// The `link_layer` of an InfiniBand port.
+/// The `link_layer` of a RoCE (or iWARP) port, and of an InfiniBand port.
+const ETHERNET: &str = "Ethernet";
 const INFINIBAND: &str = "InfiniBand";
 
 /// The GID entries a netdev is looked up in: the kernel reserves the head of a RoCE port's GID
@@ -748,7 +749,7 @@ pub fn port_netdevs(
                 .read("link_layer", &mut buf)
                 .ok()
                 .and_then(|n| parse::text(&buf[..n]).ok());
-            if ethernet_only && link_layer.as_deref() != Some("Ethernet") {
+            if ethernet_only && link_layer.as_deref() != Some(ETHERNET) {
                 continue;
             }
             let infiniband = link_layer.as_deref() == Some(INFINIBAND);
@@ -838,6 +839,7 @@ mod tests {
         assert!(snapshot.devices.is_empty());
         assert!(snapshot.errors.is_empty());
     }
+
     /// A port's netdev comes from its default GIDs (the head of the table) when it is RoCE, and
     /// from the PCI function's `net/` otherwise: the other slots are not read at each scrape.
     #[test]
