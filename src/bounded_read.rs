@@ -33,22 +33,30 @@ fn open_regular_sized(path: &Path) -> io::Result<(File, u64)> {
 
 /// The whole file, refused when it holds more than `max_bytes`.
 pub fn read(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    read_into(path, max_bytes, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read`] into `bytes` (cleared first), so that a caller reading the same files again and
+/// again reuses one buffer. On an error `bytes` holds what was read before it.
+pub fn read_into(path: &Path, max_bytes: u64, bytes: &mut Vec<u8>) -> io::Result<()> {
+    bytes.clear();
     let (file, len) = open_regular_sized(path)?;
     // The length is a capacity hint (a file on a real file system is read in one go instead
     // of growing from a small probe), never a bound.
     let hint = len.min(max_bytes).saturating_add(1);
-    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    bytes.reserve(usize::try_from(hint).unwrap_or(0));
     // One byte more than allowed tells a file at the bound from a larger one. The length from
     // fstat is not trusted: sysfs and procfs files say 4096 or 0 whatever they hold.
-    file.take(max_bytes.saturating_add(1))
-        .read_to_end(&mut bytes)?;
+    file.take(max_bytes.saturating_add(1)).read_to_end(bytes)?;
     if bytes.len() as u64 > max_bytes {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("larger than {max_bytes} bytes"),
         ));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// The whole file as UTF-8 text, refused when it holds more than `max_bytes`.
@@ -125,5 +133,24 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert_eq!(read(&link, 10).unwrap(), b"0123456789");
+    }
+
+    #[test]
+    fn a_reused_buffer_holds_only_the_last_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (long, short) = (dir.path().join("long"), dir.path().join("short"));
+        std::fs::write(&long, b"0123456789").unwrap();
+        std::fs::write(&short, b"ab").unwrap();
+        let mut buf = Vec::new();
+        read_into(&long, 10, &mut buf).unwrap();
+        assert_eq!(buf, b"0123456789");
+        read_into(&short, 10, &mut buf).unwrap();
+        assert_eq!(buf, b"ab");
+        assert!(read_into(&long, 9, &mut buf).is_err());
+        assert!(read_into(&dir.path().join("gone"), 9, &mut buf).is_err());
+        assert!(
+            buf.is_empty(),
+            "nothing of an earlier file is left: {buf:?}"
+        );
     }
 }

@@ -256,6 +256,11 @@ pub fn escape_label_value(value: &str) -> Cow<'_, str> {
 
 /// Text 0.0.4's HELP escaping: `\` and newline.
 fn escape_help(out: &mut Vec<u8>, help: &str) {
+    // Help texts rarely hold either byte: then they are copied whole.
+    if !help.bytes().any(|b| matches!(b, b'\\' | b'\n')) {
+        out.extend_from_slice(help.as_bytes());
+        return;
+    }
     for b in help.bytes() {
         match b {
             b'\\' => out.extend_from_slice(b"\\\\"),

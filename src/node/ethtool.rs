@@ -164,34 +164,50 @@ impl FileSource {
 }
 
 impl FileSource {
-    fn bytes(&self, netdev: &str) -> Result<(PathBuf, Vec<u8>), EthtoolError> {
+    /// `parse(path, bytes)` of `netdev`'s stats file, read into this thread's buffer: the walk
+    /// reads every netdev's file at every scrape, and a fresh buffer of a few KiB each time
+    /// made the allocator consolidate its free lists.
+    fn with_bytes<R>(
+        &self,
+        netdev: &str,
+        parse: impl FnOnce(&Path, &[u8]) -> Result<R, EthtoolError>,
+    ) -> Result<R, EthtoolError> {
+        thread_local! {
+            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         if netdev.is_empty() || netdev.contains('/') || netdev.starts_with('.') {
             return Err(EthtoolError::BadName {
                 netdev: netdev.to_string(),
             });
         }
         let path = self.path_for(netdev);
-        let bytes =
-            crate::bounded_read::read(&path, MAX_STATS_FILE_BYTES).map_err(
-                |source| match source.kind() {
-                    std::io::ErrorKind::NotFound => EthtoolError::NoDevice {
+        BUFFER.with_borrow_mut(|bytes| {
+            let read = crate::bounded_read::read_into(&path, MAX_STATS_FILE_BYTES, bytes);
+            let parsed = match read {
+                Ok(()) => parse(&path, bytes),
+                Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+                    Err(EthtoolError::NoDevice {
                         netdev: netdev.to_string(),
-                    },
-                    _ => EthtoolError::Io {
-                        netdev: netdev.to_string(),
-                        op: "read stats file",
-                        source,
-                    },
-                },
-            )?;
-        Ok((path, bytes))
+                    })
+                }
+                Err(source) => Err(EthtoolError::Io {
+                    netdev: netdev.to_string(),
+                    op: "read stats file",
+                    source,
+                }),
+            };
+            // A huge file's buffer is not kept for the thread's life.
+            if bytes.capacity() > KEPT_BUFFER_BYTES {
+                *bytes = Vec::new();
+            }
+            parsed
+        })
     }
 }
 
 impl EthtoolSource for FileSource {
     fn stats(&self, netdev: &str) -> Result<Vec<RawStat>, EthtoolError> {
-        let (path, bytes) = self.bytes(netdev)?;
-        parse_ethtool_text(&path, &bytes)
+        self.with_bytes(netdev, parse_ethtool_text)
     }
 
     fn read(
@@ -199,16 +215,20 @@ impl EthtoolSource for FileSource {
         netdev: &str,
         previous: Option<&StatNames>,
     ) -> Result<EthtoolStats, EthtoolError> {
-        let (path, bytes) = self.bytes(netdev)?;
-        let mut stats = StatsBuilder::new(previous);
-        for_each_stat(&path, &bytes, |name, value| stats.push(name, value))?;
-        Ok(stats.finish())
+        self.with_bytes(netdev, |path, bytes| {
+            let mut stats = StatsBuilder::new(previous);
+            for_each_stat(path, bytes, |name, value| stats.push(name, value))?;
+            Ok(stats.finish())
+        })
     }
 }
 
 /// An `ethtool -S` of a NIC with hundreds of queues is some hundred KiB; a stats file larger
 /// than this is not one (a link to `/dev/zero` would otherwise be read until memory runs out).
 const MAX_STATS_FILE_BYTES: u64 = 8 << 20;
+
+/// The largest read buffer a thread keeps between reads: a NIC with a few hundred queues.
+const KEPT_BUFFER_BYTES: usize = 256 << 10;
 
 /// Parses `ethtool -S` output: an optional `NIC statistics:` header, then `name: value` lines.
 /// Names may contain spaces, dots and colons (`Queue[0] AllocFails`), so split on the last `: `.

@@ -13,7 +13,9 @@ use super::sysfs::{Device, NodeSnapshot, Port};
 use crate::exposition::{sanitize_name_part, Families, Kind, Label, Labels, Value};
 
 /// `counters/*`: kernel name, help. Names without an entry still pass through.
+/// Sorted by name in byte order (`help_of` searches it).
 const PORT_COUNTER_HELP: &[(&str, &str)] = &[
+    ("VL15_dropped", "Incoming VL15 (subnet management) packets dropped for lack of buffers."),
     ("excessive_buffer_overrun_errors", "Times that OverrunErrors consecutive flow control update periods occurred with at least one overrun error (saturating 4-bit PMA counter)."),
     ("link_downed", "Times the link failed to recover from an error state and went down (saturating 8-bit PMA counter)."),
     ("link_error_recovery", "Times the link successfully completed the link error recovery process (saturating 8-bit PMA counter)."),
@@ -35,10 +37,9 @@ const PORT_COUNTER_HELP: &[(&str, &str)] = &[
     ("symbol_error", "Minor link errors detected on one or more physical lanes (saturating 16-bit PMA counter)."),
     ("unicast_rcv_packets", "Unicast packets received, including errors."),
     ("unicast_xmit_packets", "Unicast packets transmitted, including errors."),
-    ("VL15_dropped", "Incoming VL15 (subnet management) packets dropped for lack of buffers."),
 ];
 
-/// `hw_counters/*` of mlx5 (drivers/infiniband/hw/mlx5/counters.c): name, help.
+/// `hw_counters/*` of mlx5 (drivers/infiniband/hw/mlx5/counters.c): name, help; sorted by name.
 const HW_COUNTER_HELP: &[(&str, &str)] = &[
     ("duplicate_request", "Duplicate requests received: the peer retransmitted (mlx5 hw counter)."),
     ("implied_nak_seq_err", "Times the requester inferred a NAK sequence error from an ACK with a PSN larger than expected for READ or ATOMIC (mlx5 hw counter)."),
@@ -94,8 +95,10 @@ pub struct EncodeIssue {
     pub detail: String,
 }
 
+/// A binary search: a scrape looks up hundreds of names in these tables.
 fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option<&'static str> {
-    table.iter().find(|(n, _)| *n == name).map(|(_, h)| *h)
+    let at = table.binary_search_by(|(n, _)| (*n).cmp(name)).ok()?;
+    Some(table[at].1)
 }
 
 /// Exposed name of a `counters/` file (`rdma_port_<name>_total`): lowercased, leading `port_`
@@ -139,9 +142,13 @@ pub fn driver_counter_name(raw: &str) -> String {
 
 /// Already a valid metric name part that the lint accepts: used as it is.
 fn is_clean_name(raw: &str) -> bool {
-    raw.bytes()
+    let bytes = raw.as_bytes();
+    // "counter" looked for only where a `c` is: `str::contains` set up a two-way search for
+    // every name of every scrape.
+    bytes
+        .iter()
         .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
-        && !raw.contains("counter")
+        && !(0..bytes.len()).any(|i| bytes[i] == b'c' && bytes[i..].starts_with(b"counter"))
 }
 
 fn push_driver_counter_name(out: &mut String, raw: &str) {
@@ -670,6 +677,19 @@ mod tests {
         assert_eq!(driver_counter_name("counter_x"), "count_x");
         assert_eq!(driver_counter_name("SDMAIdInt1,32"), "sdmaidint1_32");
         assert_eq!(driver_counter_name("encounters"), "encounters");
+        for (raw, clean) in [
+            ("np_cnp_sent", true),
+            ("rx_vport_rdma_unicast_bytes", true),
+            ("encounters", false),
+            ("c", true),
+            ("count", true),
+            ("x_counter", false),
+            ("counter", false),
+            ("Rx_bytes", false),
+            ("rx-bytes", false),
+        ] {
+            assert_eq!(is_clean_name(raw), clean, "{raw}");
+        }
     }
 
     /// A node of one device, `d0`, with `port`.
@@ -901,5 +921,19 @@ mod tests {
             let names: std::collections::HashSet<_> = table.iter().map(|(n, _)| n).collect();
             assert_eq!(names.len(), table.len());
         }
+    }
+
+    #[test]
+    fn help_tables_are_sorted_and_every_name_is_found() {
+        for table in [PORT_COUNTER_HELP, HW_COUNTER_HELP] {
+            assert!(
+                table.windows(2).all(|w| w[0].0 < w[1].0),
+                "help_of searches a sorted table"
+            );
+            for (name, help) in table {
+                assert_eq!(help_of(table, name), Some(*help));
+            }
+        }
+        assert_eq!(help_of(PORT_COUNTER_HELP, "no_such_counter"), None);
     }
 }

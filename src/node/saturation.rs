@@ -32,6 +32,10 @@ const DATA_32: &[&str] = &[
 
 /// Whether `counters/<name>` holding `raw` sits at the maximum of its field.
 pub fn is_saturated(name: &str, raw: u64) -> bool {
+    // Almost every value is no field's maximum: the names are looked at only for those.
+    if !matches!(raw, 0xF | 0xFF | 0xFFFF | 0xFFFF_FFFF) {
+        return false;
+    }
     if let Some((_, bits)) = NARROW.iter().find(|(n, _)| *n == name) {
         return raw == (1u64 << bits) - 1;
     }
