@@ -49,17 +49,79 @@ pub type Label<'a> = (&'static str, Cow<'a, str>);
 /// Label pairs of one sample.
 pub type Labels<'a> = Vec<Label<'a>>;
 
+/// Label pairs that many samples share (a port's `device` and `port`), rendered once a scrape
+/// by [`Families::block`] instead of once a sample: a node scrape writes a thousand samples of a
+/// dozen ports. A sample's own labels follow its block's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelBlock(usize);
+
+/// The blocks of one scrape.
+#[derive(Debug, Default)]
+struct Blocks<'a> {
+    /// Each block's pairs as the writer writes them (`device="mlx5_0",port="1"`), one block
+    /// after another.
+    text: Vec<u8>,
+    /// The pairs themselves, for [`Families::samples`] and the reference encoder.
+    labels: Vec<Label<'a>>,
+    /// Each block: where its text and its labels end.
+    ends: Vec<(usize, usize)>,
+}
+
+impl<'a> Blocks<'a> {
+    fn starts(&self, block: LabelBlock) -> (usize, usize) {
+        match block.0.checked_sub(1) {
+            Some(before) => self.ends[before],
+            None => (0, 0),
+        }
+    }
+
+    fn text(&self, block: LabelBlock) -> &[u8] {
+        let (start, _) = self.starts(block);
+        &self.text[start..self.ends[block.0].0]
+    }
+
+    fn labels(&self, block: LabelBlock) -> &[Label<'a>] {
+        let (_, start) = self.starts(block);
+        &self.labels[start..self.ends[block.0].1]
+    }
+
+    fn recycle<'b>(self) -> Blocks<'b> {
+        let mut text = self.text;
+        text.clear();
+        let mut labels = self.labels;
+        labels.clear();
+        let mut ends = self.ends;
+        ends.clear();
+        Blocks {
+            text,
+            // Collected in place: the same allocation, retyped for the new lifetime.
+            labels: labels
+                .into_iter()
+                .map(|_| unreachable!("cleared"))
+                .collect(),
+            ends,
+        }
+    }
+}
+
+/// One sample: where its own labels end in its family's `labels`, its block, its value.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    labels_end: usize,
+    block: Option<LabelBlock>,
+    value: Value,
+}
+
 #[derive(Debug)]
 struct Family<'a> {
     /// The exposed name (`_total`/`_info` included); also the key of [`Families::exposed`].
     exposed: Arc<str>,
     help: Cow<'static, str>,
     kind: Kind,
-    /// Every sample's labels, one sample after another: one buffer per family that grows,
+    /// Every sample's own labels, one sample after another: one buffer per family that grows,
     /// instead of a vector per sample (a node scrape has about a thousand samples).
     labels: Vec<Label<'a>>,
-    /// Each sample: where its labels end in `labels`, and its value.
-    samples: Vec<(usize, Value)>,
+    samples: Vec<Sample>,
     /// A histogram family's samples, `Value::U64(i)` indexing them.
     histograms: Vec<HistogramValue>,
 }
@@ -98,12 +160,13 @@ impl<'a> Family<'a> {
         !self.samples.is_empty()
     }
 
-    fn samples(&self) -> impl Iterator<Item = (&[Label<'a>], Value)> {
+    /// Each sample's block, own labels and value.
+    fn samples(&self) -> impl Iterator<Item = (Option<LabelBlock>, &[Label<'a>], Value)> {
         let mut start = 0;
-        self.samples.iter().map(move |&(end, value)| {
-            let labels = &self.labels[start..end];
-            start = end;
-            (labels, value)
+        self.samples.iter().map(move |sample| {
+            let labels = &self.labels[start..sample.labels_end];
+            start = sample.labels_end;
+            (sample.block, labels, sample.value)
         })
     }
 }
@@ -124,6 +187,7 @@ pub struct Families<'a> {
     exposed: FxHashMap<Arc<str>, usize>,
     /// Family indices sorted by exposed name: the order they are written in.
     order: Vec<usize>,
+    blocks: Blocks<'a>,
 }
 
 /// Why a sample was dropped.
@@ -176,7 +240,21 @@ impl<'a> Families<'a> {
             families: self.families.into_iter().map(Family::recycle).collect(),
             exposed: self.exposed,
             order: self.order,
+            blocks: self.blocks.recycle(),
         }
+    }
+
+    /// `labels` rendered once, for the samples of [`Families::add_in`] that share them.
+    pub fn block(&mut self, labels: impl IntoIterator<Item = Label<'a>>) -> LabelBlock {
+        let blocks = &mut self.blocks;
+        let start = blocks.labels.len();
+        blocks.labels.extend(labels);
+        let mut first = true;
+        for (key, value) in &blocks.labels[start..] {
+            text::push_pair(&mut blocks.text, &mut first, key, value);
+        }
+        blocks.ends.push((blocks.text.len(), blocks.labels.len()));
+        LabelBlock(blocks.ends.len() - 1)
     }
 
     /// Adds one sample to the family exposed as `exposed` (`..._total` for a counter, `..._info`
@@ -186,6 +264,31 @@ impl<'a> Families<'a> {
         exposed: &str,
         kind: Kind,
         help: impl Into<Cow<'static, str>>,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) -> Result<(), FamilyError> {
+        self.push(exposed, kind, help, None, labels, value)
+    }
+
+    /// [`Families::add`] for a sample whose labels are `block`'s, then `labels`.
+    pub fn add_in(
+        &mut self,
+        exposed: &str,
+        kind: Kind,
+        help: impl Into<Cow<'static, str>>,
+        block: LabelBlock,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) -> Result<(), FamilyError> {
+        self.push(exposed, kind, help, Some(block), labels, value)
+    }
+
+    fn push(
+        &mut self,
+        exposed: &str,
+        kind: Kind,
+        help: impl Into<Cow<'static, str>>,
+        block: Option<LabelBlock>,
         labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) -> Result<(), FamilyError> {
@@ -211,7 +314,11 @@ impl<'a> Families<'a> {
         };
         let family = &mut self.families[index];
         family.labels.extend(labels);
-        family.samples.push((family.labels.len(), value));
+        family.samples.push(Sample {
+            labels_end: family.labels.len(),
+            block,
+            value,
+        });
         Ok(())
     }
 
@@ -250,6 +357,32 @@ impl<'a> Families<'a> {
     ) {
         // Static names never conflict; a conflict here is a programming error caught by tests.
         let added = self.add(exposed, Kind::Counter, help, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// [`Families::counter`] in `block`.
+    pub fn counter_in(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        block: LabelBlock,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
+        let added = self.add_in(exposed, Kind::Counter, help, block, labels, value);
+        debug_assert!(added.is_ok(), "{added:?}");
+    }
+
+    /// [`Families::gauge`] in `block`.
+    pub fn gauge_in(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        block: LabelBlock,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
+        let added = self.add_in(exposed, Kind::Gauge, help, block, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
@@ -302,11 +435,49 @@ impl<'a> Families<'a> {
     }
 
     /// The labels of the last sample added to the family exposed as `exposed`.
-    pub fn last_labels(&self, exposed: &str) -> Option<&[Label<'a>]> {
+    pub fn last_labels(&self, exposed: &str) -> Option<Cow<'_, [Label<'a>]>> {
         let family = &self.families[*self.exposed.get(exposed)?];
-        let end = family.samples.last()?.0;
-        let start = family.samples.iter().rev().nth(1).map_or(0, |s| s.0);
-        Some(&family.labels[start..end])
+        let last = family.samples.last()?;
+        let start = family
+            .samples
+            .iter()
+            .rev()
+            .nth(1)
+            .map_or(0, |s| s.labels_end);
+        Some(self.labels_of(last.block, &family.labels[start..last.labels_end]))
+    }
+
+    /// The block of the last sample added to the family exposed as `exposed`, when that sample
+    /// has no labels of its own.
+    pub fn last_block(&self, exposed: &str) -> Option<LabelBlock> {
+        let family = &self.families[*self.exposed.get(exposed)?];
+        let last = family.samples.last()?;
+        let start = family
+            .samples
+            .iter()
+            .rev()
+            .nth(1)
+            .map_or(0, |s| s.labels_end);
+        last.block.filter(|_| start == last.labels_end)
+    }
+
+    /// A sample's whole label set: its block's, then its own.
+    fn labels_of<'s>(
+        &'s self,
+        block: Option<LabelBlock>,
+        own: &'s [Label<'a>],
+    ) -> Cow<'s, [Label<'a>]> {
+        match block {
+            None => Cow::Borrowed(own),
+            Some(block) => Cow::Owned(
+                self.blocks
+                    .labels(block)
+                    .iter()
+                    .chain(own)
+                    .cloned()
+                    .collect(),
+            ),
+        }
     }
 
     /// Whether the family exposed as `exposed` has a sample.
@@ -326,11 +497,11 @@ impl<'a> Families<'a> {
     }
 
     /// Every sample as (exposed name, labels, value), families in the order they were created.
-    pub fn samples(&self) -> impl Iterator<Item = (&str, &[Label<'a>], Value)> {
-        self.families.iter().flat_map(|family| {
-            family
-                .samples()
-                .map(move |(labels, value)| (&*family.exposed, labels, value))
+    pub fn samples(&self) -> impl Iterator<Item = (&str, Cow<'_, [Label<'a>]>, Value)> {
+        self.families.iter().flat_map(move |family| {
+            family.samples().map(move |(block, labels, value)| {
+                (&*family.exposed, self.labels_of(block, labels), value)
+            })
         })
     }
 
@@ -372,7 +543,9 @@ impl<'a> Families<'a> {
             };
             let mut metric =
                 encoder.encode_descriptor(family.base(), &family.help, None, metric_type)?;
-            for (labels, value) in family.samples() {
+            for (block, labels, value) in family.samples() {
+                let labels = self.labels_of(block, labels);
+                let labels: &[Label] = &labels;
                 match family.kind {
                     Kind::Info => metric.encode_info(&labels)?,
                     Kind::Counter => {
@@ -606,7 +779,7 @@ mod tests {
         assert_eq!(capacity(&second), kept);
         assert_eq!(all(&second), first_samples);
         assert_eq!(
-            second.last_labels("a_total"),
+            second.last_labels("a_total").as_deref(),
             Some(
                 &[
                     ("device", Cow::Borrowed("d0")),
@@ -614,6 +787,46 @@ mod tests {
                 ][..]
             )
         );
+    }
+
+    #[test]
+    fn blocks_are_a_scrape_s_own_and_give_the_labels_they_were_made_of() {
+        let build = |families: &mut Families<'static>| {
+            for port in ["1", "2"] {
+                let block = families.block([
+                    ("device", Cow::Borrowed("d0")),
+                    ("port", Cow::Borrowed(port)),
+                ]);
+                families.counter_in("a_total", "h", block, [], Value::U64(1));
+                let own = [("priority", Cow::Borrowed("3"))];
+                families.counter_in("b_total", "h", block, own, Value::U64(2));
+                assert_eq!(families.last_block("a_total"), Some(block));
+                assert_eq!(families.last_block("b_total"), None, "own labels too");
+            }
+        };
+        let mut first = Families::default();
+        build(&mut first);
+        let text = first.text(Format::PrometheusText);
+        assert!(
+            text.contains("a_total{device=\"d0\",port=\"2\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("b_total{device=\"d0\",port=\"1\",priority=\"3\"} 2\n"));
+        let labels: Vec<_> = first.samples().map(|(_, l, _)| l.into_owned()).collect();
+        assert_eq!(
+            labels[3],
+            [
+                ("device", Cow::Borrowed("d0")),
+                ("port", Cow::Borrowed("2")),
+                ("priority", Cow::Borrowed("3"))
+            ]
+        );
+        let mut second = first.recycle();
+        assert!(second.blocks.ends.is_empty() && second.blocks.text.is_empty());
+        let kept = second.blocks.text.capacity();
+        build(&mut second);
+        assert_eq!(second.text(Format::PrometheusText), text);
+        assert_eq!(second.blocks.text.capacity(), kept);
     }
 
     #[test]

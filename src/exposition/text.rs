@@ -16,14 +16,14 @@
 
 use std::borrow::Cow;
 
-use super::{Families, Family, Format, HistogramValue, Kind, Label, Value};
+use super::{Blocks, Families, Family, Format, HistogramValue, Kind, Label, Value};
 
 impl Families<'_> {
     /// Appends every family, sorted by exposed name, in `format`.
     pub fn write(&self, format: Format, out: &mut Vec<u8>) {
         let written = self.order.iter().map(|&i| &self.families[i]);
         for family in written.filter(|f| f.has_samples()) {
-            write_family(family, format, out);
+            write_family(family, &self.blocks, format, out);
         }
     }
 
@@ -35,9 +35,13 @@ impl Families<'_> {
     }
 }
 
-fn write_family(family: &Family, format: Format, out: &mut Vec<u8>) {
+fn write_family(family: &Family, blocks: &Blocks, format: Format, out: &mut Vec<u8>) {
     header(out, format, &family.exposed, family.kind, &family.help);
-    for (labels, value) in family.samples() {
+    for (block, labels, value) in family.samples() {
+        let labels = Labelled {
+            block: block.map_or(&[][..], |b| blocks.text(b)),
+            own: labels,
+        };
         match family.kind {
             Kind::Histogram => {
                 let Value::U64(index) = value else { continue };
@@ -92,40 +96,57 @@ pub fn header(out: &mut Vec<u8>, format: Format, exposed: &str, kind: Kind, help
     out.push(b'\n');
 }
 
+/// A sample's labels: its block's pairs, written once a scrape (`device="d",port="1"`), then
+/// its own.
+#[derive(Clone, Copy)]
+struct Labelled<'s, 'a> {
+    block: &'s [u8],
+    own: &'s [Label<'a>],
+}
+
+/// `key="value"` (the value escaped), after a comma unless it is the `first` pair.
+pub(super) fn push_pair(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &str) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"=\"");
+    out.extend_from_slice(escape_label_value(value).as_bytes());
+    out.push(b'"');
+}
+
 /// `name` `suffix` `{labels}`; `le`, a histogram bucket's bound, goes first among the labels in
 /// OpenMetrics and last in text 0.0.4 (the format given with it).
 fn series(
     out: &mut Vec<u8>,
     name: &str,
     suffix: &str,
-    labels: &[Label<'_>],
+    labels: Labelled<'_, '_>,
     le: Option<(&str, Format)>,
 ) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(suffix.as_bytes());
-    if labels.is_empty() && le.is_none() {
+    if labels.block.is_empty() && labels.own.is_empty() && le.is_none() {
         return;
     }
     out.push(b'{');
     let mut first = true;
-    let mut pair = |out: &mut Vec<u8>, key: &str, value: &str| {
+    if let Some((bound, Format::OpenMetrics)) = le {
+        push_pair(out, &mut first, "le", bound);
+    }
+    if !labels.block.is_empty() {
         if !first {
             out.push(b',');
         }
         first = false;
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(b"=\"");
-        out.extend_from_slice(escape_label_value(value).as_bytes());
-        out.push(b'"');
-    };
-    if let Some((bound, Format::OpenMetrics)) = le {
-        pair(out, "le", bound);
+        out.extend_from_slice(labels.block);
     }
-    for (key, value) in labels {
-        pair(out, key, value);
+    for (key, value) in labels.own {
+        push_pair(out, &mut first, key, value);
     }
     if let Some((bound, Format::PrometheusText)) = le {
-        pair(out, "le", bound);
+        push_pair(out, &mut first, "le", bound);
     }
     out.push(b'}');
 }
@@ -162,7 +183,7 @@ fn write_histogram(
     out: &mut Vec<u8>,
     format: Format,
     name: &str,
-    labels: &[Label<'_>],
+    labels: Labelled<'_, '_>,
     histogram: &HistogramValue,
 ) {
     let sum_and_count = |out: &mut Vec<u8>| {
@@ -352,6 +373,29 @@ mod tests {
                 },
             );
         }
+        // Labels rendered once in a block, escaped as any label value, then a sample's own.
+        let port = families.block([
+            ("device", Cow::Borrowed("mlx5_\"0\"\\\n")),
+            ("port", Cow::Borrowed("1")),
+        ]);
+        families.counter_in("j_in_block_total", "In a block.", port, [], Value::U64(9));
+        families.counter_in(
+            "j_in_block_total",
+            "In a block.",
+            port,
+            [("priority", Cow::Borrowed("3"))],
+            Value::U64(10),
+        );
+        let empty = families.block([]);
+        let own = [("x", Cow::Borrowed("y"))];
+        families.gauge_in(
+            "k_empty_block",
+            "An empty block.",
+            empty,
+            own,
+            Value::U64(1),
+        );
+        families.gauge_in("k_empty_block", "An empty block.", empty, [], Value::U64(2));
         families.histogram(
             "i_no_inf",
             "A histogram without its +Inf bucket and without labels.",
@@ -399,6 +443,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("i_no_inf_bucket{le=\"+Inf\"} 4\n"), "{text}");
+        for written in [&om, &text] {
+            assert!(
+                written.contains(
+                    "j_in_block_total{device=\"mlx5_\\\"0\\\"\\\\\\n\",port=\"1\",priority=\"3\"} 10\n"
+                ),
+                "{written}"
+            );
+            assert!(written.contains("k_empty_block{x=\"y\"} 1\nk_empty_block 2\n"));
+        }
         assert!(om.contains("a \\ and a\nnewline.\n"), "{om}");
         assert!(text.contains("a \\\\ and a\\nnewline.\n"), "{text}");
     }

@@ -10,7 +10,7 @@ use super::ethtool_map::{pause_names_show_pfc, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
-use crate::exposition::{sanitize_name_part, Families, Kind, Label, Labels, Value};
+use crate::exposition::{sanitize_name_part, Families, Kind, Label, LabelBlock, Value};
 
 /// `counters/*`: kernel name, help. Names without an entry still pass through.
 /// Sorted by name in byte order (`help_of` searches it).
@@ -187,22 +187,25 @@ pub fn add_node_metrics<'a>(
     );
     let mut name = String::new();
     for device in &snapshot.devices {
+        // Each port's label pairs are rendered once for its hundred-odd series.
+        let device_block = families.block([("device", Cow::Borrowed(device.name.as_str()))]);
         add_driver_counters(
             families,
             device,
             &device.hw_counters,
-            CounterScope::Device,
+            CounterScope::Device(device_block),
             &mut name,
             &mut issues,
         );
         for port in &device.ports {
-            add_port_identity(families, device, port);
-            add_port_counters(families, device, port, &mut name, &mut issues);
+            let port_block = families.block(port_labels(device, port));
+            add_port_identity(families, device, port, port_block);
+            add_port_counters(families, device, port, port_block, &mut name, &mut issues);
             add_driver_counters(
                 families,
                 device,
                 &port.hw_counters,
-                CounterScope::Port(port),
+                CounterScope::Port(port_block),
                 &mut name,
                 &mut issues,
             );
@@ -213,7 +216,12 @@ pub fn add_node_metrics<'a>(
     issues
 }
 
-fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: &'a Port) {
+fn add_port_identity<'a>(
+    families: &mut Families<'a>,
+    device: &'a Device,
+    port: &'a Port,
+    block: LabelBlock,
+) {
     let text = |v: &'a Option<String>| Cow::Borrowed(v.as_deref().unwrap_or_default());
     let info_labels = [
         ("device", Cow::Borrowed(device.name.as_str())),
@@ -234,36 +242,39 @@ fn add_port_identity<'a>(families: &mut Families<'a>, device: &'a Device, port: 
             .into_iter()
             .filter(|(_, value)| !value.is_empty()),
     );
-    let labels = port_labels(device, port);
     if let Some((id, _)) = &port.state {
-        families.gauge(
+        families.gauge_in(
             "rdma_port_state",
             "Logical port state id from the kernel (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER).",
-            labels.clone(),
+            block,
+            [],
             Value::U64(u64::from(*id)),
         );
     }
     if let Some((id, _)) = &port.phys_state {
-        families.gauge(
+        families.gauge_in(
             "rdma_port_phys_state",
             "Physical port state id from the kernel (1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 PhyTest).",
-            labels.clone(),
+            block,
+            [],
             Value::U64(u64::from(*id)),
         );
     }
     if let Some(rate) = port.rate_bytes_per_second {
-        families.gauge(
+        families.gauge_in(
             "rdma_port_rate_bytes_per_second",
             "Current port rate from the kernel's rate attribute, in bytes per second.",
-            labels.clone(),
+            block,
+            [],
             Value::F64(rate),
         );
     }
     if let Some(lid) = port.lid {
-        families.gauge(
+        families.gauge_in(
             "rdma_port_lid",
             "InfiniBand local identifier of the port (0 on RoCE ports).",
-            labels,
+            block,
+            [],
             Value::U64(lid),
         );
     }
@@ -273,6 +284,7 @@ fn add_port_counters<'a>(
     families: &mut Families<'a>,
     device: &'a Device,
     port: &'a Port,
+    block: LabelBlock,
     name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
 ) {
@@ -280,7 +292,6 @@ fn add_port_counters<'a>(
     // land on one metric name: the first keeps it, the others are reported, never exported as
     // duplicate series that Prometheus would silently drop. This port already has a sample
     // under the name exactly when that family's last sample is this port's.
-    let labels = port_labels(device, port);
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks (a
     // directory's names are unique: no set of the names seen is needed).
     let plain = port.counters.iter();
@@ -298,7 +309,7 @@ fn add_port_counters<'a>(
         };
         let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
         port_counter_name_into(name_buf, name);
-        if families.last_labels(name_buf) == Some(&labels[..]) {
+        if families.last_block(name_buf) == Some(block) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: ReadErrorReason::NameCollision,
@@ -309,14 +320,14 @@ fn add_port_counters<'a>(
             });
             continue;
         }
-        let added = families.add(name_buf, Kind::Counter, help, labels.clone(), value);
+        let added = families.add_in(name_buf, Kind::Counter, help, block, [], value);
         debug_assert!(added.is_ok(), "{added:?}");
         if super::saturation::is_saturated(name, raw) {
-            let labels = with_labels(labels.clone(), [("counter", Cow::Borrowed(name))]);
-            families.gauge(
+            families.gauge_in(
                 "rdma_port_pma_saturated",
                 "1 while a port counter sits at the maximum of its narrow PMA field (8-bit link_downed at 255, 16-bit symbol_error at 65535, ...): it no longer counts, and rules on its increase are blind. Present only while saturated.",
-                labels,
+                block,
+                [("counter", Cow::Borrowed(name))],
                 Value::U64(1),
             );
         }
@@ -370,34 +381,35 @@ fn add_driver_counters<'a>(
     families: &mut Families<'a>,
     device: &'a Device,
     counters: &'a Counters,
-    scope: CounterScope<'a>,
+    scope: CounterScope,
     name_buf: &mut String,
     issues: &mut Vec<EncodeIssue>,
 ) {
-    let (prefix, lifespan_name, lifespan_help, help_for_unknown, labels): (_, _, _, _, Labels<'a>) = match scope {
-        CounterScope::Port(port) => (
+    let (prefix, lifespan_name, lifespan_help, help_for_unknown, block) = match scope {
+        CounterScope::Port(block) => (
             "rdma_hw_",
             "rdma_hw_lifespan_seconds",
             "How long the driver caches hw_counters values before refreshing them.",
             UNKNOWN_HW_COUNTER_HELP,
-            port_labels(device, port).to_vec(),
+            block,
         ),
-        CounterScope::Device => (
+        CounterScope::Device(block) => (
             "rdma_device_hw_",
             "rdma_device_hw_lifespan_seconds",
             "How long the driver caches device-level hw_counters values before refreshing them.",
             DEVICE_HW_COUNTER_HELP,
-            vec![("device", Cow::Borrowed(device.name.as_str()))],
+            block,
         ),
     };
     let mut unique = UniqueNames::new(counters);
     for (name, value) in counters.iter() {
         if name == "lifespan" {
             // Milliseconds in the kernel; a gauge, not a counter.
-            families.gauge(
+            families.gauge_in(
                 lifespan_name,
                 lifespan_help,
-                labels.iter().cloned(),
+                block,
+                [],
                 Value::F64(value as f64 / 1000.0),
             );
             continue;
@@ -415,15 +427,10 @@ fn add_driver_counters<'a>(
         name_buf.push_str("_total");
         let help = match scope {
             CounterScope::Port(_) => help_of(HW_COUNTER_HELP, name).unwrap_or(help_for_unknown),
-            CounterScope::Device => help_for_unknown,
+            CounterScope::Device(_) => help_for_unknown,
         };
-        if let Err(e) = families.add(
-            name_buf,
-            Kind::Counter,
-            help,
-            labels.iter().cloned(),
-            Value::U64(value),
-        ) {
+        if let Err(e) = families.add_in(name_buf, Kind::Counter, help, block, [], Value::U64(value))
+        {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: ReadErrorReason::NameCollision,
@@ -433,19 +440,11 @@ fn add_driver_counters<'a>(
     }
 }
 
-/// Where a `hw_counters/` directory sits.
+/// Where a `hw_counters/` directory sits, with the labels of its series.
 #[derive(Clone, Copy)]
-enum CounterScope<'a> {
-    Port(&'a Port),
-    Device,
-}
-
-/// `base` followed by `extra`, without a vector per series.
-fn with_labels<'a, const N: usize, const M: usize>(
-    base: [Label<'a>; N],
-    extra: [Label<'a>; M],
-) -> impl Iterator<Item = Label<'a>> {
-    base.into_iter().chain(extra)
+enum CounterScope {
+    Port(LabelBlock),
+    Device(LabelBlock),
 }
 
 fn micros_to_seconds(micros: u64) -> Value {
@@ -476,6 +475,8 @@ fn add_ethtool<'a>(
         );
         return;
     }
+    // The netdev's hundreds of series share these three pairs: rendered once.
+    let block = families.block(base_labels());
     let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
     let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = FxHashSet::default();
@@ -489,11 +490,12 @@ fn add_ethtool<'a>(
         };
         let Some(stat) = *stat else {
             if include.is_some_and(|re| re.is_match(name)) && seen_untyped.insert(name) {
-                let added = families.add(
+                let added = families.add_in(
                     "rdma_ethtool_stat",
                     Kind::Untyped,
                     "Driver statistic of the port's netdev (ethtool -S) selected by ethtool.include; type and unit are the driver's.",
-                    with_labels(base_labels(), [("stat", Cow::Borrowed(name))]),
+                    block,
+                    [("stat", Cow::Borrowed(name))],
                     Value::U64(raw),
                 );
                 if let Err(e) = added {
@@ -519,93 +521,107 @@ fn add_ethtool<'a>(
             | TypedStat::PriorityBufferDiscards { .. }
             | TypedStat::PriorityCongestionDiscards { .. }
             | TypedStat::PriorityEcnMarked { .. } => {}
-            TypedStat::PfcPauseFrames { priority, direction } => families.counter(
+            TypedStat::PfcPauseFrames { priority, direction } => families.counter_in(
                 "rdma_pfc_pause_frames_total",
                 "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
-                with_labels(base_labels(), [prio(priority), dir(direction)]),
+                block,
+                [prio(priority), dir(direction)],
                 Value::U64(raw),
             ),
-            TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter(
+            TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter_in(
                 "rdma_pfc_pause_duration_seconds_total",
                 "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
-                with_labels(base_labels(), [prio(priority), dir(direction)]),
+                block,
+                [prio(priority), dir(direction)],
                 micros_to_seconds(raw),
             ),
-            TypedStat::PfcPauseTransitions { priority, direction } => families.counter(
+            TypedStat::PfcPauseTransitions { priority, direction } => families.counter_in(
                 "rdma_pfc_pause_transitions_total",
                 "PFC XOFF to XON transitions per priority.",
-                with_labels(base_labels(), [prio(priority), dir(direction)]),
+                block,
+                [prio(priority), dir(direction)],
                 Value::U64(raw),
             ),
-            TypedStat::GlobalPauseFrames { direction } => families.counter(
+            TypedStat::GlobalPauseFrames { direction } => families.counter_in(
                 "rdma_global_pause_frames_total",
                 "IEEE 802.3x global pause frames (all priorities).",
-                with_labels(base_labels(), [dir(direction)]),
+                block,
+                [dir(direction)],
                 Value::U64(raw),
             ),
-            TypedStat::GlobalPauseDurationMicros { direction } => families.counter(
+            TypedStat::GlobalPauseDurationMicros { direction } => families.counter_in(
                 "rdma_global_pause_duration_seconds_total",
                 "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
-                with_labels(base_labels(), [dir(direction)]),
+                block,
+                [dir(direction)],
                 micros_to_seconds(raw),
             ),
-            TypedStat::PauseStormEvents { severity } => families.counter(
+            TypedStat::PauseStormEvents { severity } => families.counter_in(
                 "rdma_pfc_pause_storm_events_total",
                 "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                with_labels(base_labels(), [("severity", Cow::Borrowed(severity.as_label()))]),
+                block,
+                [("severity", Cow::Borrowed(severity.as_label()))],
                 Value::U64(raw),
             ),
-            TypedStat::PhyDiscards { direction } => families.counter(
+            TypedStat::PhyDiscards { direction } => families.counter_in(
                 "rdma_phy_discards_total",
                 "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
-                with_labels(base_labels(), [dir(direction)]),
+                block,
+                [dir(direction)],
                 Value::U64(raw),
             ),
-            TypedStat::RxOutOfBuffer => families.counter(
+            TypedStat::RxOutOfBuffer => families.counter_in(
                 "rdma_netdev_rx_out_of_buffer_total",
                 "Packets dropped because a netdev receive queue had no software buffers.",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::LinkDownEvents => families.counter(
+            TypedStat::LinkDownEvents => families.counter_in(
                 "rdma_phy_link_down_events_total",
                 "Times the physical link went down (link flaps).",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::PhySymbolErrors => families.counter(
+            TypedStat::PhySymbolErrors => families.counter_in(
                 "rdma_phy_symbol_errors_total",
                 "Received symbol errors at the physical layer.",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::PcsSymbolErrors => families.counter(
+            TypedStat::PcsSymbolErrors => families.counter_in(
                 "rdma_phy_pcs_symbol_errors_total",
                 "Symbols the PCS/FEC layer could not correct.",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::FecCorrectedBits => families.counter(
+            TypedStat::FecCorrectedBits => families.counter_in(
                 "rdma_phy_fec_corrected_bit_errors_total",
                 "Bits corrected by forward error correction (pre-FEC bit errors).",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::PhyReceivedBits => families.counter(
+            TypedStat::PhyReceivedBits => families.counter_in(
                 "rdma_phy_received_bit_count_total",
                 "Bits received at the physical layer, the denominator of the bit error rate.",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
-            TypedStat::PhyCrcErrors => families.counter(
+            TypedStat::PhyCrcErrors => families.counter_in(
                 "rdma_phy_crc_errors_total",
                 "Frames received with a CRC error.",
-                base_labels(),
+                block,
+                [],
                 Value::U64(raw),
             ),
         }
     }
-    per_priority.add_metrics(families, base_labels, pause_names_show_pfc(driver));
+    per_priority.add_metrics(families, block, pause_names_show_pfc(driver));
 }
 
 /// The fast PFC storm sampler's findings since the previous scrape (its `take_reports`).

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 
 use super::ethtool_map::{Direction, TypedStat};
-use crate::exposition::{Families, Label, Value};
+use crate::exposition::{Families, LabelBlock, Value};
 
 /// `priority` label values.
 const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
@@ -150,25 +150,20 @@ impl PriorityTraffic {
 
     /// Adds the per-priority series. `pfc_shown`: the driver lists pause statistics only for
     /// priorities with PFC enabled (mlx5), so a listed one means PFC is on there.
-    pub fn add_metrics<'a, L: IntoIterator<Item = Label<'a>>>(
-        &self,
-        families: &mut Families<'a>,
-        port_labels: impl Fn() -> L,
-        pfc_shown: bool,
-    ) {
+    /// The port's series, in `port` (its device, port and netdev labels).
+    pub fn add_metrics(&self, families: &mut Families<'_>, port: LabelBlock, pfc_shown: bool) {
         for (priority, counters) in self.counters.iter().enumerate() {
             let pfc_enabled = pfc_shown && self.pause_listed[priority];
             let active = counters.carried_traffic() || pfc_enabled;
             let labels = |direction: Option<Direction>| {
-                port_labels()
+                [("priority", Cow::Borrowed(PRIORITIES[priority]))]
                     .into_iter()
-                    .chain([("priority", Cow::Borrowed(PRIORITIES[priority]))])
                     .chain(direction.map(|d| ("direction", Cow::Borrowed(d.as_label()))))
             };
             for ((name, help), value) in DROP_FAMILIES.iter().zip(self.drops[priority]) {
                 match value {
                     Some(value) if active || value > 0 => {
-                        families.counter(name, help, labels(None), Value::U64(value))
+                        families.counter_in(name, help, port, labels(None), Value::U64(value))
                     }
                     _ => {}
                 }
@@ -185,25 +180,28 @@ impl PriorityTraffic {
             for (value, direction, bytes) in samples {
                 let Some(value) = value else { continue };
                 if bytes {
-                    families.counter(
+                    families.counter_in(
                         "rdma_priority_bytes_total",
                         "Octets of the frames of one 802.1p priority on the wire (the NIC's per-priority port counters); rx = received, tx = sent. Only priorities that carried traffic or have PFC enabled.",
+                        port,
                         labels(Some(direction)),
                         Value::U64(value),
                     );
                 } else {
-                    families.counter(
+                    families.counter_in(
                         "rdma_priority_packets_total",
                         "Frames of one 802.1p priority on the wire (the NIC's per-priority port counters); rx = received, tx = sent. Only priorities that carried traffic or have PFC enabled.",
+                        port,
                         labels(Some(direction)),
                         Value::U64(value),
                     );
                 }
             }
             if pfc_enabled {
-                families.gauge(
+                families.gauge_in(
                     "rdma_pfc_enabled",
                     "1 for each priority with PFC enabled (rx or tx), where the driver tells it (mlx5 lists pause statistics only for those priorities); no series: PFC off there, or not known.",
+                    port,
                     labels(None),
                     Value::U64(1),
                 );
@@ -230,7 +228,8 @@ mod tests {
             }
         }
         let mut families = Families::default();
-        traffic.add_metrics(&mut families, Vec::new, pause_names_show_pfc(Some(driver)));
+        let port = families.block([]);
+        traffic.add_metrics(&mut families, port, pause_names_show_pfc(Some(driver)));
         families.sample_lines().into_iter().collect()
     }
 
