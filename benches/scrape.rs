@@ -7,7 +7,10 @@
 //! latency is one sample, and the verdict is the median of the rounds with a 95 % interval from
 //! their order statistics. Many short rounds average out a shared VM's drifts that a few long
 //! runs caught whole (one run's ratio moved by about 0.05). NODE_EXPORTER=PATH another
-//! node_exporter binary; RFE_BINARY=PATH another build of ours (to compare revisions). Prints
+//! node_exporter binary; RFE_BINARY=PATH another build of ours (to compare revisions);
+//! RFE_BASELINE=PATH a second build of ours served beside it on the same node, its scrapes
+//! interleaved with the others', and each round's ratio of the two reported (two builds
+//! compared in one run: a shared VM's drift between runs falls on both). Prints
 //! figures only: the targets are reported, not asserted (shared machines are noisy). Exits
 //! non-zero when a scrape fails or a server dies. See BENCHMARKS.md.
 //!
@@ -81,9 +84,21 @@ fn run() -> anyhow::Result<()> {
         Some(_) => Some(start_ours(&fixture, Work::SameFilesAsNodeExporter)?),
         None => None,
     };
+    // Another build of ours on the full node, compared with ours round by round.
+    let baseline = match std::env::var_os("RFE_BASELINE") {
+        Some(binary) => Some(Server::start_rfe_build(
+            "rfe, RFE_BASELINE",
+            Path::new(&binary),
+            "serve",
+            &fixture.agent_args(),
+        )?),
+        None => None,
+    };
+    let has_baseline = baseline.is_some();
     let mut targets: Vec<Target> = std::iter::once(ours)
         .chain(theirs)
         .chain(ours_equal)
+        .chain(baseline)
         .map(Target::new)
         .collect::<anyhow::Result<_>>()?;
 
@@ -106,10 +121,17 @@ fn run() -> anyhow::Result<()> {
 
     let mut cpu_seconds_total = vec![0.0; targets.len()];
     let mut run_ratios = Vec::new();
+    let mut baseline_ratios = Vec::new();
     for run in 1..=runs {
         let figures = measure_run(&mut targets, scrapes)?;
         for (total, figure) in cpu_seconds_total.iter_mut().zip(&figures) {
             *total += figure.cpu_seconds;
+        }
+        if let (true, [ours, .., baseline]) = (has_baseline, &figures[..]) {
+            baseline_ratios.push((
+                ours.p50_ms / baseline.p50_ms,
+                ours.cpu_seconds / baseline.cpu_seconds,
+            ));
         }
         if let [ours, theirs, ..] = &figures[..] {
             let ratios = (
@@ -150,7 +172,12 @@ fn run() -> anyhow::Result<()> {
         });
     }
 
+    // The baseline's row is in the table; the ratios to node_exporter are ours alone.
+    let baseline_result = if has_baseline { results.pop() } else { None };
     print_report(scrapes, runs, &counts, &results, &run_ratios);
+    if let Some(baseline) = baseline_result {
+        print_baseline(&baseline, &baseline_ratios);
+    }
     let phases = PhaseCosts::measure(&fixture, BREAKDOWN_ROUNDS, BREAKDOWN_SCRAPES)?;
     let theirs_cpu_ms = results.get(1).map(|r| r.cpu_ms_per_scrape);
     phases.print(results[0].cpu_ms_per_scrape, theirs_cpu_ms);
@@ -716,6 +743,34 @@ fn print_report(
             verdict(equal_latency <= TARGET_LATENCY_RATIO && equal_cpu <= TARGET_CPU_RATIO)
         );
     }
+}
+
+/// The second build's row, and ours against it round by round.
+fn print_baseline(baseline: &Results, ratios: &[(f64, f64)]) {
+    let mut sorted = baseline.latencies_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    println!(
+        "\nbaseline build ({}): p50 {:.3} ms, CPU {:.3} ms a scrape, RSS {:.1} MiB",
+        baseline.name,
+        percentile(&sorted, 50.0),
+        baseline.cpu_ms_per_scrape,
+        baseline.rss_mib
+    );
+    let latencies: Vec<f64> = ratios.iter().map(|r| r.0).collect();
+    let cpus: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+    let interval = |values: &[f64]| match median_interval(values) {
+        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
+        None => "(too few rounds for an interval)".to_owned(),
+    };
+    println!(
+        "ours / baseline build, median of {} rounds with its 95 % interval: median latency \
+         {:.3}x {}, CPU per scrape {:.3}x {}",
+        ratios.len(),
+        median(&mut latencies.clone()),
+        interval(&latencies),
+        median(&mut cpus.clone()),
+        interval(&cpus)
+    );
 }
 
 fn verdict(met: bool) -> &'static str {

@@ -83,8 +83,17 @@ impl Server {
         subcommand: &str,
         args: &[OsString],
     ) -> anyhow::Result<Server> {
-        let binary = rfe_binary();
-        let mut command = Command::new(&binary);
+        Server::start_rfe_build(name, &rfe_binary(), subcommand, args)
+    }
+
+    /// [`Server::start_rfe_subcommand`] with another build of ours, `binary`.
+    pub fn start_rfe_build(
+        name: &'static str,
+        binary: &Path,
+        subcommand: &str,
+        args: &[OsString],
+    ) -> anyhow::Result<Server> {
+        let mut command = Command::new(binary);
         command
             .arg(subcommand)
             .args(["--web.listen-address", "127.0.0.1:0"])
