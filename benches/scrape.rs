@@ -383,11 +383,17 @@ fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<Run
         .map(|t| thread_cpu_ns(t.server.pid()))
         .collect::<anyhow::Result<_>>()?;
     let first_of_run: Vec<usize> = targets.iter().map(|t| t.latencies_ms.len()).collect();
-    for round in 0..scrapes {
-        // Interleaved, alternating who goes first, so that noise and any order effect hit both.
-        let n = targets.len();
-        for k in 0..n {
-            let target = &mut targets[(round + k) % n];
+    let mut order: Vec<usize> = (0..targets.len()).collect();
+    let mut shuffle = Shuffle(first_of_run[0] as u64);
+    for _ in 0..scrapes {
+        // Interleaved in a fresh random order each time, so that noise hits every target alike
+        // and each follows every other equally often: a server that scrapes right after another
+        // reading the same tree finds the kernel's caches warm (a rotation always put
+        // node_exporter after ours, and a second build of ours after the first, which gave the
+        // one behind 7-8 % less CPU).
+        shuffle.permute(&mut order);
+        for &i in &order {
+            let target = &mut targets[i];
             let scrape = target.scrape()?;
             target.record(scrape);
         }
@@ -404,6 +410,26 @@ fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<Run
             })
         })
         .collect()
+}
+
+/// A deterministic shuffle (splitmix64 driving Fisher-Yates): the bench's runs repeat.
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn permute(&mut self, items: &mut [usize]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
 }
 
 /// Files each exporter opens per scrape, counted on the fixture.
