@@ -33,6 +33,7 @@ use common::proc::{cpu_ns_between, env_number, load_average, memory_kib, thread_
 use common::server::Server;
 use common::stats::{median, percentile};
 use rdma_fabric_exporter::node::ethtool::{EthtoolSource, EthtoolStats, FileSource};
+use rdma_fabric_exporter::sim::sysfs_tree::SplitMix64;
 
 const DEVICES: usize = 10;
 const SEED: u64 = 42;
@@ -384,7 +385,7 @@ fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<Run
         .collect::<anyhow::Result<_>>()?;
     let first_of_run: Vec<usize> = targets.iter().map(|t| t.latencies_ms.len()).collect();
     let mut order: Vec<usize> = (0..targets.len()).collect();
-    let mut shuffle = Shuffle(first_of_run[0] as u64);
+    let mut shuffle = Shuffle(SplitMix64(first_of_run[0] as u64));
     for _ in 0..scrapes {
         // Interleaved in a fresh random order each time, so that noise hits every target alike
         // and each follows every other equally often: a server that scrapes right after another
@@ -412,22 +413,14 @@ fn measure_run(targets: &mut [Target], scrapes: usize) -> anyhow::Result<Vec<Run
         .collect()
 }
 
-/// A deterministic shuffle (splitmix64 driving Fisher-Yates): the bench's runs repeat.
-struct Shuffle(u64);
+/// A deterministic shuffle (Fisher-Yates driven by the fixture's own SplitMix64): the bench's
+/// runs repeat.
+struct Shuffle(SplitMix64);
 
 impl Shuffle {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn permute(&mut self, items: &mut [usize]) {
         for i in (1..items.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            items.swap(i, j);
+            items.swap(i, self.0.range(0, i as u64) as usize);
         }
     }
 }

@@ -1170,8 +1170,9 @@ fn named(values: &[(&str, u64)]) -> Vec<(String, u64)> {
     values.iter().map(|(n, v)| (n.to_string(), *v)).collect()
 }
 
-/// SplitMix64: tiny, fast and fully determined by its seed, which is all a fixture needs.
-struct SplitMix64(u64);
+/// SplitMix64: tiny, fast and fully determined by its seed, which is all a fixture needs (and
+/// the benches' shuffles).
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -1192,7 +1193,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in `lo..=hi` (modulo bias is irrelevant here).
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
 
