@@ -625,6 +625,14 @@ struct Results {
 /// A distribution-free 95 % confidence interval of the median of `values`: the order
 /// statistics x(j) and x(n+1-j) with the largest j for which a Binomial(n, 1/2) falls below j
 /// with probability at most 2.5 %. `None` under 6 values (no such j).
+/// [`median_interval`] as the report prints it.
+fn interval(values: &[f64]) -> String {
+    match median_interval(values) {
+        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
+        None => "(too few rounds for an interval)".to_owned(),
+    }
+}
+
 fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -729,10 +737,6 @@ fn print_report(
     let cpus: Vec<f64> = run_ratios.iter().map(|r| r.1).collect();
     let latency_ratio = median(&mut latencies.clone());
     let cpu_ratio = median(&mut cpus.clone());
-    let interval = |values: &[f64]| match median_interval(values) {
-        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
-        None => "(too few rounds for an interval)".to_owned(),
-    };
     println!(
         "\nratios ours/node_exporter, median of {} rounds with its 95 % interval: median latency \
          {latency_ratio:.3}x {}, CPU per scrape {cpu_ratio:.3}x {}",
@@ -777,10 +781,6 @@ fn print_baseline(baseline: &Results, ratios: &[(f64, f64)]) {
     );
     let latencies: Vec<f64> = ratios.iter().map(|r| r.0).collect();
     let cpus: Vec<f64> = ratios.iter().map(|r| r.1).collect();
-    let interval = |values: &[f64]| match median_interval(values) {
-        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
-        None => "(too few rounds for an interval)".to_owned(),
-    };
     println!(
         "ours / baseline build, median of {} rounds with its 95 % interval: median latency \
          {:.3}x {}, CPU per scrape {:.3}x {}",

@@ -355,9 +355,7 @@ impl<'a> Families<'a> {
         labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) {
-        // Static names never conflict; a conflict here is a programming error caught by tests.
-        let added = self.add(exposed, Kind::Counter, help, labels, value);
-        debug_assert!(added.is_ok(), "{added:?}");
+        self.push_known(exposed, Kind::Counter, help, None, labels, value);
     }
 
     /// [`Families::counter`] in `block`.
@@ -369,8 +367,17 @@ impl<'a> Families<'a> {
         labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) {
-        let added = self.add_in(exposed, Kind::Counter, help, block, labels, value);
-        debug_assert!(added.is_ok(), "{added:?}");
+        self.push_known(exposed, Kind::Counter, help, Some(block), labels, value);
+    }
+
+    pub fn gauge(
+        &mut self,
+        exposed: &str,
+        help: &'static str,
+        labels: impl IntoIterator<Item = Label<'a>>,
+        value: Value,
+    ) {
+        self.push_known(exposed, Kind::Gauge, help, None, labels, value);
     }
 
     /// [`Families::gauge`] in `block`.
@@ -382,18 +389,21 @@ impl<'a> Families<'a> {
         labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) {
-        let added = self.add_in(exposed, Kind::Gauge, help, block, labels, value);
-        debug_assert!(added.is_ok(), "{added:?}");
+        self.push_known(exposed, Kind::Gauge, help, Some(block), labels, value);
     }
 
-    pub fn gauge(
+    /// A sample of a family the exporter names itself: static names never conflict, so a
+    /// conflict here is a programming error, caught by tests.
+    fn push_known(
         &mut self,
         exposed: &str,
+        kind: Kind,
         help: &'static str,
+        block: Option<LabelBlock>,
         labels: impl IntoIterator<Item = Label<'a>>,
         value: Value,
     ) {
-        let added = self.add(exposed, Kind::Gauge, help, labels, value);
+        let added = self.push(exposed, kind, help, block, labels, value);
         debug_assert!(added.is_ok(), "{added:?}");
     }
 
@@ -404,8 +414,7 @@ impl<'a> Families<'a> {
         help: &'static str,
         labels: impl IntoIterator<Item = Label<'a>>,
     ) {
-        let added = self.add(exposed, Kind::Info, help, labels, Value::U64(1));
-        debug_assert!(added.is_ok(), "{added:?}");
+        self.push_known(exposed, Kind::Info, help, None, labels, Value::U64(1));
     }
 
     /// A sample of a histogram family.
