@@ -88,20 +88,24 @@ impl<'a> Blocks<'a> {
     fn recycle<'b>(self) -> Blocks<'b> {
         let mut text = self.text;
         text.clear();
-        let mut labels = self.labels;
-        labels.clear();
         let mut ends = self.ends;
         ends.clear();
         Blocks {
             text,
-            // Collected in place: the same allocation, retyped for the new lifetime.
-            labels: labels
-                .into_iter()
-                .map(|_| unreachable!("cleared"))
-                .collect(),
+            labels: emptied(self.labels),
             ends,
         }
     }
+}
+
+/// `labels` emptied and retyped for another scrape's lifetime: collected in place, the same
+/// allocation.
+fn emptied<'b>(mut labels: Vec<Label<'_>>) -> Vec<Label<'b>> {
+    labels.clear();
+    labels
+        .into_iter()
+        .map(|_| unreachable!("cleared"))
+        .collect()
 }
 
 /// One sample: where its own labels end in its family's `labels`, its block, its value.
@@ -137,8 +141,6 @@ impl<'a> Family<'a> {
     /// so does the buffers' capacity (the labels' buffer is collected in place: the same
     /// allocation, retyped for the new lifetime).
     fn recycle<'b>(self) -> Family<'b> {
-        let mut labels = self.labels;
-        labels.clear();
         let mut samples = self.samples;
         samples.clear();
         let mut histograms = self.histograms;
@@ -147,10 +149,7 @@ impl<'a> Family<'a> {
             exposed: self.exposed,
             help: self.help,
             kind: self.kind,
-            labels: labels
-                .into_iter()
-                .map(|_| unreachable!("cleared"))
-                .collect(),
+            labels: emptied(self.labels),
             samples,
             histograms,
         }
