@@ -382,7 +382,9 @@ mod tests {
         let expected: Vec<RawStat> = vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 3)];
         assert_eq!(stats, expected);
         assert!(parse_ethtool_text(Path::new("x"), b"").unwrap().is_empty());
-        assert!(parse_ethtool_text(Path::new("x"), b"\n\n").unwrap().is_empty());
+        assert!(parse_ethtool_text(Path::new("x"), b"\n\n")
+            .unwrap()
+            .is_empty());
         let err = parse_ethtool_text(Path::new("f"), b"a: 1\r\n\r\nno value\r\n").unwrap_err();
         assert!(err.to_string().starts_with("f: line 3:"), "{err}");
     }
