@@ -444,29 +444,28 @@ impl<'a> Families<'a> {
 
     /// The labels of the last sample added to the family exposed as `exposed`.
     pub fn last_labels(&self, exposed: &str) -> Option<Cow<'_, [Label<'a>]>> {
-        let family = &self.families[*self.exposed.get(exposed)?];
-        let last = family.samples.last()?;
-        let start = family
-            .samples
-            .iter()
-            .rev()
-            .nth(1)
-            .map_or(0, |s| s.labels_end);
-        Some(self.labels_of(last.block, &family.labels[start..last.labels_end]))
+        let (last, own) = self.last_sample(exposed)?;
+        Some(self.labels_of(last.block, own))
     }
 
     /// The block of the last sample added to the family exposed as `exposed`, when that sample
     /// has no labels of its own.
     pub fn last_block(&self, exposed: &str) -> Option<LabelBlock> {
+        let (last, own) = self.last_sample(exposed)?;
+        last.block.filter(|_| own.is_empty())
+    }
+
+    /// The last sample of the family exposed as `exposed`, with its own labels.
+    fn last_sample(&self, exposed: &str) -> Option<(Sample, &[Label<'a>])> {
         let family = &self.families[*self.exposed.get(exposed)?];
-        let last = family.samples.last()?;
+        let last = *family.samples.last()?;
         let start = family
             .samples
             .iter()
             .rev()
             .nth(1)
             .map_or(0, |s| s.labels_end);
-        last.block.filter(|_| start == last.labels_end)
+        Some((last, &family.labels[start..last.labels_end]))
     }
 
     /// A sample's whole label set: its block's, then its own.
