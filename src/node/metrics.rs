@@ -5,12 +5,13 @@ use std::borrow::Cow;
 use regex::Regex;
 use rustc_hash::FxHashSet;
 
+use super::counter_names::{counters_ext_equivalent, CounterNames, Listing, Slot};
 use super::counters::Counters;
 use super::ethtool_map::{pause_names_show_pfc, TypedStat};
 use super::priority_traffic::PriorityTraffic;
 use super::reason::ReadErrorReason;
 use super::sysfs::{Device, NodeSnapshot, Port};
-use crate::exposition::{sanitize_name_part, Families, Kind, Label, LabelBlock, Value};
+use crate::exposition::{Families, Kind, Label, LabelBlock, Value};
 
 /// `counters/*`: kernel name, help. Names without an entry still pass through.
 /// Sorted by name in byte order (`help_of` searches it).
@@ -84,9 +85,6 @@ const DEVICE_HW_COUNTER_HELP: &str =
 /// `priority` label values, so per-priority series borrow instead of formatting.
 const PRIORITIES: [&str; 8] = ["0", "1", "2", "3", "4", "5", "6", "7"];
 
-/// Kernel data counters count 4-octet words (IBA PortCounters); exported in bytes.
-const DATA_COUNTERS: &[&str] = &["port_rcv_data", "port_xmit_data"];
-
 /// A counter that could not be exported, for `rdma_exporter_read_errors_total`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodeIssue {
@@ -101,70 +99,6 @@ fn help_of(table: &'static [(&'static str, &'static str)], name: &str) -> Option
     Some(table[at].1)
 }
 
-/// Exposed name of a `counters/` file (`rdma_port_<name>_total`): lowercased, leading `port_`
-/// dropped, data in bytes.
-pub fn port_counter_name(kernel_name: &str) -> String {
-    let mut name = String::new();
-    port_counter_name_into(&mut name, kernel_name);
-    name
-}
-
-/// As [`port_counter_name`], into a reused buffer (a scrape builds hundreds of these names).
-fn port_counter_name_into(out: &mut String, kernel_name: &str) {
-    out.clear();
-    out.push_str("rdma_port_");
-    let short = kernel_name.strip_prefix("port_").unwrap_or(kernel_name);
-    push_driver_counter_name(out, short);
-    if DATA_COUNTERS.contains(&kernel_name) {
-        out.push_str("_bytes");
-    }
-    out.push_str("_total");
-}
-
-/// The `counters/` name a legacy `counters_ext/` file stands for (`port_rcv_data_64` ->
-/// `port_rcv_data`, `port_unicast_xmit_packets` -> `unicast_xmit_packets`).
-pub fn counters_ext_equivalent(ext_name: &str) -> &str {
-    let name = ext_name.strip_suffix("_64").unwrap_or(ext_name);
-    if name.starts_with("port_unicast_") || name.starts_with("port_multicast_") {
-        &name["port_".len()..]
-    } else {
-        name
-    }
-}
-
-/// Metric name part for a driver counter: sanitized, and the word `counter` becomes `count`
-/// because Prometheus' lint rejects counters named after their type (`..._counter_total`).
-pub fn driver_counter_name(raw: &str) -> String {
-    let mut out = String::new();
-    push_driver_counter_name(&mut out, raw);
-    out
-}
-
-/// Already a valid metric name part that the lint accepts: used as it is.
-fn is_clean_name(raw: &str) -> bool {
-    let bytes = raw.as_bytes();
-    // memchr's substring search: `str::contains` set up a two-way search for every name of
-    // every scrape.
-    bytes
-        .iter()
-        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
-        && memchr::memmem::find(bytes, b"counter").is_none()
-}
-
-fn push_driver_counter_name(out: &mut String, raw: &str) {
-    if is_clean_name(raw) {
-        out.push_str(raw);
-        return;
-    }
-    let sanitized = sanitize_name_part(raw);
-    for (i, token) in sanitized.split('_').enumerate() {
-        if i > 0 {
-            out.push('_');
-        }
-        out.push_str(if token == "counter" { "count" } else { token });
-    }
-}
-
 fn port_labels<'a>(device: &'a Device, port: &'a Port) -> [Label<'a>; 2] {
     [
         ("device", Cow::Borrowed(device.name.as_str())),
@@ -173,10 +107,13 @@ fn port_labels<'a>(device: &'a Device, port: &'a Port) -> [Label<'a>; 2] {
 }
 
 /// Adds every node metric of `snapshot` to `families`. Returns what had to be dropped.
+/// Adds every node metric of `snapshot` to `families`, naming counters by the listings kept in
+/// `names` (it forgets the listings this scrape did not meet). Returns what had to be dropped.
 pub fn add_node_metrics<'a>(
     families: &mut Families<'a>,
     snapshot: &'a NodeSnapshot,
     ethtool_include: Option<&Regex>,
+    names: &mut CounterNames,
 ) -> Vec<EncodeIssue> {
     let mut issues = Vec::new();
     families.gauge(
@@ -185,7 +122,6 @@ pub fn add_node_metrics<'a>(
         vec![],
         Value::U64(snapshot.devices.len() as u64),
     );
-    let mut name = String::new();
     for device in &snapshot.devices {
         // Each port's label pairs are rendered once for its hundred-odd series.
         let device_block = families.block([("device", Cow::Borrowed(device.name.as_str()))]);
@@ -194,26 +130,39 @@ pub fn add_node_metrics<'a>(
             device,
             &device.hw_counters,
             CounterScope::Device(device_block),
-            &mut name,
+            names,
             &mut issues,
         );
         for port in &device.ports {
             let port_block = families.block(port_labels(device, port));
             add_port_identity(families, device, port, port_block);
-            add_port_counters(families, device, port, port_block, &mut name, &mut issues);
+            add_port_counters(families, device, port, port_block, names, &mut issues);
             add_driver_counters(
                 families,
                 device,
                 &port.hw_counters,
                 CounterScope::Port(port_block),
-                &mut name,
+                names,
                 &mut issues,
             );
             add_ethtool(families, device, port, ethtool_include, &mut issues);
             super::ecn_settings::add_metrics(families, device, port, &mut issues);
         }
     }
+    names.forget_unmet();
     issues
+}
+
+/// The help text of a counter file, by its listing and kernel name (`counters_ext/` files by
+/// the `counters/` name they stand for).
+fn counter_help(listing: Listing, name: &str) -> &'static str {
+    match listing {
+        Listing::PortCounters | Listing::CountersExt => {
+            help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP)
+        }
+        Listing::PortHw => help_of(HW_COUNTER_HELP, name).unwrap_or(UNKNOWN_HW_COUNTER_HELP),
+        Listing::DeviceHw => DEVICE_HW_COUNTER_HELP,
+    }
 }
 
 fn add_port_identity<'a>(
@@ -285,7 +234,7 @@ fn add_port_counters<'a>(
     device: &'a Device,
     port: &'a Port,
     block: LabelBlock,
-    name_buf: &mut String,
+    names: &mut CounterNames,
     issues: &mut Vec<EncodeIssue>,
 ) {
     // Kernel names that differ only in case or in a `port_` prefix (`FOO`, `foo`, `port_foo`)
@@ -294,33 +243,60 @@ fn add_port_counters<'a>(
     // under the name exactly when that family's last sample is this port's.
     // Plain counters win; legacy 64-bit files only fill names the plain set lacks (a
     // directory's names are unique: no set of the names seen is needed).
-    let plain = port.counters.iter();
+    let plain_slots = names.slots(port.counters.names(), Listing::PortCounters, counter_help);
+    let plain = port
+        .counters
+        .names()
+        .iter()
+        .map(|n| &**n)
+        .zip(port.counters.values())
+        .zip(plain_slots.iter());
+    let ext_slots = match port.counters_ext.is_empty() {
+        true => None,
+        false => Some(names.slots(
+            port.counters_ext.names(),
+            Listing::CountersExt,
+            counter_help,
+        )),
+    };
     let legacy = port
         .counters_ext
+        .names()
         .iter()
-        .map(|(n, v)| (counters_ext_equivalent(n), v))
-        .filter(|(n, _)| port.counters.get(n).is_none());
-    for (name, raw) in plain.chain(legacy) {
-        let value = if DATA_COUNTERS.contains(&name) {
+        .map(|n| counters_ext_equivalent(n))
+        .zip(port.counters_ext.values())
+        .zip(ext_slots.iter().flat_map(|slots| slots.iter()))
+        .filter(|((n, _), _)| port.counters.get(n).is_none());
+    for ((name, raw), slot) in plain.chain(legacy) {
+        let (
+            Some(raw),
+            Slot::Counter {
+                exposed,
+                help,
+                words,
+            },
+        ) = (*raw, slot)
+        else {
+            continue;
+        };
+        let value = if *words {
             raw.checked_mul(4)
                 .map_or(Value::F64(raw as f64 * 4.0), Value::U64)
         } else {
             Value::U64(raw)
         };
-        let help = help_of(PORT_COUNTER_HELP, name).unwrap_or(UNKNOWN_PORT_COUNTER_HELP);
-        port_counter_name_into(name_buf, name);
-        if families.last_block(name_buf) == Some(block) {
+        if families.last_block(exposed) == Some(block) {
             issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: ReadErrorReason::NameCollision,
                 detail: format!(
-                    "port {} counter {name:?} is exported as {name_buf}, a name already taken",
+                    "port {} counter {name:?} is exported as {exposed}, a name already taken",
                     port.number_text
                 ),
             });
             continue;
         }
-        let added = families.add_in(name_buf, Kind::Counter, help, block, [], value);
+        let added = families.add_in(exposed, Kind::Counter, *help, block, [], value);
         debug_assert!(added.is_ok(), "{added:?}");
         if super::saturation::is_saturated(name, raw) {
             families.gauge_in(
@@ -334,108 +310,57 @@ fn add_port_counters<'a>(
     }
 }
 
-/// Keeps driver counter names unique after sanitizing. Clean names (already valid metric name
-/// parts) always win; a name that needed sanitizing is dropped if it lands on a taken name.
-struct UniqueNames<'a> {
-    counters: &'a Counters,
-    /// The clean names, collected at the first name that needs sanitizing (mlx5's are all
-    /// clean: most scrapes never build it).
-    clean: Option<FxHashSet<&'a str>>,
-    sanitized: FxHashSet<String>,
-}
-
-impl<'a> UniqueNames<'a> {
-    fn new(counters: &'a Counters) -> Self {
-        UniqueNames {
-            counters,
-            clean: None,
-            sanitized: FxHashSet::default(),
-        }
-    }
-
-    /// Appends the metric name part of `raw` to `out`; `false` when it collides.
-    fn push(&mut self, out: &mut String, raw: &str) -> bool {
-        if is_clean_name(raw) {
-            out.push_str(raw);
-            return true;
-        }
-        let mut part = String::new();
-        push_driver_counter_name(&mut part, raw);
-        let counters = self.counters;
-        let clean = self.clean.get_or_insert_with(|| {
-            counters
-                .iter()
-                .map(|(n, _)| n)
-                .filter(|n| is_clean_name(n))
-                .collect()
-        });
-        if clean.contains(part.as_str()) || !self.sanitized.insert(part.clone()) {
-            return false;
-        }
-        out.push_str(&part);
-        true
-    }
-}
-
 fn add_driver_counters<'a>(
     families: &mut Families<'a>,
     device: &'a Device,
     counters: &'a Counters,
     scope: CounterScope,
-    name_buf: &mut String,
+    names: &mut CounterNames,
     issues: &mut Vec<EncodeIssue>,
 ) {
-    let (prefix, lifespan_name, lifespan_help, help_for_unknown, block) = match scope {
+    let (listing, lifespan_name, lifespan_help, block) = match scope {
         CounterScope::Port(block) => (
-            "rdma_hw_",
+            Listing::PortHw,
             "rdma_hw_lifespan_seconds",
             "How long the driver caches hw_counters values before refreshing them.",
-            UNKNOWN_HW_COUNTER_HELP,
             block,
         ),
         CounterScope::Device(block) => (
-            "rdma_device_hw_",
+            Listing::DeviceHw,
             "rdma_device_hw_lifespan_seconds",
             "How long the driver caches device-level hw_counters values before refreshing them.",
-            DEVICE_HW_COUNTER_HELP,
             block,
         ),
     };
-    let mut unique = UniqueNames::new(counters);
-    for (name, value) in counters.iter() {
-        if name == "lifespan" {
+    let slots = names.slots(counters.names(), listing, counter_help);
+    let values = counters.names().iter().zip(counters.values());
+    for ((name, value), slot) in values.zip(slots.iter()) {
+        let Some(value) = *value else { continue };
+        match slot {
             // Milliseconds in the kernel; a gauge, not a counter.
-            families.gauge_in(
+            Slot::Lifespan => families.gauge_in(
                 lifespan_name,
                 lifespan_help,
                 block,
                 [],
                 Value::F64(value as f64 / 1000.0),
-            );
-            continue;
-        }
-        name_buf.clear();
-        name_buf.push_str(prefix);
-        if !unique.push(name_buf, name) {
-            issues.push(EncodeIssue {
+            ),
+            Slot::Collision => issues.push(EncodeIssue {
                 device: device.name.clone(),
                 reason: ReadErrorReason::NameCollision,
                 detail: format!("driver counter {name:?} sanitizes to a name already taken"),
-            });
-            continue;
-        }
-        name_buf.push_str("_total");
-        let help = match scope {
-            CounterScope::Port(_) => help_of(HW_COUNTER_HELP, name).unwrap_or(help_for_unknown),
-            CounterScope::Device(_) => help_for_unknown,
-        };
-        if let Err(e) = families.add_in(name_buf, Kind::Counter, help, block, [], Value::U64(value))
-        {
-            issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: ReadErrorReason::NameCollision,
-                detail: e.to_string(),
-            });
+            }),
+            Slot::Counter { exposed, help, .. } => {
+                let added =
+                    families.add_in(exposed, Kind::Counter, *help, block, [], Value::U64(value));
+                if let Err(e) = added {
+                    issues.push(EncodeIssue {
+                        device: device.name.clone(),
+                        reason: ReadErrorReason::NameCollision,
+                        detail: e.to_string(),
+                    });
+                }
+            }
         }
     }
 }
@@ -663,51 +588,6 @@ pub fn add_storm_metrics<'a>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn port_counter_names_follow_the_design() {
-        assert_eq!(
-            port_counter_name("symbol_error"),
-            "rdma_port_symbol_error_total"
-        );
-        assert_eq!(
-            port_counter_name("port_xmit_wait"),
-            "rdma_port_xmit_wait_total"
-        );
-        assert_eq!(
-            port_counter_name("VL15_dropped"),
-            "rdma_port_vl15_dropped_total"
-        );
-        assert_eq!(
-            port_counter_name("port_xmit_data"),
-            "rdma_port_xmit_data_bytes_total"
-        );
-        assert_eq!(
-            port_counter_name("port_rcv_data"),
-            "rdma_port_rcv_data_bytes_total"
-        );
-    }
-
-    #[test]
-    fn driver_names_are_lint_clean() {
-        assert_eq!(driver_counter_name("brand_new_counter"), "brand_new_count");
-        assert_eq!(driver_counter_name("counter_x"), "count_x");
-        assert_eq!(driver_counter_name("SDMAIdInt1,32"), "sdmaidint1_32");
-        assert_eq!(driver_counter_name("encounters"), "encounters");
-        for (raw, clean) in [
-            ("np_cnp_sent", true),
-            ("rx_vport_rdma_unicast_bytes", true),
-            ("encounters", false),
-            ("c", true),
-            ("count", true),
-            ("x_counter", false),
-            ("counter", false),
-            ("Rx_bytes", false),
-            ("rx-bytes", false),
-        ] {
-            assert_eq!(is_clean_name(raw), clean, "{raw}");
-        }
-    }
-
     /// A node of one device, `d0`, with `port`.
     fn one_port_node(port: Port) -> NodeSnapshot {
         NodeSnapshot {
@@ -736,7 +616,7 @@ mod tests {
         };
         let snapshot = one_port_node(port);
         let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None);
+        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
         assert_eq!(issues.len(), 2, "{issues:?}");
         assert!(issues
             .iter()
@@ -773,7 +653,7 @@ mod tests {
         };
         let snapshot = one_port_node(port);
         let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None);
+        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
         assert!(issues.is_empty(), "{issues:?}");
         let lines = families.sample_lines();
         let counter =
@@ -803,7 +683,7 @@ mod tests {
             };
             let snapshot = one_port_node(port);
             let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None);
+            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
             families.contains("rdma_port_pma_saturated")
         };
         assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
@@ -824,7 +704,7 @@ mod tests {
             };
             let snapshot = one_port_node(port);
             let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None);
+            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
             families.contains("rdma_pfc_pause_frames_total")
         };
         assert!(typed_pfc("bnxt_en"), "Broadcom's PFC frames are typed");
@@ -855,7 +735,7 @@ mod tests {
         };
         let snapshot = one_port_node(port);
         let mut families = Families::default();
-        add_node_metrics(&mut families, &snapshot, None);
+        add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
         let pause_frames: Vec<(String, String, u64)> = families
             .samples()
             .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
@@ -901,7 +781,7 @@ mod tests {
         };
         let snapshot = one_port_node(port);
         let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None);
+        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
         assert_eq!(issues.len(), 2, "{issues:?}");
         assert!(issues
             .iter()
@@ -911,23 +791,6 @@ mod tests {
             families.len(),
             4,
             "rdma_devices, rdma_port_info, one symbol_error, link_downed"
-        );
-    }
-
-    #[test]
-    fn legacy_names_map_to_plain_ones() {
-        assert_eq!(counters_ext_equivalent("port_rcv_data_64"), "port_rcv_data");
-        assert_eq!(
-            counters_ext_equivalent("port_xmit_packets_64"),
-            "port_xmit_packets"
-        );
-        assert_eq!(
-            counters_ext_equivalent("port_unicast_rcv_packets"),
-            "unicast_rcv_packets"
-        );
-        assert_eq!(
-            counters_ext_equivalent("port_multicast_xmit_packets"),
-            "multicast_xmit_packets"
         );
     }
 

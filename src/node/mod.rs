@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod counter_filter;
+pub mod counter_names;
 pub mod counters;
 pub mod dcb;
 pub mod device_reads;
@@ -122,6 +123,8 @@ pub struct NodeCollector {
     stat_names: Mutex<Arc<StatNamesByNetdev>>,
     /// The last scrape's families, emptied: the next scrape fills them again.
     kept_families: Mutex<Families<'static>>,
+    /// What the counters of each kept directory listing are exported as.
+    counter_names: Mutex<counter_names::CounterNames>,
     /// Each netdev's last ECN settings, shared with the readers.
     ecn_kept: Arc<ecn_settings::KeptSettings>,
 }
@@ -157,6 +160,7 @@ impl NodeCollector {
             walks: AtomicU64::new(0),
             stat_names: Mutex::default(),
             kept_families: Mutex::default(),
+            counter_names: Mutex::default(),
             ecn_kept: Arc::default(),
         }
     }
@@ -247,6 +251,7 @@ impl NodeCollector {
             &mut families,
             &collection.snapshot,
             self.config.ethtool_include.as_ref(),
+            &mut self.counter_names.lock().unwrap_or_else(|p| p.into_inner()),
         );
         pcie_metrics::add_node_pcie(&mut families, &collection.snapshot, self.config.pcie_detail);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
