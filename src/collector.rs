@@ -88,6 +88,13 @@ impl Output<'_> {
         self.body.append(block);
     }
 
+    /// Copies families encoded before the scrape into the body where this collector writes:
+    /// for a small block (FEC's few KiB), where [`Output::append`]'s splice would cost the
+    /// whole body a copy and its answer a hop to a blocking thread.
+    pub fn write_encoded(&mut self, block: &dyn PreEncoded) {
+        self.body.write_encoded(block);
+    }
+
     /// Reports a companion's run (one of [`Collector::companions`]).
     pub fn report(&mut self, name: &'static str, ok: bool, duration: Duration) {
         self.companion_runs.push((name, ok, duration));

@@ -63,6 +63,11 @@ impl BodyWriter {
         families.write(self.format, &mut self.text);
     }
 
+    /// Copies families encoded before the scrape into the text, here.
+    pub fn write_encoded(&mut self, block: &dyn PreEncoded) {
+        block.write(self.format, &mut self.text);
+    }
+
     /// Hands over families encoded before the scrape: the body carries them as they are.
     pub fn append(&mut self, block: Arc<dyn PreEncoded>) {
         self.blocks.push(block);
@@ -96,6 +101,51 @@ impl GzipOnce {
             Format::PrometheusText => &self.text,
         };
         slot.get_or_init(|| super::gzip::compress(&text())).clone()
+    }
+}
+
+/// Families encoded once, in both formats, and then served as they are: for a source read once
+/// a round by a thread of its own (FEC) and scraped many times a round.
+#[derive(Debug)]
+pub struct EncodedFamilies {
+    open_metrics: Vec<u8>,
+    text: Vec<u8>,
+    gzip: GzipOnce,
+}
+
+impl EncodedFamilies {
+    pub fn new(families: &Families<'_>) -> EncodedFamilies {
+        let written = |format| {
+            let mut out = Vec::new();
+            families.write(format, &mut out);
+            out
+        };
+        EncodedFamilies {
+            open_metrics: written(Format::OpenMetrics),
+            text: written(Format::PrometheusText),
+            gzip: GzipOnce::default(),
+        }
+    }
+
+    fn text(&self, format: Format) -> &[u8] {
+        match format {
+            Format::OpenMetrics => &self.open_metrics,
+            Format::PrometheusText => &self.text,
+        }
+    }
+}
+
+impl PreEncoded for EncodedFamilies {
+    fn write(&self, format: Format, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.text(format));
+    }
+
+    fn len_hint(&self) -> usize {
+        self.open_metrics.len().max(self.text.len())
+    }
+
+    fn gzip(&self, format: Format) -> Bytes {
+        self.gzip.get(format, || self.text(format).to_vec())
     }
 }
 
@@ -223,6 +273,38 @@ mod tests {
             .read_to_string(&mut text)
             .unwrap();
         text
+    }
+
+    /// Encoded families write what the families write, in each format, and splice into a body
+    /// like any block.
+    #[test]
+    fn encoded_families_are_the_families_text() {
+        let mut families = Families::default();
+        families.counter(
+            "x_total",
+            "h",
+            [("a", std::borrow::Cow::Borrowed("1"))],
+            crate::exposition::Value::F64(2.0),
+        );
+        let encoded = Arc::new(EncodedFamilies::new(&families));
+        for format in [Format::OpenMetrics, Format::PrometheusText] {
+            let mut out = Vec::new();
+            encoded.write(format, &mut out);
+            assert_eq!(out, families.text(format).as_bytes(), "{format:?}");
+            assert!(encoded.len_hint() >= out.len());
+            assert_eq!(gunzip(&encoded.gzip(format)).as_bytes(), out);
+            // Copied where it is written: no block left to splice.
+            let mut writer = BodyWriter::new(format);
+            writer.write_encoded(encoded.as_ref());
+            let body = writer.finish();
+            assert!(!body.has_blocks());
+            assert!(body.bytes().starts_with(&out), "{format:?}");
+        }
+        let body = Body::new(Format::OpenMetrics, "a 1\n# EOF\n", vec![encoded]);
+        assert_eq!(
+            body.to_text(),
+            "a 1\n# HELP x h\n# TYPE x counter\nx_total{a=\"1\"} 2.0\n# EOF\n"
+        );
     }
 
     #[test]

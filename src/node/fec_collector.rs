@@ -21,6 +21,7 @@ use super::ethtool_netlink::fec::{self, FecReading};
 use super::ethtool_netlink::{EthtoolNetlink, EthtoolNlError};
 use super::sysfs::{port_netdevs, DeviceFilter, PortNetdev};
 use crate::collector::{Collector, Outcome, Output};
+use crate::exposition::body::EncodedFamilies;
 use crate::exposition::{Families, Value};
 use crate::periodic::Periodic;
 
@@ -202,6 +203,16 @@ pub struct FecCollector {
     config: FecConfig,
     shared: Arc<Shared>,
     readings: Periodic<Reading>,
+    /// The last round's families, encoded once: every scrape of the round serves them.
+    encoded: Mutex<Option<EncodedRound>>,
+}
+
+/// A round's families as encoded, with what they were encoded from.
+#[derive(Debug)]
+struct EncodedRound {
+    reading: Arc<Reading>,
+    errors: BTreeMap<&'static str, u64>,
+    families: Arc<EncodedFamilies>,
 }
 
 impl FecCollector {
@@ -228,6 +239,7 @@ impl FecCollector {
             config,
             shared,
             readings,
+            encoded: Mutex::default(),
         })
     }
 
@@ -373,9 +385,25 @@ impl Collector for FecCollector {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut families = Families::default();
-        add_metrics(&mut families, &reading, &self.config, &errors);
-        out.encode(&families)?;
+        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        let families = match &*encoded {
+            Some(round) if Arc::ptr_eq(&round.reading, &reading) && round.errors == errors => {
+                round.families.clone()
+            }
+            _ => {
+                let mut families = Families::default();
+                add_metrics(&mut families, &reading, &self.config, &errors);
+                let families = Arc::new(EncodedFamilies::new(&families));
+                *encoded = Some(EncodedRound {
+                    reading: reading.clone(),
+                    errors,
+                    families: families.clone(),
+                });
+                families
+            }
+        };
+        drop(encoded);
+        out.write_encoded(families.as_ref());
         let fresh = reading
             .finished
             .is_some_and(|at| at.elapsed() <= self.stale_after());
@@ -560,6 +588,58 @@ mod tests {
         }
         // RS totals only: no lane series for the others.
         assert!(!text.contains("rdma_fec_lane_uncorrectable"), "{text}");
+    }
+
+    /// The scrapes of one round serve its families as encoded once; the next round's are
+    /// encoded anew.
+    #[test]
+    fn a_round_is_encoded_once_for_all_its_scrapes() {
+        let sys = tree(&[("mlx5_0", "Ethernet", "ens1np0")], &[]);
+        let dir = tempfile::tempdir().unwrap();
+        let reply =
+            |corrected| encode_reply(27, 1, 4, "ens1np0", &rs(corrected, 0, 1), Padding::None);
+        write(dir.path(), "ens1np0", &reply(11));
+        let config = FecConfig {
+            interval: Duration::from_millis(200),
+            ..FecConfig::default()
+        };
+        let collector = started(dir.path(), sys.path(), config);
+        let encoded = |c: &FecCollector| {
+            c.encoded
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|r| r.families.clone())
+        };
+        // Two scrapes of one round (checked: a round may end between them).
+        let (families, again) = loop {
+            let round = collector.readings.last();
+            let text = scrape(&collector);
+            let families = encoded(&collector).unwrap();
+            scrape(&collector);
+            let again = encoded(&collector).unwrap();
+            if Arc::ptr_eq(&round, &collector.readings.last()) {
+                assert!(text.contains(r#"netdev="ens1np0"} 11"#), "{text}");
+                break (families, again);
+            }
+        };
+        assert!(Arc::ptr_eq(&families, &again), "one encoding for the round");
+        write(dir.path(), "ens1np0", &reply(12));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = scrape(&collector);
+            if text.contains(
+                r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 12"#,
+            ) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the next round is not served:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!Arc::ptr_eq(&families, &encoded(&collector).unwrap()));
     }
 
     #[test]
