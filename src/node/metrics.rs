@@ -251,14 +251,14 @@ fn add_port_counters<'a>(
         .map(|n| &**n)
         .zip(port.counters.values())
         .zip(plain_slots.iter());
-    let ext_slots = match port.counters_ext.is_empty() {
-        true => None,
-        false => Some(names.slots(
+    // Current kernels have no `counters_ext/`: no listing to keep.
+    let ext_slots = (!port.counters_ext.names().is_empty()).then(|| {
+        names.slots(
             port.counters_ext.names(),
             Listing::CountersExt,
             counter_help,
-        )),
-    };
+        )
+    });
     let legacy = port
         .counters_ext
         .names()
