@@ -24,10 +24,17 @@ impl Counters {
 
     /// (name, value) of the counters that have a value, in name-list order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.iter_at().map(|(_, name, value)| (name, value))
+    }
+
+    /// (place in [`Counters::names`], name, value) of the counters that have a value: for
+    /// what is kept per name list, by place.
+    pub fn iter_at(&self) -> impl Iterator<Item = (usize, &str, u64)> {
         self.names
             .iter()
             .zip(&self.values)
-            .filter_map(|(name, value)| Some((&**name, (*value)?)))
+            .enumerate()
+            .filter_map(|(at, (name, value))| Some((at, &**name, (*value)?)))
     }
 
     /// The value of counter `name`.
@@ -80,6 +87,10 @@ mod tests {
         let names: Names = vec!["a".into(), "b".into(), "c".into()].into();
         let counters = Counters::new(names, vec![Some(1), None, Some(3)]);
         assert_eq!(counters.iter().collect::<Vec<_>>(), [("a", 1), ("c", 3)]);
+        assert_eq!(
+            counters.iter_at().collect::<Vec<_>>(),
+            [(0, "a", 1), (2, "c", 3)]
+        );
         assert_eq!(counters.get("b"), None);
         assert_eq!(counters.get("c"), Some(3));
         assert_eq!(counters.len(), 2);

@@ -1,6 +1,7 @@
 //! The one place where node snapshots become metric families: names, help texts and units.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use regex::Regex;
 use rustc_hash::FxHashSet;
@@ -106,7 +107,6 @@ fn port_labels<'a>(device: &'a Device, port: &'a Port) -> [Label<'a>; 2] {
     ]
 }
 
-/// Adds every node metric of `snapshot` to `families`. Returns what had to be dropped.
 /// Adds every node metric of `snapshot` to `families`, naming counters by the listings kept in
 /// `names` (it forgets the listings this scrape did not meet). Returns what had to be dropped.
 pub fn add_node_metrics<'a>(
@@ -246,36 +246,29 @@ fn add_port_counters<'a>(
     let plain_slots = names.slots(port.counters.names(), Listing::PortCounters, counter_help);
     let plain = port
         .counters
-        .names()
-        .iter()
-        .map(|n| &**n)
-        .zip(port.counters.values())
-        .zip(plain_slots.iter());
+        .iter_at()
+        .map(|(at, name, raw)| (name, raw, &plain_slots[at]));
     // Current kernels have no `counters_ext/`: no listing to keep.
-    let ext_slots = (!port.counters_ext.names().is_empty()).then(|| {
+    let ext_slots: Arc<[Slot]> = if port.counters_ext.names().is_empty() {
+        Arc::default()
+    } else {
         names.slots(
             port.counters_ext.names(),
             Listing::CountersExt,
             counter_help,
         )
-    });
+    };
     let legacy = port
         .counters_ext
-        .names()
-        .iter()
-        .map(|n| counters_ext_equivalent(n))
-        .zip(port.counters_ext.values())
-        .zip(ext_slots.iter().flat_map(|slots| slots.iter()))
-        .filter(|((n, _), _)| port.counters.get(n).is_none());
-    for ((name, raw), slot) in plain.chain(legacy) {
-        let (
-            Some(raw),
-            Slot::Counter {
-                exposed,
-                help,
-                words,
-            },
-        ) = (*raw, slot)
+        .iter_at()
+        .map(|(at, name, raw)| (counters_ext_equivalent(name), raw, &ext_slots[at]))
+        .filter(|(name, _, _)| port.counters.get(name).is_none());
+    for (name, raw, slot) in plain.chain(legacy) {
+        let Slot::Counter {
+            exposed,
+            help,
+            words,
+        } = slot
         else {
             continue;
         };
@@ -333,10 +326,8 @@ fn add_driver_counters<'a>(
         ),
     };
     let slots = names.slots(counters.names(), listing, counter_help);
-    let values = counters.names().iter().zip(counters.values());
-    for ((name, value), slot) in values.zip(slots.iter()) {
-        let Some(value) = *value else { continue };
-        match slot {
+    for (at, name, value) in counters.iter_at() {
+        match &slots[at] {
             // Milliseconds in the kernel; a gauge, not a counter.
             Slot::Lifespan => families.gauge_in(
                 lifespan_name,
