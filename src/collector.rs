@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::exposition::body::{Body, BodyWriter, PreEncoded};
+use crate::exposition::body::{Body, BodyWriter, EncodedFamilies, PreEncoded};
 use crate::exposition::{Families, Format, Value};
 
 /// Every collector name, enabled or not, in the order they are run and listed. A name here is
@@ -91,8 +91,8 @@ impl Output<'_> {
     /// Copies families encoded before the scrape into the body where this collector writes:
     /// for a small block (FEC's few KiB), where [`Output::append`]'s splice would cost the
     /// whole body a copy and its answer a hop to a blocking thread.
-    pub fn write_encoded(&mut self, block: &dyn PreEncoded) {
-        self.body.write_encoded(block);
+    pub fn write_encoded(&mut self, encoded: &EncodedFamilies) {
+        self.body.write_encoded(encoded);
     }
 
     /// Reports a companion's run (one of [`Collector::companions`]).

@@ -64,8 +64,8 @@ impl BodyWriter {
     }
 
     /// Copies families encoded before the scrape into the text, here.
-    pub fn write_encoded(&mut self, block: &dyn PreEncoded) {
-        block.write(self.format, &mut self.text);
+    pub fn write_encoded(&mut self, encoded: &EncodedFamilies) {
+        self.text.extend_from_slice(encoded.text(self.format));
     }
 
     /// Hands over families encoded before the scrape: the body carries them as they are.
@@ -104,13 +104,13 @@ impl GzipOnce {
     }
 }
 
-/// Families encoded once, in both formats, and then served as they are: for a source read once
-/// a round by a thread of its own (FEC) and scraped many times a round.
+/// Families encoded once, in both formats, and then copied into each body as they are: for a
+/// source read once a round by a thread of its own (FEC) and scraped many times a round. Small
+/// enough to copy; large ones (the InfiniBand subnet's) are [`PreEncoded`] blocks instead.
 #[derive(Debug)]
 pub struct EncodedFamilies {
     open_metrics: Vec<u8>,
     text: Vec<u8>,
-    gzip: GzipOnce,
 }
 
 impl EncodedFamilies {
@@ -123,7 +123,6 @@ impl EncodedFamilies {
         EncodedFamilies {
             open_metrics: written(Format::OpenMetrics),
             text: written(Format::PrometheusText),
-            gzip: GzipOnce::default(),
         }
     }
 
@@ -132,20 +131,6 @@ impl EncodedFamilies {
             Format::OpenMetrics => &self.open_metrics,
             Format::PrometheusText => &self.text,
         }
-    }
-}
-
-impl PreEncoded for EncodedFamilies {
-    fn write(&self, format: Format, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.text(format));
-    }
-
-    fn len_hint(&self) -> usize {
-        self.open_metrics.len().max(self.text.len())
-    }
-
-    fn gzip(&self, format: Format) -> Bytes {
-        self.gzip.get(format, || self.text(format).to_vec())
     }
 }
 
@@ -275,8 +260,8 @@ mod tests {
         text
     }
 
-    /// Encoded families write what the families write, in each format, and splice into a body
-    /// like any block.
+    /// Encoded families are the families' text in each format, copied where they are written:
+    /// no block is left to splice.
     #[test]
     fn encoded_families_are_the_families_text() {
         let mut families = Families::default();
@@ -286,24 +271,24 @@ mod tests {
             [("a", std::borrow::Cow::Borrowed("1"))],
             crate::exposition::Value::F64(2.0),
         );
-        let encoded = Arc::new(EncodedFamilies::new(&families));
+        let encoded = EncodedFamilies::new(&families);
         for format in [Format::OpenMetrics, Format::PrometheusText] {
-            let mut out = Vec::new();
-            encoded.write(format, &mut out);
-            assert_eq!(out, families.text(format).as_bytes(), "{format:?}");
-            assert!(encoded.len_hint() >= out.len());
-            assert_eq!(gunzip(&encoded.gzip(format)).as_bytes(), out);
-            // Copied where it is written: no block left to splice.
             let mut writer = BodyWriter::new(format);
-            writer.write_encoded(encoded.as_ref());
+            writer.write_encoded(&encoded);
             let body = writer.finish();
             assert!(!body.has_blocks());
-            assert!(body.bytes().starts_with(&out), "{format:?}");
+            let eof = if format == Format::OpenMetrics {
+                EOF
+            } else {
+                ""
+            };
+            assert_eq!(body.to_text(), families.text(format) + eof, "{format:?}");
         }
-        let body = Body::new(Format::OpenMetrics, "a 1\n# EOF\n", vec![encoded]);
+        let mut writer = BodyWriter::new(Format::OpenMetrics);
+        writer.write_encoded(&encoded);
         assert_eq!(
-            body.to_text(),
-            "a 1\n# HELP x h\n# TYPE x counter\nx_total{a=\"1\"} 2.0\n# EOF\n"
+            writer.finish().to_text(),
+            "# HELP x h\n# TYPE x counter\nx_total{a=\"1\"} 2.0\n# EOF\n"
         );
     }
 

@@ -403,7 +403,7 @@ impl Collector for FecCollector {
             }
         };
         drop(encoded);
-        out.write_encoded(families.as_ref());
+        out.write_encoded(&families);
         let fresh = reading
             .finished
             .is_some_and(|at| at.elapsed() <= self.stale_after());
