@@ -625,14 +625,6 @@ struct Results {
 /// A distribution-free 95 % confidence interval of the median of `values`: the order
 /// statistics x(j) and x(n+1-j) with the largest j for which a Binomial(n, 1/2) falls below j
 /// with probability at most 2.5 %. `None` under 6 values (no such j).
-/// [`median_interval`] as the report prints it.
-fn interval(values: &[f64]) -> String {
-    match median_interval(values) {
-        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
-        None => "(too few rounds for an interval)".to_owned(),
-    }
-}
-
 fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -733,17 +725,8 @@ fn print_report(
         return;
     }
     let mut theirs_sorted = theirs.latencies_ms.clone();
-    let latencies: Vec<f64> = run_ratios.iter().map(|r| r.0).collect();
-    let cpus: Vec<f64> = run_ratios.iter().map(|r| r.1).collect();
-    let latency_ratio = median(&mut latencies.clone());
-    let cpu_ratio = median(&mut cpus.clone());
-    println!(
-        "\nratios ours/node_exporter, median of {} rounds with its 95 % interval: median latency \
-         {latency_ratio:.3}x {}, CPU per scrape {cpu_ratio:.3}x {}",
-        run_ratios.len(),
-        interval(&latencies),
-        interval(&cpus)
-    );
+    let (latency_ratio, cpu_ratio, ratios_text) = ratio_medians(run_ratios);
+    println!("\nratios ours/node_exporter, {ratios_text}");
     println!(
         "target: our CPU per scrape <= {TARGET_CPU_RATIO}x and median scrape <= \
          {TARGET_LATENCY_RATIO}x node_exporter's: {} (CPU {cpu_ratio:.3}x, latency \
@@ -768,6 +751,31 @@ fn print_report(
     }
 }
 
+/// [`median_interval`] as the report prints it.
+fn interval(values: &[f64]) -> String {
+    match median_interval(values) {
+        Some((low, high)) => format!("[{low:.3}, {high:.3}]"),
+        None => "(too few rounds for an interval)".to_owned(),
+    }
+}
+
+/// The medians of per-round (latency, CPU) ratios, and how the report writes them with their
+/// intervals.
+fn ratio_medians(ratios: &[(f64, f64)]) -> (f64, f64, String) {
+    let latencies: Vec<f64> = ratios.iter().map(|r| r.0).collect();
+    let cpus: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+    let latency = median(&mut latencies.clone());
+    let cpu = median(&mut cpus.clone());
+    let text = format!(
+        "median of {} rounds with its 95 % interval: median latency {latency:.3}x {}, CPU per \
+         scrape {cpu:.3}x {}",
+        ratios.len(),
+        interval(&latencies),
+        interval(&cpus)
+    );
+    (latency, cpu, text)
+}
+
 /// The second build's row, and ours against it round by round.
 fn print_baseline(baseline: &Results, ratios: &[(f64, f64)]) {
     let mut sorted = baseline.latencies_ms.clone();
@@ -779,17 +787,7 @@ fn print_baseline(baseline: &Results, ratios: &[(f64, f64)]) {
         baseline.cpu_ms_per_scrape,
         baseline.rss_mib
     );
-    let latencies: Vec<f64> = ratios.iter().map(|r| r.0).collect();
-    let cpus: Vec<f64> = ratios.iter().map(|r| r.1).collect();
-    println!(
-        "ours / baseline build, median of {} rounds with its 95 % interval: median latency \
-         {:.3}x {}, CPU per scrape {:.3}x {}",
-        ratios.len(),
-        median(&mut latencies.clone()),
-        interval(&latencies),
-        median(&mut cpus.clone()),
-        interval(&cpus)
-    );
+    println!("ours / baseline build, {}", ratio_medians(ratios).2);
 }
 
 fn verdict(met: bool) -> &'static str {
