@@ -8,11 +8,11 @@
 FROM docker.io/library/rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-# cmake, clang and libclang-dev build rdma-mummy-sys (the probe's verbs binding: a libibverbs
-# stub that dlopens the library at run time, so the image needs no libibverbs to start);
-# libibverbs1 and ibverbs-providers are what it loads, copied into the image for probing.
+# The build needs the Rust toolchain and a C linker only (the probe's verbs binding dlopens
+# libibverbs at run time); libibverbs1 and ibverbs-providers are what the probe loads, copied
+# into the image for probing.
 RUN apt-get update && apt-get install -y --no-install-recommends infiniband-diags \
-    cmake clang libclang-dev libibverbs1 ibverbs-providers \
+    libibverbs1 ibverbs-providers \
  && cargo build --release --locked --bin rdma-fabric-exporter \
  && scripts/image-rootfs target/release/rdma-fabric-exporter /rootfs
 

@@ -1,7 +1,8 @@
 //! The probe's UD endpoint on libibverbs ([`Endpoint`]), the only module of `probe` with
-//! `unsafe`. The binding is `rdma-mummy-sys`: its stubs `dlopen` libibverbs.so.1 when the
-//! process starts, so a host without rdma-core runs every other collector and [`devices`] says
-//! why probing is off ([`TransportError::Unavailable`]).
+//! `unsafe`. The binding is our own (`ffi`): libibverbs.so.1 is `dlopen`ed at the first use and
+//! its layouts declared by hand, so a host without rdma-core runs every other collector and
+//! [`devices`] says why probing is off ([`TransportError::Unavailable`]), and a build needs no C
+//! toolchain beyond the linker.
 //!
 //! One endpoint is one port's UD queue pair: a protection domain, one memory region over all
 //! the send and receive buffers, a completion queue (extended, with device timestamps, where
@@ -26,7 +27,9 @@ use std::path::PathBuf;
 use std::ptr::{self, NonNull};
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys as ffi;
+mod ffi;
+
+use ffi::Verbs;
 
 use super::responder::Source;
 use super::rtt::Clock;
@@ -50,9 +53,6 @@ const HEALTH_EVERY: Duration = Duration::from_millis(200);
 const POLL_SLEEP: Duration = Duration::from_micros(200);
 /// GID table entries looked at for a RoCE v2 GID.
 const GID_SCAN: i32 = 256;
-/// `IBV_WC_STANDARD_FLAGS` (byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits): an
-/// anonymous enum of verbs.h that the bindings do not carry.
-const WC_STANDARD_FLAGS: u64 = 0x7f;
 
 /// The names of the RDMA devices (`ibv_get_device_list`). `Unavailable` when libibverbs is
 /// missing or the kernel has no RDMA support: the one line the log says about probing.
@@ -78,12 +78,14 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
     let uverbs = PathBuf::from(uverbs.to_string_lossy().into_owned());
     // SAFETY: `dev` is an entry of the live device list; a device opened before the list is
     // freed stays valid (ibv_get_device_list(3)).
-    let ctx = unsafe { ffi::ibv_open_device(dev) };
+    let ctx = unsafe { (list.verbs.open_device)(dev) };
     if ctx.is_null() {
         return Err(verbs_error("ibv_open_device"));
     }
+    let verbs = list.verbs;
     drop(list);
     let mut endpoint = VerbsEndpoint {
+        verbs,
         device: device.to_string(),
         port,
         qkey,
@@ -113,22 +115,20 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
 
 /// `ibv_get_device_list`'s answer, freed on drop.
 struct DeviceList {
+    verbs: &'static Verbs,
     list: *mut *mut ffi::ibv_device,
     len: usize,
 }
 
 impl DeviceList {
     fn get() -> Result<DeviceList, TransportError> {
+        let verbs = ffi::verbs().map_err(|why| TransportError::Unavailable(why.into()))?;
         let mut n: i32 = 0;
         // SAFETY: `n` is a valid out-pointer for the count.
-        let list = unsafe { ffi::ibv_get_device_list(&mut n) };
+        let list = unsafe { (verbs.get_device_list)(&mut n) };
         if list.is_null() {
             let error = io::Error::last_os_error();
             return Err(match error.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => TransportError::Unavailable(
-                    "libibverbs not found (install rdma-core's libibverbs1 and ibverbs-providers)"
-                        .into(),
-                ),
                 Some(libc::ENOSYS) => {
                     TransportError::Unavailable("the kernel has no RDMA support".into())
                 }
@@ -139,6 +139,7 @@ impl DeviceList {
             });
         }
         Ok(DeviceList {
+            verbs,
             list,
             len: usize::try_from(n).unwrap_or(0),
         })
@@ -152,7 +153,7 @@ impl DeviceList {
                 return None;
             }
             // SAFETY: `dev` is a live device of the list; its name is NUL-terminated.
-            let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
+            let name = unsafe { CStr::from_ptr((self.verbs.get_device_name)(dev)) };
             Some((name.to_string_lossy().into_owned(), dev))
         })
     }
@@ -161,7 +162,7 @@ impl DeviceList {
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: `list` came from ibv_get_device_list and is freed once.
-        unsafe { ffi::ibv_free_device_list(self.list) };
+        unsafe { (self.verbs.free_device_list)(self.list) };
     }
 }
 
@@ -212,8 +213,8 @@ impl Cq {
         match *self {
             Cq::None => ptr::null_mut(),
             Cq::Plain(cq) => cq,
-            // SAFETY: a pointer cast (the extended CQ begins with the plain one).
-            Cq::Stamped { cq, .. } => unsafe { ffi::ibv_cq_ex_to_cq(cq) },
+            // The extended CQ begins with the plain one (`ibv_cq_ex_to_cq` is this cast).
+            Cq::Stamped { cq, .. } => cq.cast(),
         }
     }
 }
@@ -247,15 +248,15 @@ struct AhEntry {
 
 impl AhCache {
     /// Destroys every handle (their sends are over or flushed: the QP is destroyed first).
-    fn clear(&mut self) {
+    fn clear(&mut self, verbs: &Verbs) {
         for (_, entry) in self.entries.drain() {
             // SAFETY: each AH was created by ibv_create_ah and is destroyed once.
-            unsafe { ffi::ibv_destroy_ah(entry.ah) };
+            unsafe { (verbs.destroy_ah)(entry.ah) };
         }
     }
 
     /// Makes room for one more: destroys the least recently used handle with nothing in flight.
-    fn evict(&mut self) {
+    fn evict(&mut self, verbs: &Verbs) {
         if self.entries.len() < AH_CACHE {
             return;
         }
@@ -268,7 +269,7 @@ impl AhCache {
         if let Some(key) = oldest {
             if let Some(entry) = self.entries.remove(&key) {
                 // SAFETY: no send in flight uses it; destroyed once.
-                unsafe { ffi::ibv_destroy_ah(entry.ah) };
+                unsafe { (verbs.destroy_ah)(entry.ah) };
             }
         }
     }
@@ -283,6 +284,8 @@ struct InFlight {
 
 /// One port's UD endpoint on libibverbs.
 pub struct VerbsEndpoint {
+    /// libibverbs' calls (resolved once per process, never unloaded).
+    verbs: &'static Verbs,
     device: String,
     port: u8,
     qkey: u32,
@@ -402,12 +405,12 @@ impl VerbsEndpoint {
         // SAFETY: a zeroed ibv_device_attr_ex is a valid out-buffer (plain integers).
         let mut attr: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; `attr` is a valid out-pointer; no input.
-        let rc = unsafe { ffi::ibv_query_device_ex(self.ctx, ptr::null(), &mut attr) };
+        let rc = unsafe { ffi::query_device_ex(self.verbs, self.ctx, &mut attr) };
         verbs_rc("ibv_query_device_ex", rc)?;
         // SAFETY: a zeroed ibv_port_attr is a valid out-buffer.
         let mut port: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; `port` is a valid out-pointer.
-        let rc = unsafe { ffi::ibv_query_port(self.ctx, self.port, &mut port) };
+        let rc = unsafe { ffi::query_port(self.verbs, self.ctx, self.port, &mut port) };
         verbs_rc("ibv_query_port", rc).map_err(|_| {
             device_error(format!(
                 "no port {} ({})",
@@ -422,27 +425,26 @@ impl VerbsEndpoint {
             // SAFETY: a zeroed GID is a valid out-buffer.
             let mut gid: ffi::ibv_gid = unsafe { std::mem::zeroed() };
             // SAFETY: `ctx` is open; `gid` is a valid out-pointer.
-            let rc = unsafe { ffi::ibv_query_gid(self.ctx, self.port, 0, &mut gid) };
+            let rc = unsafe { (self.verbs.query_gid)(self.ctx, self.port, 0, &mut gid) };
             verbs_rc("ibv_query_gid", rc)?;
-            // SAFETY: every bit pattern of the union is a valid byte array.
-            (0, unsafe { gid.raw })
+            (0, gid.raw)
         };
         self.gid_index = gid_index;
         self.gid = gid;
 
         // SAFETY: `ctx` is open.
-        self.pd = unsafe { ffi::ibv_alloc_pd(self.ctx) };
+        self.pd = unsafe { (self.verbs.alloc_pd)(self.ctx) };
         if self.pd.is_null() {
             return Err(verbs_error("ibv_alloc_pd"));
         }
         // SAFETY: the buffer is `len` live bytes that stay put until after the MR is
         // deregistered (drop order); LOCAL_WRITE lets the NIC write receives into it.
         self.mr = unsafe {
-            ffi::ibv_reg_mr(
+            (self.verbs.reg_mr)(
                 self.pd,
                 self.buf.base.as_ptr().cast(),
                 self.buf.len,
-                ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+                ffi::IBV_ACCESS_LOCAL_WRITE,
             )
         };
         if self.mr.is_null() {
@@ -457,10 +459,9 @@ impl VerbsEndpoint {
             // SAFETY: a zeroed init attr is valid (no channel, vector 0, no comp_mask fields).
             let mut init: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
             init.cqe = entries;
-            init.wc_flags = WC_STANDARD_FLAGS
-                | u64::from(ffi::ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0);
+            init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
             // SAFETY: `ctx` is open; `init` is a valid attr.
-            let cq = unsafe { ffi::ibv_create_cq_ex(self.ctx, &mut init) };
+            let cq = unsafe { ffi::create_cq_ex(self.ctx, &mut init) };
             if !cq.is_null() {
                 self.cq = Cq::Stamped {
                     cq,
@@ -471,7 +472,7 @@ impl VerbsEndpoint {
         if matches!(self.cq, Cq::None) {
             // SAFETY: `ctx` is open; no context, channel or vector.
             let cq = unsafe {
-                ffi::ibv_create_cq(
+                (self.verbs.create_cq)(
                     self.ctx,
                     entries as i32,
                     ptr::null_mut(),
@@ -489,41 +490,39 @@ impl VerbsEndpoint {
         let mut init: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = self.cq.as_cq();
         init.recv_cq = self.cq.as_cq();
-        init.qp_type = ffi::ibv_qp_type::IBV_QPT_UD;
+        init.qp_type = ffi::IBV_QPT_UD;
         init.sq_sig_all = 1;
         init.cap.max_send_wr = SEND_SLOTS as u32;
         init.cap.max_recv_wr = RECV_SLOTS as u32;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         // SAFETY: `pd` and the CQ are live; `init` is valid.
-        self.qp = unsafe { ffi::ibv_create_qp(self.pd, &mut init) };
+        self.qp = unsafe { (self.verbs.create_qp)(self.pd, &mut init) };
         if self.qp.is_null() {
             return Err(verbs_error("ibv_create_qp"));
         }
         // SAFETY: `qp` is live.
         self.qpn = unsafe { (*self.qp).qp_num };
 
-        use ffi::ibv_qp_attr_mask as mask;
         // SAFETY: a zeroed QP attr is valid; only the masked fields are read.
         let mut qp_attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
+        qp_attr.qp_state = ffi::IBV_QPS_INIT;
         qp_attr.pkey_index = 0;
         qp_attr.port_num = self.port;
         qp_attr.qkey = self.qkey;
-        let m =
-            mask::IBV_QP_STATE | mask::IBV_QP_PKEY_INDEX | mask::IBV_QP_PORT | mask::IBV_QP_QKEY;
+        let mask = ffi::IBV_QP_STATE | ffi::IBV_QP_PKEY_INDEX | ffi::IBV_QP_PORT | ffi::IBV_QP_QKEY;
         // SAFETY: `qp` is live; `qp_attr` is valid for the mask.
-        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, m.0 as i32) };
+        let rc = unsafe { (self.verbs.modify_qp)(self.qp, &mut qp_attr, mask) };
         verbs_rc("ibv_modify_qp(INIT)", rc)?;
-        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
+        qp_attr.qp_state = ffi::IBV_QPS_RTR;
         // SAFETY: as above, the state alone.
-        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, mask::IBV_QP_STATE.0 as i32) };
+        let rc = unsafe { (self.verbs.modify_qp)(self.qp, &mut qp_attr, ffi::IBV_QP_STATE) };
         verbs_rc("ibv_modify_qp(RTR)", rc)?;
-        qp_attr.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
+        qp_attr.qp_state = ffi::IBV_QPS_RTS;
         qp_attr.sq_psn = 0;
-        let m = mask::IBV_QP_STATE | mask::IBV_QP_SQ_PSN;
+        let mask = ffi::IBV_QP_STATE | ffi::IBV_QP_SQ_PSN;
         // SAFETY: as above.
-        let rc = unsafe { ffi::ibv_modify_qp(self.qp, &mut qp_attr, m.0 as i32) };
+        let rc = unsafe { (self.verbs.modify_qp)(self.qp, &mut qp_attr, mask) };
         verbs_rc("ibv_modify_qp(RTS)", rc)?;
 
         // Async events are read without blocking (DEVICE_FATAL closes the endpoint).
@@ -549,13 +548,18 @@ impl VerbsEndpoint {
             let mut entry: ffi::ibv_gid_entry = unsafe { std::mem::zeroed() };
             // SAFETY: `ctx` is open; `entry` is a valid out-pointer; empty slots answer ENODATA.
             let rc = unsafe {
-                ffi::ibv_query_gid_ex(self.ctx, u32::from(self.port), index as u32, &mut entry, 0)
+                ffi::query_gid_ex(
+                    self.verbs,
+                    self.ctx,
+                    u32::from(self.port),
+                    index as u32,
+                    &mut entry,
+                )
             };
             if rc != 0 || entry.gid_type != ffi::IBV_GID_TYPE_ROCE_V2 {
                 continue;
             }
-            // SAFETY: every bit pattern of the union is a valid byte array.
-            let gid = unsafe { entry.gid.raw };
+            let gid = entry.gid.raw;
             if gid == [0; 16] {
                 continue;
             }
@@ -578,7 +582,7 @@ impl VerbsEndpoint {
             _ => 1,
         };
         let mut values = ffi::ibv_values_ex {
-            comp_mask: ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0,
+            comp_mask: ffi::IBV_VALUES_MASK_RAW_CLOCK,
             raw_clock: libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
@@ -588,8 +592,8 @@ impl VerbsEndpoint {
             return None;
         }
         // SAFETY: `ctx` is open; `values` is a valid in/out struct.
-        let rc = unsafe { ffi::ibv_query_rt_values_ex(self.ctx, &mut values) };
-        if rc != 0 || values.comp_mask & ffi::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0 == 0 {
+        let rc = unsafe { ffi::query_rt_values_ex(self.ctx, &mut values) };
+        if rc != 0 || values.comp_mask & ffi::IBV_VALUES_MASK_RAW_CLOCK == 0 {
             return None;
         }
         // The raw clock comes in tv_nsec (the cycle count), per libibverbs' convention.
@@ -614,7 +618,7 @@ impl VerbsEndpoint {
         let mut bad = ptr::null_mut();
         // SAFETY: `qp` is live; `wr` and `sge` outlive the call (libibverbs copies them); the
         // slot is ours until its completion (not read or written meanwhile).
-        let rc = unsafe { ffi::ibv_post_recv(self.qp, &mut wr, &mut bad) };
+        let rc = unsafe { ffi::post_recv(self.qp, &mut wr, &mut bad) };
         verbs_rc("ibv_post_recv", rc)
     }
 
@@ -643,16 +647,12 @@ impl VerbsEndpoint {
             // SAFETY: a zeroed event is a valid out-buffer (event type 0 exists).
             let mut event: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
             // SAFETY: `ctx` is open and its async fd non-blocking: returns -1 when empty.
-            if unsafe { ffi::ibv_get_async_event(self.ctx, &mut event) } != 0 {
+            if unsafe { (self.verbs.get_async_event)(self.ctx, &mut event) } != 0 {
                 break;
             }
-            // The raw number, not the Rust enum: a kernel newer than the bindings may send a
-            // value the enum lacks.
-            // SAFETY: `event_type` is a u32-sized field of `event`.
-            let kind = unsafe { ptr::addr_of!(event.event_type).cast::<u32>().read() };
-            fatal |= kind == ffi::ibv_event_type::IBV_EVENT_DEVICE_FATAL as u32;
+            fatal |= event.event_type == ffi::IBV_EVENT_DEVICE_FATAL;
             // SAFETY: the event was returned by ibv_get_async_event and is acked once.
-            unsafe { ffi::ibv_ack_async_event(&mut event) };
+            unsafe { (self.verbs.ack_async_event)(&mut event) };
         }
         if fatal || !self.uverbs.exists() {
             self.release();
@@ -666,29 +666,29 @@ impl VerbsEndpoint {
         self.gone = true;
         if !self.qp.is_null() {
             // SAFETY: created by ibv_create_qp, destroyed once.
-            unsafe { ffi::ibv_destroy_qp(self.qp) };
+            unsafe { (self.verbs.destroy_qp)(self.qp) };
             self.qp = ptr::null_mut();
         }
-        self.ahs.clear();
+        self.ahs.clear(self.verbs);
         self.sends = [None; SEND_SLOTS];
         let cq = std::mem::replace(&mut self.cq, Cq::None);
         if !cq.as_cq().is_null() {
             // SAFETY: created by ibv_create_cq(_ex), destroyed once, after the QP using it.
-            unsafe { ffi::ibv_destroy_cq(cq.as_cq()) };
+            unsafe { (self.verbs.destroy_cq)(cq.as_cq()) };
         }
         if !self.mr.is_null() {
             // SAFETY: registered by ibv_reg_mr, deregistered once, after the QP.
-            unsafe { ffi::ibv_dereg_mr(self.mr) };
+            unsafe { (self.verbs.dereg_mr)(self.mr) };
             self.mr = ptr::null_mut();
         }
         if !self.pd.is_null() {
             // SAFETY: allocated by ibv_alloc_pd, freed once, after everything in it.
-            unsafe { ffi::ibv_dealloc_pd(self.pd) };
+            unsafe { (self.verbs.dealloc_pd)(self.pd) };
             self.pd = ptr::null_mut();
         }
         if !self.ctx.is_null() {
             // SAFETY: opened by ibv_open_device, closed once, last.
-            unsafe { ffi::ibv_close_device(self.ctx) };
+            unsafe { (self.verbs.close_device)(self.ctx) };
             self.ctx = ptr::null_mut();
         }
     }
@@ -701,7 +701,7 @@ impl VerbsEndpoint {
             entry.used = stamp;
             return Ok(entry.ah);
         }
-        self.ahs.evict();
+        self.ahs.evict(self.verbs);
         let (gid, flow_label, traffic_class, service_level) = key;
         // SAFETY: a zeroed AH attr is valid (dlid 0, no static rate).
         let mut attr: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
@@ -714,7 +714,7 @@ impl VerbsEndpoint {
         attr.sl = service_level;
         attr.port_num = self.port;
         // SAFETY: `pd` is live; `attr` is valid.
-        let ah = unsafe { ffi::ibv_create_ah(self.pd, &mut attr) };
+        let ah = unsafe { (self.verbs.create_ah)(self.pd, &mut attr) };
         if ah.is_null() {
             return Err(verbs_error("ibv_create_ah"));
         }
@@ -738,16 +738,16 @@ impl VerbsEndpoint {
                 let mut wcs: [ffi::ibv_wc; 16] = unsafe { std::mem::zeroed() };
                 while out.len() < budget {
                     // SAFETY: `cq` is live; `wcs` holds 16 entries.
-                    let n = unsafe { ffi::ibv_poll_cq(cq, wcs.len() as i32, wcs.as_mut_ptr()) };
+                    let n = unsafe { ffi::poll_cq(cq, wcs.len() as i32, wcs.as_mut_ptr()) };
                     let n = usize::try_from(n).unwrap_or(0).min(wcs.len());
                     for wc in &wcs[..n] {
-                        let ok = wc.status == ffi::ibv_wc_status::IBV_WC_SUCCESS;
+                        let ok = wc.status == ffi::IBV_WC_SUCCESS;
                         out.push(Completion {
                             wr_id: wc.wr_id,
                             ok,
                             byte_len: if ok { wc.byte_len } else { 0 },
                             src_qp: if ok { wc.src_qp } else { 0 },
-                            grh: ok && wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_GRH.0 != 0,
+                            grh: ok && wc.wc_flags & ffi::IBV_WC_GRH != 0,
                             stamped_ns: None,
                         });
                     }
@@ -758,11 +758,9 @@ impl VerbsEndpoint {
             }
             Cq::Stamped { cq, khz } => {
                 while out.len() < budget {
-                    // SAFETY: a zeroed poll attr is valid (comp_mask 0).
-                    let mut attr: ffi::ibv_poll_cq_attr = unsafe { std::mem::zeroed() };
                     // SAFETY: `cq` is a live extended CQ; one completion per start/end pair
                     // (never next_poll, which corrupts rxe's CQ).
-                    if unsafe { ffi::ibv_start_poll(cq, &mut attr) } != 0 {
+                    if unsafe { ffi::start_poll(cq) } != 0 {
                         break; // ENOENT: empty
                     }
                     // SAFETY: between start_poll and end_poll the current completion's fields
@@ -770,21 +768,27 @@ impl VerbsEndpoint {
                     // nothing else is read then. The CQ was created with the standard flags and
                     // the completion timestamp, so those readers exist.
                     let completion = unsafe {
-                        let ok = (*cq).status == ffi::ibv_wc_status::IBV_WC_SUCCESS;
+                        let ok = (*cq).status == ffi::IBV_WC_SUCCESS;
                         Completion {
                             wr_id: (*cq).wr_id,
                             ok,
-                            byte_len: if ok { ffi::ibv_wc_read_byte_len(cq) } else { 0 },
-                            src_qp: if ok { ffi::ibv_wc_read_src_qp(cq) } else { 0 },
-                            grh: ok
-                                && ffi::ibv_wc_read_wc_flags(cq) & ffi::ibv_wc_flags::IBV_WC_GRH.0
-                                    != 0,
+                            byte_len: if ok {
+                                ffi::read(cq, |c| c.read_byte_len)
+                            } else {
+                                0
+                            },
+                            src_qp: if ok {
+                                ffi::read(cq, |c| c.read_src_qp)
+                            } else {
+                                0
+                            },
+                            grh: ok && ffi::read(cq, |c| c.read_wc_flags) & ffi::IBV_WC_GRH != 0,
                             stamped_ns: ok
-                                .then(|| device_ns(ffi::ibv_wc_read_completion_ts(cq), khz)),
+                                .then(|| device_ns(ffi::read(cq, |c| c.read_completion_ts), khz)),
                         }
                     };
                     // SAFETY: ends the poll started above.
-                    unsafe { ffi::ibv_end_poll(cq) };
+                    unsafe { ffi::end_poll(cq) };
                     out.push(completion);
                 }
             }
@@ -923,9 +927,9 @@ impl Endpoint for VerbsEndpoint {
         wr.wr_id = SEND_TAG | index as u64;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        wr.wr.ud = ffi::ud_t {
+        wr.opcode = ffi::IBV_WR_SEND;
+        wr.send_flags = ffi::IBV_SEND_SIGNALED;
+        wr.wr.ud = ffi::ibv_send_wr_ud {
             ah,
             remote_qpn: to.qpn,
             remote_qkey: to.qkey,
@@ -934,7 +938,7 @@ impl Endpoint for VerbsEndpoint {
         let posted_at = self.now_ns();
         // SAFETY: `qp` is live; `wr`, `sge` and the AH outlive the call, and the AH stays until
         // the send completes (its in-flight count keeps it from eviction).
-        let rc = unsafe { ffi::ibv_post_send(self.qp, &mut wr, &mut bad) };
+        let rc = unsafe { ffi::post_send(self.qp, &mut wr, &mut bad) };
         if rc != 0 {
             self.check_device(true)?;
             return verbs_rc("ibv_post_send", rc).map(|()| posted_at);
