@@ -15,7 +15,7 @@ use common::*;
 use serde_json::Value;
 
 /// The dashboards this project ships, by uid (= file stem).
-const DASHBOARDS: [&str; 6] = [
+pub(crate) const DASHBOARDS: [&str; 6] = [
     "rdma-ecn-tuning",
     "rdma-fabric-overview",
     "rdma-fleet",
