@@ -14,6 +14,7 @@ mod cardinality;
 mod cli;
 mod corpus_harness;
 mod dashboards;
+mod dashboards_schema;
 mod deb;
 mod demo;
 mod demo_fec;
