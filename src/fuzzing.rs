@@ -50,6 +50,7 @@ pub fn probe_packet(data: &[u8]) {
         per_source: 8,
         total: 20,
         sources: 4,
+        unknown: 2,
     };
     let mut responder = Responder::new(limits, 0);
     let mut answers = 0;
@@ -64,7 +65,8 @@ pub fn probe_packet(data: &[u8]) {
             assert_eq!(again[8..24], payload[8..24]);
         }
         let source = ([from; 16], u32::from(from));
-        if let Verdict::Answer(_) = responder.receive(payload, source, 0) {
+        // Odd source bytes stand for sources outside the peer set.
+        if let Verdict::Answer(_) = responder.receive(payload, source, 0, from % 2 == 0) {
             answers += 1;
         }
     }

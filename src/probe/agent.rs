@@ -1,10 +1,17 @@
 //! The probing loop of one host: every local port answers probes on its responder endpoint and
 //! sends its own from its prober endpoint to the round's targets ([`super::targets::plan`]).
 //! One thread runs all ports: every verbs call it makes returns at once (completion queues are
-//! polled, never waited on), so a wedged or vanished device costs only its own probes. The loop
-//! writes [`Stats`]; a scrape copies them and never sends a probe.
+//! polled, never waited on; address handles for GIDs not met lately are made off the loop), so
+//! a wedged or vanished device costs only its own probes. The loop writes [`Stats`]; a scrape
+//! copies them and never sends a probe.
+//!
+//! What the fabric sends cannot fool or silence it: an answer counts only when it comes from the
+//! GID and QPN the probe went to, with a sequence number in flight (they start at a random point
+//! each start, so a blind forger cannot guess them); a send that fails costs that one answer,
+//! not the rest of the batch; a queue pair rebuilt by its endpoint is counted, logged once and
+//! published with its new QPN; sources outside the peer set are answered at a small shared rate.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +76,8 @@ impl std::fmt::Debug for LocalPort {
 /// A probe in flight.
 struct Pending {
     path: PathKey,
+    /// Where it went: only an answer from there counts.
+    to: Address,
     t1: u64,
     /// The send completion (device clock), awaited with hardware timestamps only.
     t2: Option<u64>,
@@ -96,6 +105,8 @@ struct PortState {
     next_wr: u64,
     /// Set once the device is gone: nothing more is sent or polled on it.
     gone: bool,
+    /// A rebuild of this port's queue pairs was logged (later ones go to the debug log).
+    reset_logged: bool,
 }
 
 /// The probing loop: spawn it, hand it peers, read its stats, stop it.
@@ -181,9 +192,10 @@ fn run(
             answered: HashMap::new(),
             next_wr: 1,
             gone: false,
+            reset_logged: false,
         })
         .collect();
-    let mut next_seq: u64 = 1;
+    let mut next_seq: u64 = random_start();
     let mut round: u64 = 0;
     let mut events = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -195,6 +207,7 @@ fn run(
                 address: state.local.responder.address(),
             });
         }
+        let known_gids: HashSet<[u8; 16]> = known.iter().map(|p| p.address.gid).collect();
         let local: Vec<Port> = states.iter().map(|s| s.local.port.clone()).collect();
         let all: Vec<Port> = known.iter().map(|p| p.port.clone()).collect();
         let planned = targets::plan(&local, &all, round, &settings.targets);
@@ -244,6 +257,7 @@ fn run(
                             seq,
                             Pending {
                                 path,
+                                to: address,
                                 t1,
                                 t2: None,
                                 t5: None,
@@ -255,7 +269,7 @@ fn run(
                 }
             }
             for state in states.iter_mut().filter(|s| !s.gone) {
-                serve(state, &settings, stats, &mut events);
+                serve(state, &settings, &known_gids, stats, &mut events);
                 collect(state, stats, &mut events);
                 expire(state, &settings, stats);
             }
@@ -318,6 +332,46 @@ fn pause<T>(
         .clamp(FINE_POLL, COARSE_POLL)
 }
 
+/// Where a run's sequence numbers start: a random point below 2^62 (the hasher's keys are
+/// random per process), so answers left from an earlier run, or forged by someone who did not
+/// see the probes, match none in flight.
+fn random_start() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (hasher.finish() >> 2).max(1)
+}
+
+/// An endpoint rebuilt its queue pair: counted, the responder's new address published, logged
+/// once a port.
+fn reset(
+    state: &mut PortState,
+    stats: &Mutex<Stats>,
+    endpoint: &'static str,
+    reason: &'static str,
+) {
+    let address = state.local.responder.address();
+    stats
+        .lock()
+        .unwrap()
+        .reset(state.index, endpoint, reason, address);
+    let (device, port) = (&state.local.port.device, state.local.port.port);
+    if state.reset_logged {
+        tracing::debug!("probe {endpoint} on {device} port {port} rebuilt ({reason})");
+    } else {
+        state.reset_logged = true;
+        tracing::warn!(
+            "probe {endpoint} on {device} port {port} rebuilt its queue pair ({reason}); now \
+             answering on QPN {}; later rebuilds are counted in rdma_probe_resets_total",
+            address.qpn
+        );
+    }
+}
+
 /// Marks a port's device gone on [`TransportError::Gone`]; counts every error.
 fn fail(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportError) {
     let mut stats = stats.lock().unwrap();
@@ -339,6 +393,7 @@ fn fail(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportError) {
 fn serve(
     state: &mut PortState,
     settings: &Settings,
+    known: &HashSet<[u8; 16]>,
     stats: &Mutex<Stats>,
     events: &mut Vec<Event>,
 ) {
@@ -354,7 +409,8 @@ fn serve(
                 source,
                 at_ns,
             } => {
-                let seq = match state.policy.receive(&payload, source, at_ns) {
+                let from_peer = known.contains(&source.0);
+                let seq = match state.policy.receive(&payload, source, at_ns, from_peer) {
                     Verdict::Answer(seq) => seq,
                     Verdict::Drop(reason) => {
                         stats.lock().unwrap().dropped(&state.local.port, reason);
@@ -395,9 +451,16 @@ fn serve(
                         }
                         state.answered.insert(wr, Answered { to, seq, t3: at_ns });
                     }
-                    Err(e) => return fail(state, stats, &e),
+                    Err(e) => {
+                        // One answer that cannot go (its address pending, a full send queue)
+                        // costs that answer, not the rest of the batch.
+                        if answer_failed(state, stats, &e) {
+                            return;
+                        }
+                    }
                 }
             }
+            Event::Reset { reason } => reset(state, stats, "responder", reason),
             Event::Sent { wr_id, ok, at_ns } => {
                 let Some(answer) = state.answered.remove(&wr_id) else {
                     continue;
@@ -419,10 +482,34 @@ fn serve(
                         .responder
                         .send(answer.to, settings.send, &delay.encode(), wr)
                 {
-                    return fail(state, stats, &e);
+                    if answer_failed(state, stats, &e) {
+                        return;
+                    }
+                    continue;
                 }
                 stats.lock().unwrap().answer_sent(state.index, held);
             }
+        }
+    }
+}
+
+/// Counts an answer that could not be sent; true when the device is gone (stop serving it).
+fn answer_failed(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportError) -> bool {
+    match error {
+        TransportError::Gone => {
+            fail(state, stats, error);
+            true
+        }
+        TransportError::AddressPending => {
+            stats
+                .lock()
+                .unwrap()
+                .dropped(&state.local.port, "address_pending");
+            false
+        }
+        _ => {
+            fail(state, stats, error);
+            false
         }
     }
 }
@@ -444,7 +531,15 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
                 }
                 wr_id
             }
-            Event::Received { payload, at_ns, .. } => match Packet::decode(&payload) {
+            Event::Reset { reason } => {
+                reset(state, stats, "prober", reason);
+                continue;
+            }
+            Event::Received {
+                payload,
+                at_ns,
+                source,
+            } => match Packet::decode(&payload) {
                 Ok(packet) => {
                     let Some(pending) = state.pending.get_mut(&packet.seq) else {
                         // Late (already counted lost), or not ours.
@@ -454,6 +549,15 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
                             .dropped(&state.local.port, "unexpected");
                         continue;
                     };
+                    if source != (pending.to.gid, pending.to.qpn) {
+                        // Someone else answering for the target: it would hide loss or invent
+                        // round trips.
+                        stats
+                            .lock()
+                            .unwrap()
+                            .dropped(&state.local.port, "wrong_source");
+                        continue;
+                    }
                     match packet.kind {
                         Kind::Ack => {
                             pending.t5 = Some(at_ns);
@@ -722,5 +826,120 @@ mod tests {
         assert!(stats.ports[1].gone);
         assert!(fabric.closed(gid(16 + 1), 100) && fabric.closed(gid(16 + 1), 200));
         assert!(!fabric.closed(gid(16), 100) && !fabric.closed(gid(16), 200));
+    }
+
+    /// A responder whose queue pair was rebuilt (a verbs endpoint does so when a packet put it
+    /// in the error state) answers again at its new QPN: the loop counts the rebuild, publishes
+    /// the new address and probes it from the next round on.
+    #[test]
+    fn a_rebuilt_responder_is_probed_again_at_its_new_qpn() {
+        let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(100_000)));
+        let agent = Agent::spawn(host(&fabric, 1, 3), fast()).unwrap();
+        let to_rxe2 = |s: &Stats| -> u64 {
+            s.all_targets()
+                .filter(|(k, _)| k.to.device == "rxe2")
+                .map(|(_, t)| t.answered)
+                .sum()
+        };
+        let before = until(&agent, |s| to_rxe2(s) > 6);
+        fabric.reset(gid(16 + 2), 100, 101);
+        let after = until(&agent, |s| {
+            s.ports[2].address.qpn == 101 && to_rxe2(s) > to_rxe2(&before) + 10
+        });
+        assert_eq!(after.ports[2].address.qpn, 101, "{:?}", after.ports[2]);
+        assert_eq!(
+            after.ports[2].resets.get(&("responder", "qp_error")),
+            Some(&1)
+        );
+        assert!(to_rxe2(&after) > to_rxe2(&before) + 10);
+        assert!(agent
+            .addresses()
+            .iter()
+            .any(|p| p.port.device == "rxe2" && p.address.qpn == 101));
+        // Only what was in flight to the old QPN, and what the rest of that round sent to it,
+        // was lost: a few rounds' worth at most.
+        let lost: u64 = after.ports.iter().map(|p| p.lost.iter().sum::<u64>()).sum();
+        assert!(lost <= 8, "{lost} lost");
+    }
+
+    /// An answer from anyone but the target (another QP, another GID) counts for nothing: the
+    /// probe to that target is lost, and the answer dropped as `wrong_source`.
+    #[test]
+    fn answers_from_anyone_but_the_target_do_not_count() {
+        let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(50_000)));
+        let local = host(&fabric, 1, 1);
+        // The target receives probes on QPN 300; whoever answers does so from QPN 301.
+        let target_gid = gid(9 * 16);
+        let mut target = fabric.endpoint(target_gid, 300, QKEY);
+        let mut forger = fabric.endpoint(target_gid, 301, QKEY);
+        let stop = Arc::new(AtomicBool::new(false));
+        let relay = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut events = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    events.clear();
+                    let _ = target.poll(&mut events, Duration::from_millis(5));
+                    for event in events.drain(..) {
+                        if let Event::Received {
+                            payload, source, ..
+                        } = event
+                        {
+                            let Ok(probe) = Packet::decode(&payload) else {
+                                continue;
+                            };
+                            let ack = Packet {
+                                kind: Kind::Ack,
+                                seq: probe.seq,
+                                responder_delay_ns: 0,
+                            };
+                            let to = Address {
+                                gid: source.0,
+                                qpn: source.1,
+                                qkey: QKEY,
+                            };
+                            let _ = forger.send(to, SendOptions::default(), &ack.encode(), 1);
+                        }
+                    }
+                }
+            })
+        };
+        let agent = Agent::spawn(local, fast()).unwrap();
+        agent.set_peers(vec![Peer {
+            port: Port {
+                host: "host-9".into(),
+                device: "rxe0".into(),
+                port: 1,
+                rail: 0,
+            },
+            address: Address {
+                gid: target_gid,
+                qpn: 300,
+                qkey: QKEY,
+            },
+        }]);
+        let stats = until(&agent, |s| {
+            s.ports[0].dropped.get("wrong_source").copied().unwrap_or(0) >= 5
+                && s.ports[0].lost.iter().sum::<u64>() >= 5
+        });
+        stop.store(true, Ordering::Relaxed);
+        relay.join().unwrap();
+        assert!(
+            stats.ports[0]
+                .dropped
+                .get("wrong_source")
+                .copied()
+                .unwrap_or(0)
+                >= 5
+        );
+        let to_target: Vec<_> = stats
+            .all_targets()
+            .filter(|(k, _)| k.to.host == "host-9")
+            .collect();
+        assert!(!to_target.is_empty());
+        for (_, counts) in to_target {
+            assert_eq!(counts.answered, 0, "{counts:?}");
+            assert!(counts.lost > 0, "{counts:?}");
+        }
     }
 }

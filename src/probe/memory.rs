@@ -35,6 +35,8 @@ struct Shared {
     gone: Vec<(u128, u32)>,
     /// Endpoints their owner closed.
     closed: Vec<(u128, u32)>,
+    /// Endpoints to rebuild at their next poll, with their new QPN.
+    resets: HashMap<(u128, u32), u32>,
 }
 
 /// The fabric every endpoint of it sends through. `fate` is asked without the queues' lock
@@ -55,6 +57,7 @@ impl MemoryFabric {
                 queues: HashMap::new(),
                 gone: Vec::new(),
                 closed: Vec::new(),
+                resets: HashMap::new(),
             })),
             fate: Arc::new(fate),
             lag: None,
@@ -103,6 +106,14 @@ impl MemoryFabric {
         let key = (u128::from_be_bytes(gid), qpn);
         shared.queues.remove(&key);
         shared.gone.push(key);
+    }
+
+    /// Rebuilds the endpoint at `gid` and `qpn` as a verbs endpoint rebuilds a queue pair in
+    /// the error state: what waits for it is lost, and from its next poll it answers on
+    /// `new_qpn` and says so ([`Event::Reset`]).
+    pub fn reset(&self, gid: [u8; 16], qpn: u32, new_qpn: u32) {
+        let key = (u128::from_be_bytes(gid), qpn);
+        self.shared.lock().unwrap().resets.insert(key, new_qpn);
     }
 
     /// Whether the endpoint at `gid` and `qpn` was closed by its owner.
@@ -189,6 +200,13 @@ impl Endpoint for MemoryEndpoint {
             {
                 let mut shared = self.fabric.shared.lock().unwrap();
                 self.check(&shared)?;
+                if let Some(new_qpn) = shared.resets.remove(&self.key()) {
+                    shared.queues.remove(&self.key());
+                    self.address.qpn = new_qpn;
+                    shared.queues.insert(self.key(), VecDeque::new());
+                    self.sent.clear();
+                    events.push(Event::Reset { reason: "qp_error" });
+                }
                 events.extend(self.sent.drain(..).map(|(wr_id, at_ns)| Event::Sent {
                     wr_id,
                     ok: true,

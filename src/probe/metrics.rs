@@ -101,6 +101,17 @@ pub fn encode_at<'s>(
                 Value::U64(*count),
             );
         }
+        for ((endpoint, reason), count) in &port.resets {
+            families.counter(
+                "rdma_probe_resets_total",
+                "Queue pairs of this port rebuilt after they entered the error state (reason qp_error: e.g. a message longer than the receive buffers after the MTU grew), by endpoint (responder: its new QPN is published at once; prober). A port that keeps answering after its resets was not silenced.",
+                labels.iter().cloned().chain([
+                    ("endpoint", Cow::Borrowed(*endpoint)),
+                    ("reason", Cow::Borrowed(*reason)),
+                ]),
+                Value::U64(*count),
+            );
+        }
         for (reason, count) in &port.errors {
             families.counter(
                 "rdma_probe_errors_total",

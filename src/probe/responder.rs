@@ -1,6 +1,8 @@
 //! What a responder answers. It replies to probes only, and no faster than a bound per source
 //! and a bound in total, so a broken or hostile peer that floods the Q_Key costs the NIC at most
-//! the configured answers a second and the agent a bounded table. Time is given in nanoseconds
+//! the configured answers a second and the agent a bounded table. Sources outside the peer set
+//! (a GID no agent publishes: a forged source, or a host not yet in the list) share one small
+//! bucket, so the responders of a fleet cannot be turned into a reflector aimed at them. Time is given in nanoseconds
 //! of a monotonic clock, so the policy is tested without sleeping.
 
 use std::collections::HashMap;
@@ -19,6 +21,8 @@ pub struct Limits {
     pub total: u32,
     /// Sources tracked one by one; past it, new sources share one bucket.
     pub sources: usize,
+    /// Answers a second, in all, to sources outside the peer set.
+    pub unknown: u32,
 }
 
 impl Default for Limits {
@@ -27,6 +31,7 @@ impl Default for Limits {
             per_source: 200,
             total: 2_000,
             sources: 4_096,
+            unknown: 10,
         }
     }
 }
@@ -75,6 +80,7 @@ pub struct Responder {
     limits: Limits,
     sources: HashMap<Source, Bucket>,
     others: Bucket,
+    unknown: Bucket,
     total: Bucket,
 }
 
@@ -84,12 +90,14 @@ impl Responder {
             limits,
             sources: HashMap::new(),
             others: Bucket::full(limits.per_source, now_ns),
+            unknown: Bucket::full(limits.unknown, now_ns),
             total: Bucket::full(limits.total, now_ns),
         }
     }
 
-    /// Decides on one payload from `source`, received at `now_ns`.
-    pub fn receive(&mut self, payload: &[u8], source: Source, now_ns: u64) -> Verdict {
+    /// Decides on one payload from `source`, received at `now_ns`; `known`: the source's GID
+    /// is one of the peer set's.
+    pub fn receive(&mut self, payload: &[u8], source: Source, now_ns: u64, known: bool) -> Verdict {
         let packet = match Packet::decode(payload) {
             Ok(packet) => packet,
             Err(error) => return Verdict::Drop(PacketError::reason(&error)),
@@ -99,6 +107,13 @@ impl Responder {
             return Verdict::Drop("not_a_probe");
         }
         let limits = self.limits;
+        if !known {
+            if !self.unknown.take(limits.unknown, now_ns) || !self.total.take(limits.total, now_ns)
+            {
+                return Verdict::Drop("unknown_source");
+            }
+            return Verdict::Answer(packet.seq);
+        }
         let tracked = self.sources.contains_key(&source) || self.sources.len() < limits.sources;
         let bucket = if tracked {
             self.sources
@@ -141,7 +156,9 @@ mod tests {
 
     fn answered(responder: &mut Responder, from: Source, count: u64, now_ns: u64) -> u64 {
         (0..count)
-            .filter(|seq| responder.receive(&probe(*seq), from, now_ns) == Verdict::Answer(*seq))
+            .filter(|seq| {
+                responder.receive(&probe(*seq), from, now_ns, true) == Verdict::Answer(*seq)
+            })
             .count() as u64
     }
 
@@ -149,7 +166,7 @@ mod tests {
     fn probes_are_answered_and_everything_else_dropped_with_its_reason() {
         let mut responder = Responder::new(Limits::default(), 0);
         assert_eq!(
-            responder.receive(&probe(5), source(1), 0),
+            responder.receive(&probe(5), source(1), 0, true),
             Verdict::Answer(5)
         );
         let ack = Packet {
@@ -158,15 +175,15 @@ mod tests {
             responder_delay_ns: 0,
         };
         assert_eq!(
-            responder.receive(&ack.encode(), source(1), 0),
+            responder.receive(&ack.encode(), source(1), 0, true),
             Verdict::Drop("not_a_probe")
         );
         assert_eq!(
-            responder.receive(b"garbage", source(1), 0),
+            responder.receive(b"garbage", source(1), 0, true),
             Verdict::Drop("length")
         );
         assert_eq!(
-            responder.receive(&[0; 32], source(1), 0),
+            responder.receive(&[0; 32], source(1), 0, true),
             Verdict::Drop("magic")
         );
     }
@@ -177,6 +194,7 @@ mod tests {
             per_source: 100,
             total: 1_000,
             sources: 16,
+            unknown: 10,
         };
         let mut responder = Responder::new(limits, 0);
         assert_eq!(answered(&mut responder, source(1), 10_000, 0), 100);
@@ -191,6 +209,7 @@ mod tests {
             per_source: 100,
             total: 250,
             sources: 1_000,
+            unknown: 10,
         };
         let mut responder = Responder::new(limits, 0);
         let total: u64 = (0..10)
@@ -207,6 +226,7 @@ mod tests {
             per_source: 10,
             total: 100_000,
             sources: 4,
+            unknown: 10,
         };
         let mut responder = Responder::new(limits, 0);
         let answers: u64 = (0..1_000)
@@ -216,5 +236,40 @@ mod tests {
         assert_eq!(answers, 4 + 10);
         responder.forget_idle(10 * SECOND, SECOND);
         assert_eq!(responder.tracked_sources(), 0);
+    }
+
+    /// Sources outside the peer set (forged, or not published by any agent) share one small
+    /// bucket whatever their number, and are never tracked: a responder cannot be turned into
+    /// a reflector aimed at them, and known peers keep their own bounds meanwhile.
+    #[test]
+    fn sources_outside_the_peer_set_share_a_small_bucket() {
+        let limits = Limits {
+            per_source: 100,
+            total: 10_000,
+            sources: 64,
+            unknown: 10,
+        };
+        let mut responder = Responder::new(limits, 0);
+        let unknown: u64 = (0..1_000)
+            .filter(|n| {
+                let from = source(*n);
+                responder.receive(&probe(1), from, 0, false) == Verdict::Answer(1)
+            })
+            .count() as u64;
+        assert_eq!(unknown, 10);
+        assert_eq!(
+            responder.receive(&probe(2), source(7), 0, false),
+            Verdict::Drop("unknown_source")
+        );
+        assert_eq!(responder.tracked_sources(), 0);
+        // A known peer is answered as before.
+        assert_eq!(answered(&mut responder, source(1), 50, 0), 50);
+        // A second later, the shared bucket is full again: ten more.
+        let later = (0..100)
+            .filter(|n| {
+                responder.receive(&probe(1), source(*n), SECOND, false) == Verdict::Answer(1)
+            })
+            .count();
+        assert_eq!(later, 10);
     }
 }

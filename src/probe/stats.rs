@@ -142,6 +142,8 @@ pub struct PortStats {
     pub dropped: BTreeMap<&'static str, u64>,
     /// Verbs errors, by reason.
     pub errors: BTreeMap<&'static str, u64>,
+    /// Queue pairs rebuilt, by endpoint (`responder`, `prober`) and reason.
+    pub resets: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 /// One target's counts, kept while it is probed.
@@ -193,6 +195,7 @@ impl Stats {
                     bad: BTreeMap::new(),
                     dropped: BTreeMap::new(),
                     errors: BTreeMap::new(),
+                    resets: BTreeMap::new(),
                 })
                 .collect(),
             targets: HashMap::new(),
@@ -253,6 +256,21 @@ impl Stats {
     pub(super) fn dropped(&mut self, port: &Port, reason: &'static str) {
         if let Some(port) = self.port_mut(port) {
             *port.dropped.entry(reason).or_default() += 1;
+        }
+    }
+
+    /// A rebuilt queue pair: counted, and the port's published address is the new one.
+    pub(super) fn reset(
+        &mut self,
+        index: usize,
+        endpoint: &'static str,
+        reason: &'static str,
+        address: Address,
+    ) {
+        let port = &mut self.ports[index];
+        *port.resets.entry((endpoint, reason)).or_default() += 1;
+        if endpoint == "responder" {
+            port.address = address;
         }
     }
 

@@ -42,6 +42,10 @@ pub enum Event {
     },
     /// The send posted with `wr_id` completed (`ok: false`: it failed, e.g. the AH went bad).
     Sent { wr_id: u64, ok: bool, at_ns: u64 },
+    /// The endpoint found its queue pair broken (`reason`, e.g. `qp_error`: a receive the
+    /// buffers could not hold put it in the error state) and built a new one: its address (the
+    /// QPN) has changed, and sends in flight were lost with the old one.
+    Reset { reason: &'static str },
 }
 
 /// Why an endpoint could not be opened or used; `reason` is its label.
@@ -60,6 +64,10 @@ pub enum TransportError {
     /// The device went away (unplugged, `rdma link delete`, driver unloaded).
     #[error("the device is gone")]
     Gone,
+    /// No address handle to the destination yet: it is being resolved off the loop (a
+    /// neighbour that does not answer would otherwise stall every port). Nothing was sent.
+    #[error("the address handle is being resolved")]
+    AddressPending,
 }
 
 impl TransportError {
@@ -69,6 +77,7 @@ impl TransportError {
             TransportError::Device { .. } => "device",
             TransportError::Verbs { .. } => "verbs",
             TransportError::Gone => "gone",
+            TransportError::AddressPending => "address_pending",
         }
     }
 }

@@ -15,9 +15,18 @@
 //! endpoint watches its uverbs node (`/sys/class/infiniband_verbs/uverbsN`), closes everything
 //! when the node disappears and answers [`TransportError::Gone`] from then on.
 //!
-//! Layout of the registered buffer: `RECV_SLOTS` receive slots, then `SEND_SLOTS` send slots,
-//! `SLOT` bytes each. A UD receive starts with 40 bytes of GRH (for RoCE v2 over IPv4 the IPv4
-//! header is its last 20), the payload follows.
+//! Layout of the registered buffer: `RECV_SLOTS` receive slots of the port's MTU plus the GRH,
+//! then `SEND_SLOTS` send slots of `SEND_SLOT` bytes. A UD receive starts with 40 bytes of GRH
+//! (for RoCE v2 over IPv4 the IPv4 header is its last 20), the payload follows. A receive slot
+//! holds anything the port can carry: a message longer than the slot would complete with a
+//! length error and put the queue pair in the error state, deaf to every probe after it.
+//!
+//! No packet kills or stalls a port. A queue pair found in the error state all the same (a
+//! receive failed, or a send would not post) is rebuilt with buffers for the port's MTU then,
+//! and [`Event::Reset`] tells the loop its new QPN. An address handle for a GID not met lately
+//! is created on a thread of its own (`Resolver`): the kernel resolves the neighbour inside
+//! `ibv_create_ah` and waits seconds for one that does not answer; meanwhile sends to it answer
+//! [`TransportError::AddressPending`].
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::collections::HashMap;
@@ -25,6 +34,7 @@ use std::ffi::CStr;
 use std::io;
 use std::path::PathBuf;
 use std::ptr::{self, NonNull};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod ffi;
@@ -35,18 +45,24 @@ use super::responder::Source;
 use super::rtt::Clock;
 use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
-/// Bytes of one buffer slot, send or receive.
-const SLOT: usize = 256;
+/// Bytes of one send slot: probes and answers are 32 bytes.
+const SEND_SLOT: usize = 256;
 /// The room a UD receive leaves for the GRH in front of the payload.
 const GRH: usize = 40;
-/// The largest payload received or sent.
-pub const MAX_PAYLOAD: usize = SLOT - GRH;
+/// The largest payload sent.
+pub const MAX_PAYLOAD: usize = SEND_SLOT;
 const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 64;
 /// The bit that tells a send's work request id from a receive's (the slot index).
 const SEND_TAG: u64 = 1 << 63;
 /// Address handles kept; past it the oldest one with no send in flight is destroyed.
 const AH_CACHE: usize = 1024;
+/// Address-handle requests waiting for the resolver thread; past it, sends to new GIDs wait.
+const RESOLVER_QUEUE: usize = 64;
+/// How long a GID's neighbour counts as known after a handle to it was created.
+const NEIGHBOUR_FRESH: Duration = Duration::from_secs(60);
+/// GIDs remembered as resolved.
+const RESOLVED_KEPT: usize = 8_192;
 /// How often `poll` looks whether the device is still there.
 const HEALTH_EVERY: Duration = Duration::from_millis(200);
 /// The sleep between two empty polls while waiting.
@@ -92,7 +108,13 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
         ctx,
         pd: ptr::null_mut(),
         mr: ptr::null_mut(),
-        buf: Buffer::new((RECV_SLOTS + SEND_SLOTS) * SLOT),
+        buf: Buffer::new(0),
+        recv_slot: 0,
+        suspect: false,
+        broken: None,
+        resets: Vec::new(),
+        resolver: None,
+        resolved: HashMap::new(),
         cq: Cq::None,
         qp: ptr::null_mut(),
         gid: [0; 16],
@@ -181,10 +203,15 @@ impl Buffer {
         Buffer { base, len }
     }
 
-    fn slot(&self, slot: usize) -> *mut u8 {
-        debug_assert!((slot + 1) * SLOT <= self.len);
-        // SAFETY: every slot index used is below RECV_SLOTS + SEND_SLOTS, inside the allocation.
-        unsafe { self.base.as_ptr().add(slot * SLOT) }
+    /// The address `offset` bytes in.
+    fn at(&self, offset: usize) -> *mut u8 {
+        assert!(
+            offset < self.len,
+            "{offset} past a {}-byte buffer",
+            self.len
+        );
+        // SAFETY: inside the allocation (checked above).
+        unsafe { self.base.as_ptr().add(offset) }
     }
 }
 
@@ -275,6 +302,95 @@ impl AhCache {
     }
 }
 
+/// An address handle made on the resolver thread.
+struct AhPtr(*mut ffi::ibv_ah);
+
+// SAFETY: an address handle may be used and destroyed from any thread (libibverbs locks its own
+// state); the pointer moves from the resolver to the loop, which alone uses it from then on.
+unsafe impl Send for AhPtr {}
+
+/// The protection domain, lent to the resolver thread, which only creates handles in it.
+struct PdPtr(*mut ffi::ibv_pd);
+
+// SAFETY: `ibv_create_ah` may be called on a PD from any thread; the endpoint stops and joins
+// the thread before it deallocates the PD.
+unsafe impl Send for PdPtr {}
+
+/// Creates address handles on a thread of its own, one at a time: `ibv_create_ah` resolves the
+/// neighbour in the kernel and waits for it (seconds, for an address that does not answer).
+/// Bounded: at most `RESOLVER_QUEUE` requests wait; the rest are refused until then.
+struct Resolver {
+    requests: Option<mpsc::SyncSender<(AhKey, ffi::ibv_ah_attr)>>,
+    results: mpsc::Receiver<(AhKey, Option<AhPtr>)>,
+    /// Keys asked and not answered yet.
+    asked: std::collections::HashSet<AhKey>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Resolver {
+    fn start(verbs: &'static Verbs, pd: *mut ffi::ibv_pd) -> io::Result<Resolver> {
+        let (requests, inbox) = mpsc::sync_channel::<(AhKey, ffi::ibv_ah_attr)>(RESOLVER_QUEUE);
+        let (outbox, results) = mpsc::channel();
+        let pd = PdPtr(pd);
+        let thread = std::thread::Builder::new()
+            .name("rfe-probe-ah".into())
+            .spawn(move || {
+                let pd = pd;
+                for (key, mut attr) in inbox {
+                    // SAFETY: the PD lives until this thread is joined; `attr` is valid.
+                    let ah = unsafe { (verbs.create_ah)(pd.0, &mut attr) };
+                    let ah = (!ah.is_null()).then_some(AhPtr(ah));
+                    if let Err(mpsc::SendError((_, Some(ah)))) = outbox.send((key, ah)) {
+                        // SAFETY: made above, never handed out; destroyed once.
+                        unsafe { (verbs.destroy_ah)(ah.0) };
+                    }
+                }
+            })?;
+        Ok(Resolver {
+            requests: Some(requests),
+            results,
+            asked: std::collections::HashSet::new(),
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for a handle to `key`, unless it is asked already or the queue is full.
+    fn ask(&mut self, key: AhKey, attr: ffi::ibv_ah_attr) {
+        if self.asked.contains(&key) || self.asked.len() >= RESOLVER_QUEUE {
+            return;
+        }
+        if let Some(requests) = &self.requests {
+            if requests.try_send((key, attr)).is_ok() {
+                self.asked.insert(key);
+            }
+        }
+    }
+
+    /// The handles made (or not) since the last call.
+    fn take(&mut self) -> Vec<(AhKey, Option<AhPtr>)> {
+        let done: Vec<_> = self.results.try_iter().collect();
+        for (key, _) in &done {
+            self.asked.remove(key);
+        }
+        done
+    }
+
+    /// Stops the thread after the request in hand (one neighbour's wait at most) and destroys
+    /// the handles it made that nobody took.
+    fn stop(mut self, verbs: &Verbs) {
+        self.requests = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        for (_, ah) in self.take() {
+            if let Some(ah) = ah {
+                // SAFETY: made by the resolver, never handed out; destroyed once, before the PD.
+                unsafe { (verbs.destroy_ah)(ah.0) };
+            }
+        }
+    }
+}
+
 /// A send in flight in a send slot.
 #[derive(Clone, Copy)]
 struct InFlight {
@@ -300,6 +416,19 @@ pub struct VerbsEndpoint {
     qpn: u32,
     ahs: AhCache,
     sends: [Option<InFlight>; SEND_SLOTS],
+    /// Bytes of one receive slot: the port's MTU when the queue pair was built, plus the GRH.
+    recv_slot: usize,
+    /// A receive failed: the queue pair's state is looked at in the next poll.
+    suspect: bool,
+    /// Why the queue pair is down and when its rebuild is tried (again: every `HEALTH_EVERY`
+    /// while it fails).
+    broken: Option<(&'static str, Instant)>,
+    /// Rebuilds not yet told to the loop.
+    resets: Vec<&'static str>,
+    resolver: Option<Resolver>,
+    /// GIDs an address handle was created for lately: their neighbour is known, so another
+    /// handle to them (another flow label) is created on the loop at once.
+    resolved: HashMap<[u8; 16], Instant>,
     next_send: usize,
     /// Receive slots whose repost failed, tried again at the next poll.
     unposted: Vec<usize>,
@@ -351,6 +480,14 @@ fn monotonic_ns() -> u64 {
 fn device_ns(ticks: u64, khz: u64) -> u64 {
     let ns = u128::from(ticks) * 1_000_000 / u128::from(khz.max(1));
     u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// `enum ibv_mtu` (1: 256 .. 5: 4096) in bytes; anything else as the largest, 4096.
+fn mtu_bytes(mtu: u32) -> usize {
+    match mtu {
+        1..=5 => 128 << mtu,
+        _ => 4096,
+    }
 }
 
 fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
@@ -431,12 +568,23 @@ impl VerbsEndpoint {
         };
         self.gid_index = gid_index;
         self.gid = gid;
+        // The MTU in force now; a larger one later puts the QP in error at the first message
+        // past this slot, and the rebuild sizes the slots anew.
+        self.recv_slot = mtu_bytes(port.active_mtu) + GRH;
+        self.buf = Buffer::new(RECV_SLOTS * self.recv_slot + SEND_SLOTS * SEND_SLOT);
 
         // SAFETY: `ctx` is open.
         self.pd = unsafe { (self.verbs.alloc_pd)(self.ctx) };
         if self.pd.is_null() {
             return Err(verbs_error("ibv_alloc_pd"));
         }
+        self.resolver =
+            Some(
+                Resolver::start(self.verbs, self.pd).map_err(|source| TransportError::Verbs {
+                    call: "spawn(address resolver)",
+                    source,
+                })?,
+            );
         // SAFETY: the buffer is `len` live bytes that stay put until after the MR is
         // deregistered (drop order); LOCAL_WRITE lets the NIC write receives into it.
         self.mr = unsafe {
@@ -604,8 +752,8 @@ impl VerbsEndpoint {
 
     fn post_recv(&mut self, slot: usize) -> Result<(), TransportError> {
         let mut sge = ffi::ibv_sge {
-            addr: self.buf.slot(slot) as u64,
-            length: SLOT as u32,
+            addr: self.recv_ptr(slot) as u64,
+            length: self.recv_slot as u32,
             // SAFETY: `mr` is registered while the QP exists.
             lkey: unsafe { (*self.mr).lkey },
         };
@@ -664,12 +812,27 @@ impl VerbsEndpoint {
     /// Destroys everything, QP first, context last; the endpoint is `Gone` from then on.
     fn release(&mut self) {
         self.gone = true;
+        self.release_queues();
+        if !self.ctx.is_null() {
+            // SAFETY: opened by ibv_open_device, closed once, last.
+            unsafe { (self.verbs.close_device)(self.ctx) };
+            self.ctx = ptr::null_mut();
+        }
+    }
+
+    /// Destroys what `set_up` built (QP, address handles, CQ, MR, PD), the context stays open.
+    fn release_queues(&mut self) {
         if !self.qp.is_null() {
             // SAFETY: created by ibv_create_qp, destroyed once.
             unsafe { (self.verbs.destroy_qp)(self.qp) };
             self.qp = ptr::null_mut();
         }
+        if let Some(resolver) = self.resolver.take() {
+            resolver.stop(self.verbs);
+        }
         self.ahs.clear(self.verbs);
+        self.unposted.clear();
+        self.suspect = false;
         self.sends = [None; SEND_SLOTS];
         let cq = std::mem::replace(&mut self.cq, Cq::None);
         if !cq.as_cq().is_null() {
@@ -686,22 +849,69 @@ impl VerbsEndpoint {
             unsafe { (self.verbs.dealloc_pd)(self.pd) };
             self.pd = ptr::null_mut();
         }
-        if !self.ctx.is_null() {
-            // SAFETY: opened by ibv_open_device, closed once, last.
-            unsafe { (self.verbs.close_device)(self.ctx) };
-            self.ctx = ptr::null_mut();
-        }
     }
 
-    /// A cached or new address handle for `key`.
-    fn address_handle(&mut self, key: AhKey) -> Result<*mut ffi::ibv_ah, TransportError> {
-        self.ahs.stamp += 1;
-        let stamp = self.ahs.stamp;
-        if let Some(entry) = self.ahs.entries.get_mut(&key) {
-            entry.used = stamp;
-            return Ok(entry.ah);
+    /// After a failed receive or post: whether the QP is in the error state, and if so a new
+    /// one (`Event::Reset` at the next poll). A QP that cannot be rebuilt now is tried again
+    /// every `HEALTH_EVERY`.
+    fn recover(&mut self) -> Result<(), TransportError> {
+        let now = Instant::now();
+        let reason = match self.broken {
+            Some((reason, retry_at)) if now >= retry_at => reason,
+            Some(_) => return Ok(()),
+            None if !self.suspect => return Ok(()),
+            None => {
+                self.suspect = false;
+                if self.qp_state() != Some(ffi::IBV_QPS_ERR) {
+                    return Ok(()); // a failed completion on a healthy QP: slots are reposted
+                }
+                "qp_error"
+            }
+        };
+        self.broken = Some((reason, now + HEALTH_EVERY));
+        let old_qpn = self.qpn;
+        self.release_queues();
+        self.set_up()?;
+        self.broken = None;
+        self.resets.push(reason);
+        tracing::debug!(
+            device = %self.device,
+            port = self.port,
+            old_qpn,
+            qpn = self.qpn,
+            reason,
+            "probe queue pair rebuilt"
+        );
+        Ok(())
+    }
+
+    /// The QP's state (`ibv_query_qp`), `None` when it cannot be read.
+    fn qp_state(&self) -> Option<u32> {
+        if self.qp.is_null() {
+            return None;
         }
-        self.ahs.evict(self.verbs);
+        // SAFETY: zeroed attrs are valid out-buffers (plain data and null pointers).
+        let (mut attr, mut init): (ffi::ibv_qp_attr, ffi::ibv_qp_init_attr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: `qp` is live; both out-pointers are valid.
+        let rc = unsafe { (self.verbs.query_qp)(self.qp, &mut attr, ffi::IBV_QP_STATE, &mut init) };
+        (rc == 0).then_some(attr.qp_state)
+    }
+
+    /// The receive slot `slot`'s first byte.
+    fn recv_ptr(&self, slot: usize) -> *mut u8 {
+        debug_assert!(slot < RECV_SLOTS);
+        self.buf.at(slot * self.recv_slot)
+    }
+
+    /// The send slot `index`'s first byte.
+    fn send_ptr(&self, index: usize) -> *mut u8 {
+        debug_assert!(index < SEND_SLOTS);
+        self.buf.at(RECV_SLOTS * self.recv_slot + index * SEND_SLOT)
+    }
+
+    /// The attributes of an address handle for `key`.
+    fn ah_attr(&self, key: AhKey) -> ffi::ibv_ah_attr {
         let (gid, flow_label, traffic_class, service_level) = key;
         // SAFETY: a zeroed AH attr is valid (dlid 0, no static rate).
         let mut attr: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
@@ -713,11 +923,77 @@ impl VerbsEndpoint {
         attr.grh.hop_limit = 64;
         attr.sl = service_level;
         attr.port_num = self.port;
+        attr
+    }
+
+    /// Takes the handles the resolver created into the cache.
+    fn take_resolved(&mut self) {
+        let Some(resolver) = self.resolver.as_mut() else {
+            return;
+        };
+        let done = resolver.take();
+        for (key, ah) in done {
+            let Some(ah) = ah else {
+                continue; // not resolved: a later send asks again
+            };
+            self.ahs.evict(self.verbs);
+            self.ahs.stamp += 1;
+            let entry = AhEntry {
+                ah: ah.0,
+                used: self.ahs.stamp,
+                in_flight: 0,
+            };
+            if let Some(old) = self.ahs.entries.insert(key, entry) {
+                // SAFETY: a duplicate of a handle made meanwhile on the loop; nothing in flight
+                // uses the old one yet (it was made since the last send), destroyed once.
+                unsafe { (self.verbs.destroy_ah)(old.ah) };
+            }
+            self.note_resolved(key.0);
+        }
+    }
+
+    fn note_resolved(&mut self, gid: [u8; 16]) {
+        if self.resolved.len() >= RESOLVED_KEPT {
+            self.resolved.retain(|_, at| at.elapsed() < NEIGHBOUR_FRESH);
+        }
+        if self.resolved.len() < RESOLVED_KEPT {
+            self.resolved.insert(gid, Instant::now());
+        }
+    }
+
+    /// A cached or new address handle for `key`.
+    fn address_handle(&mut self, key: AhKey) -> Result<*mut ffi::ibv_ah, TransportError> {
+        self.ahs.stamp += 1;
+        let stamp = self.ahs.stamp;
+        if let Some(entry) = self.ahs.entries.get_mut(&key) {
+            entry.used = stamp;
+            return Ok(entry.ah);
+        }
+        self.take_resolved();
+        if let Some(entry) = self.ahs.entries.get_mut(&key) {
+            entry.used = stamp;
+            return Ok(entry.ah);
+        }
+        let mut attr = self.ah_attr(key);
+        let fresh = self
+            .resolved
+            .get(&key.0)
+            .is_some_and(|at| at.elapsed() < NEIGHBOUR_FRESH);
+        if !fresh {
+            // A GID not met lately: its neighbour may not answer, and creating the handle here
+            // would stall every port of the loop while the kernel waits for it.
+            if let Some(resolver) = self.resolver.as_mut() {
+                resolver.ask(key, attr);
+            }
+            return Err(TransportError::AddressPending);
+        }
+        self.ahs.evict(self.verbs);
         // SAFETY: `pd` is live; `attr` is valid.
         let ah = unsafe { (self.verbs.create_ah)(self.pd, &mut attr) };
         if ah.is_null() {
             return Err(verbs_error("ibv_create_ah"));
         }
+        self.note_resolved(key.0);
         self.ahs.entries.insert(
             key,
             AhEntry {
@@ -821,14 +1097,14 @@ impl VerbsEndpoint {
                 let mut grh = [0u8; GRH];
                 let len = (completion.byte_len as usize)
                     .saturating_sub(GRH)
-                    .min(MAX_PAYLOAD);
+                    .min(self.recv_slot - GRH);
                 let mut payload = vec![0u8; len];
                 // SAFETY: the slot's receive completed, so the NIC no longer writes it until it
-                // is reposted below; both copies stay inside the slot (GRH + len <= SLOT).
+                // is reposted below; both copies stay inside the slot (GRH + len <= recv_slot).
                 unsafe {
-                    ptr::copy_nonoverlapping(self.buf.slot(slot), grh.as_mut_ptr(), GRH);
+                    ptr::copy_nonoverlapping(self.recv_ptr(slot), grh.as_mut_ptr(), GRH);
                     ptr::copy_nonoverlapping(
-                        self.buf.slot(slot).add(GRH),
+                        self.recv_ptr(slot).add(GRH),
                         payload.as_mut_ptr(),
                         len,
                     );
@@ -845,7 +1121,12 @@ impl VerbsEndpoint {
                     at_ns,
                 });
             } else {
+                // On a UD QP a failed receive means the QP is in (or going to) the error state:
+                // reposting would only flush again. The next poll looks.
                 self.failed_receives += 1;
+                self.suspect = true;
+                self.unposted.push(slot);
+                continue;
             }
             if self.post_recv(slot).is_err() {
                 self.unposted.push(slot);
@@ -884,6 +1165,12 @@ impl Endpoint for VerbsEndpoint {
         if self.gone {
             return Err(TransportError::Gone);
         }
+        if let Some((reason, _)) = self.broken {
+            return Err(TransportError::Device {
+                device: self.device.clone(),
+                message: format!("the queue pair is being rebuilt ({reason})"),
+            });
+        }
         if payload.len() > MAX_PAYLOAD {
             return Err(TransportError::Verbs {
                 call: "ibv_post_send",
@@ -912,12 +1199,12 @@ impl Endpoint for VerbsEndpoint {
             options.service_level,
         );
         let ah = self.address_handle(key)?;
-        let slot = RECV_SLOTS + index;
+        let slot = self.send_ptr(index);
         // SAFETY: no send of this slot is in flight, so the NIC does not read it; the payload
         // fits the slot.
-        unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), self.buf.slot(slot), payload.len()) };
+        unsafe { ptr::copy_nonoverlapping(payload.as_ptr(), slot, payload.len()) };
         let mut sge = ffi::ibv_sge {
-            addr: self.buf.slot(slot) as u64,
+            addr: slot as u64,
             length: payload.len() as u32,
             // SAFETY: `mr` is registered while the QP exists.
             lkey: unsafe { (*self.mr).lkey },
@@ -941,6 +1228,8 @@ impl Endpoint for VerbsEndpoint {
         let rc = unsafe { ffi::post_send(self.qp, &mut wr, &mut bad) };
         if rc != 0 {
             self.check_device(true)?;
+            // A QP in the error state refuses every post: the next poll looks and rebuilds it.
+            self.suspect = true;
             return verbs_rc("ibv_post_send", rc).map(|()| posted_at);
         }
         self.sends[index] = Some(InFlight { wr_id, ah: key });
@@ -956,6 +1245,8 @@ impl Endpoint for VerbsEndpoint {
         let mut completions = Vec::new();
         loop {
             self.check_device(false)?;
+            self.recover()?;
+            events.extend(self.resets.drain(..).map(|reason| Event::Reset { reason }));
             for slot in std::mem::take(&mut self.unposted) {
                 if self.post_recv(slot).is_err() {
                     self.unposted.push(slot);
@@ -964,7 +1255,7 @@ impl Endpoint for VerbsEndpoint {
             self.poll_cq(&mut completions, RECV_SLOTS + SEND_SLOTS);
             if !completions.is_empty() {
                 self.handle(&mut completions, events);
-                return Ok(());
+                return self.recover();
             }
             let now = Instant::now();
             if now >= deadline {

@@ -45,6 +45,7 @@ pub(super) const IBV_QPT_UD: u32 = 4;
 pub(super) const IBV_QPS_INIT: u32 = 1;
 pub(super) const IBV_QPS_RTR: u32 = 2;
 pub(super) const IBV_QPS_RTS: u32 = 3;
+pub(super) const IBV_QPS_ERR: u32 = 6;
 pub(super) const IBV_QP_STATE: c_int = 1 << 0;
 pub(super) const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
 pub(super) const IBV_QP_PORT: c_int = 1 << 5;
@@ -486,7 +487,7 @@ pub(super) struct ibv_values_ex {
 
 // ---- the library ----
 
-/// The exported calls, resolved once per process.
+/// The exported calls (23), resolved once per process.
 pub(super) struct Verbs {
     pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
     pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
@@ -515,6 +516,8 @@ pub(super) struct Verbs {
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    pub query_qp:
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
     pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
     pub get_async_event: unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
@@ -581,6 +584,7 @@ fn load() -> Result<Verbs, String> {
         create_qp: sym!(c"ibv_create_qp", V1_1),
         modify_qp: sym!(c"ibv_modify_qp", V1_1),
         destroy_qp: sym!(c"ibv_destroy_qp", V1_1),
+        query_qp: sym!(c"ibv_query_qp", V1_1),
         create_ah: sym!(c"ibv_create_ah", V1_1),
         destroy_ah: sym!(c"ibv_destroy_ah", V1_1),
         get_async_event: sym!(c"ibv_get_async_event", V1_1),
