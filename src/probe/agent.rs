@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::packet::{Kind, Packet};
+use super::packet::{Kind, Mode, Packet};
 use super::responder::{Limits, Responder, Verdict};
 use super::rtt::{round_trip, Clock, ProberTimes};
 use super::stats::{PathKey, PortIdentity, Stats};
@@ -431,6 +431,10 @@ fn serve(
                     kind: Kind::Ack,
                     seq,
                     responder_delay_ns: delay,
+                    mode: match clock {
+                        Clock::Software => Mode::DelayInAck,
+                        Clock::Hardware => Mode::DelayFollows,
+                    },
                 };
                 let wr = state.next_wr;
                 state.next_wr += 1;
@@ -473,6 +477,7 @@ fn serve(
                     kind: Kind::Delay,
                     seq: answer.seq,
                     responder_delay_ns: held,
+                    mode: Mode::DelayFollows,
                 };
                 let wr = state.next_wr;
                 state.next_wr += 1;
@@ -561,7 +566,14 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
                     match packet.kind {
                         Kind::Ack => {
                             pending.t5 = Some(at_ns);
-                            if clock == Clock::Software {
+                            // The responder says whether its delay rides here or follows; a
+                            // build that does not say works as this one's clock does.
+                            let in_ack = match packet.mode {
+                                Mode::DelayInAck => true,
+                                Mode::DelayFollows => false,
+                                Mode::Unsaid => clock == Clock::Software,
+                            };
+                            if in_ack {
                                 pending.delay = Some(packet.responder_delay_ns);
                             }
                         }
@@ -712,10 +724,10 @@ mod tests {
             // Two 2 ms legs: the loop's own lag is the responder's delay, taken out, but for
             // the instant between stamping that delay and posting the answer.
             assert!((0.004..0.0042).contains(&mean), "mean RTT {mean} s");
-            // Each responder held its probes a little (the loop's own lag, its polls at most
-            // 2 ms apart), and says so.
+            // Each responder held its probes a little (the loop's own lag, its polls 2 ms apart
+            // on an idle machine, tens of ms on a loaded one), and says so.
             let held = port.answer_delays.mean_seconds(Instant::now());
-            assert!(held > 0.0 && held < 0.01, "answer delay {held} s");
+            assert!(held > 0.0 && held < 0.05, "answer delay {held} s");
         }
         // Every port probed each of the three others.
         let paths: std::collections::HashSet<(usize, String)> = stats
@@ -892,6 +904,7 @@ mod tests {
                                 kind: Kind::Ack,
                                 seq: probe.seq,
                                 responder_delay_ns: 0,
+                                mode: Mode::DelayInAck,
                             };
                             let to = Address {
                                 gid: source.0,
@@ -940,6 +953,74 @@ mod tests {
         for (_, counts) in to_target {
             assert_eq!(counts.answered, 0, "{counts:?}");
             assert!(counts.lost > 0, "{counts:?}");
+        }
+    }
+
+    /// Every pairing of prober and responder clocks measures right, each responder polling
+    /// 200 ms late (far above what a loaded machine adds to the loop's own polls, so the
+    /// figures tell the cases apart on a busy test machine too): no probe is lost (a prober with NIC timestamps no longer waits for a
+    /// `Delay` a software responder never sends); a responder with NIC timestamps has its 20 ms
+    /// taken out of the network RTT whatever the prober's clock (a software prober no longer
+    /// takes the `Ack`'s 0 for the delay, which put all 200 ms into the RTT); a software
+    /// responder cannot know how long a probe waited in its queue, so its lateness is in the
+    /// RTT, as on real verbs.
+    #[test]
+    fn every_pairing_of_prober_and_responder_clocks_measures_right() {
+        let pairings = [
+            (Clock::Software, Clock::Software),
+            (Clock::Software, Clock::Hardware),
+            (Clock::Hardware, Clock::Software),
+            (Clock::Hardware, Clock::Hardware),
+        ];
+        for (host_n, (prober_clock, responder_clock)) in pairings.into_iter().enumerate() {
+            let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(100_000)))
+                .with_lag(Box::new(|to| if to.qpn == 100 { 200_000_000 } else { 0 }));
+            let host_n = host_n as u8 + 1;
+            let ports: Vec<LocalPort> = (0..2)
+                .map(|n| LocalPort {
+                    port: Port {
+                        host: format!("host-{host_n}"),
+                        device: format!("rxe{n}"),
+                        port: 1,
+                        rail: u32::from(n),
+                    },
+                    netdev: String::new(),
+                    responder: Box::new(fabric.endpoint_with_clock(
+                        gid(host_n * 16 + n),
+                        100,
+                        QKEY,
+                        responder_clock,
+                    )),
+                    prober: Box::new(fabric.endpoint_with_clock(
+                        gid(host_n * 16 + n),
+                        200,
+                        QKEY,
+                        prober_clock,
+                    )),
+                })
+                .collect();
+            let settings = Settings {
+                timeout: Duration::from_secs(2),
+                ..fast()
+            };
+            let agent = Agent::spawn(ports, settings).unwrap();
+            let stats = until(&agent, |s| s.ports.iter().all(|p| p.answered[0] >= 4));
+            let pairing = format!("{prober_clock:?} prober, {responder_clock:?} responder");
+            for port in &stats.ports {
+                assert!(port.answered[0] >= 4, "{pairing}: {port:?}");
+                assert_eq!(port.lost, [0; 3], "{pairing}: {port:?}");
+                let mean = port.network_rtt.sum / port.network_rtt.count as f64;
+                match responder_clock {
+                    Clock::Hardware => {
+                        assert!((0.0002..0.1).contains(&mean), "{pairing}: RTT {mean} s");
+                        let held = port.answer_delays.mean_seconds(Instant::now());
+                        assert!((0.2..1.0).contains(&held), "{pairing}: held {held} s");
+                    }
+                    Clock::Software => {
+                        assert!((0.2..1.0).contains(&mean), "{pairing}: RTT {mean} s");
+                    }
+                }
+            }
         }
     }
 }

@@ -71,8 +71,34 @@ impl MemoryFabric {
         self
     }
 
-    /// A new endpoint at `gid` and `qpn`.
+    /// A new endpoint at `gid` and `qpn`, the demo's model: it says `Software` but stamps each
+    /// arrival as it happened, as a host that polls at once would see it (its lag, if any, is
+    /// measured as the responder's delay).
     pub fn endpoint(&self, gid: [u8; 16], qpn: u32, qkey: u32) -> MemoryEndpoint {
+        self.endpoint_stamped(gid, qpn, qkey, Clock::Software, false)
+    }
+
+    /// A new endpoint with the completion times a real device of `clock` gives: `Hardware`
+    /// stamps each arrival when it happened (the NIC's timestamp), `Software` when it is polled
+    /// (verbs without timestamps: the host's clock at the poll, lag included).
+    pub fn endpoint_with_clock(
+        &self,
+        gid: [u8; 16],
+        qpn: u32,
+        qkey: u32,
+        clock: Clock,
+    ) -> MemoryEndpoint {
+        self.endpoint_stamped(gid, qpn, qkey, clock, clock == Clock::Software)
+    }
+
+    fn endpoint_stamped(
+        &self,
+        gid: [u8; 16],
+        qpn: u32,
+        qkey: u32,
+        clock: Clock,
+        stamp_at_poll: bool,
+    ) -> MemoryEndpoint {
         let mut shared = self.shared.lock().unwrap();
         shared
             .queues
@@ -81,6 +107,8 @@ impl MemoryFabric {
             fabric: self.clone(),
             address: Address { gid, qpn, qkey },
             sent: Vec::new(),
+            clock,
+            stamp_at_poll,
         }
     }
 
@@ -132,6 +160,9 @@ pub struct MemoryEndpoint {
     address: Address,
     /// Completions of sends not yet polled.
     sent: Vec<(u64, u64)>,
+    clock: Clock,
+    /// Receives are stamped when polled (software verbs), not when they arrived.
+    stamp_at_poll: bool,
 }
 
 impl MemoryEndpoint {
@@ -154,7 +185,7 @@ impl Endpoint for MemoryEndpoint {
     }
 
     fn clock(&self) -> Clock {
-        Clock::Software
+        self.clock
     }
 
     fn send(
@@ -224,7 +255,7 @@ impl Endpoint for MemoryEndpoint {
                     events.push(Event::Received {
                         payload: packet.payload,
                         source: packet.source,
-                        at_ns: packet.due,
+                        at_ns: if self.stamp_at_poll { now } else { packet.due },
                     });
                 }
             }

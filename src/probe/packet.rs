@@ -2,8 +2,8 @@
 //! gets in front of it.
 //!
 //! ```text
-//! 0   4     5     6        8        16                24        32
-//! | RFEP | ver | kind | 0 0 | seq u64 | responder delay u64 ns | 0 ... |
+//! 0   4     5     6       7   8        16                24        32
+//! | RFEP | ver | kind | mode | 0 | seq u64 | responder delay u64 ns | 0 ... |
 //! ```
 //! Big-endian, fixed length. A probe carries only its sequence number. With device completion
 //! timestamps the responder answers each probe twice, as R-Pingmesh does: an `Ack` at once (its
@@ -11,6 +11,12 @@
 //! between its receive completion and the `Ack`'s send completion, which it only knows after the
 //! `Ack` left. With the software clock the delay ends when the `Ack` is posted, so the `Ack`
 //! carries it and no `Delay` follows (`rtt.rs` says why).
+//!
+//! An answer says which of the two its responder does (`mode`, byte 6), so that probers and
+//! responders of either clock pair up right in a mixed fleet (VFs, other vendors, soft-RoCE):
+//! a prober waits for a `Delay` only when one follows. Byte 6 was reserved and zero in the first
+//! builds of version 1, which these decode as [`Mode::Unsaid`]: the prober then assumes the
+//! responder works as it does itself, as those builds did.
 
 use thiserror::Error;
 
@@ -30,6 +36,18 @@ pub enum Kind {
     Delay = 3,
 }
 
+/// How a responder answers, as its answers say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// A build before the mode was sent (byte 6 zero), or a probe.
+    #[default]
+    Unsaid = 0,
+    /// Software clock: the `Ack` carries the delay; nothing follows.
+    DelayInAck = 1,
+    /// Device timestamps: the `Ack` carries 0 and a `Delay` follows with T4 - T3.
+    DelayFollows = 2,
+}
+
 /// One decoded packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet {
@@ -37,6 +55,8 @@ pub struct Packet {
     pub seq: u64,
     /// T4 - T3 in nanoseconds: never in a `Probe`.
     pub responder_delay_ns: u64,
+    /// In answers: how the responder delivers its delay.
+    pub mode: Mode,
 }
 
 /// Why a payload is not a packet of ours; `reason` is its label.
@@ -72,6 +92,7 @@ impl Packet {
             kind: Kind::Probe,
             seq,
             responder_delay_ns: 0,
+            mode: Mode::Unsaid,
         }
     }
 
@@ -80,6 +101,7 @@ impl Packet {
         bytes[..4].copy_from_slice(&MAGIC);
         bytes[4] = VERSION;
         bytes[5] = self.kind as u8;
+        bytes[6] = self.mode as u8;
         bytes[8..16].copy_from_slice(&self.seq.to_be_bytes());
         bytes[16..24].copy_from_slice(&self.responder_delay_ns.to_be_bytes());
         bytes
@@ -108,10 +130,18 @@ impl Packet {
         if kind == Kind::Probe && responder_delay_ns != 0 {
             return Err(PacketError::StrayDelay);
         }
+        // A mode this build does not know is a later version's: unsaid, not an error.
+        let mode = match (kind, bytes[6]) {
+            (Kind::Probe, _) => Mode::Unsaid,
+            (_, 1) => Mode::DelayInAck,
+            (_, 2) => Mode::DelayFollows,
+            _ => Mode::Unsaid,
+        };
         Ok(Packet {
             kind,
             seq: word(8),
             responder_delay_ns,
+            mode,
         })
     }
 }
@@ -128,11 +158,19 @@ mod tests {
                 kind: Kind::Ack,
                 seq: u64::MAX,
                 responder_delay_ns: 0,
+                mode: Mode::DelayFollows,
+            },
+            Packet {
+                kind: Kind::Ack,
+                seq: 3,
+                responder_delay_ns: 9,
+                mode: Mode::DelayInAck,
             },
             Packet {
                 kind: Kind::Delay,
                 seq: 1,
                 responder_delay_ns: 12_345,
+                mode: Mode::DelayFollows,
             },
         ] {
             assert_eq!(Packet::decode(&packet.encode()), Ok(packet));
@@ -145,9 +183,10 @@ mod tests {
             kind: Kind::Delay,
             seq: 0x0102_0304_0506_0708,
             responder_delay_ns: 0x1112,
+            mode: Mode::DelayFollows,
         }
         .encode();
-        assert_eq!(&bytes[..8], b"RFEP\x01\x03\x00\x00");
+        assert_eq!(&bytes[..8], b"RFEP\x01\x03\x02\x00");
         assert_eq!(&bytes[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&bytes[16..24], &[0, 0, 0, 0, 0, 0, 0x11, 0x12]);
         assert_eq!(&bytes[24..], &[0; 8]);
@@ -177,12 +216,33 @@ mod tests {
         assert_eq!(PacketError::Version(2).reason(), "version");
     }
 
-    /// Reserved bytes are for later versions: set, they change nothing.
+    /// Reserved bytes are for later versions: set, they change nothing; nor does a mode in a
+    /// probe, or one this build does not know.
     #[test]
     fn reserved_bytes_are_ignored() {
         let mut bytes = Packet::probe(9).encode();
         bytes[6] = 0xff;
+        bytes[7] = 0xff;
         bytes[31] = 0xff;
         assert_eq!(Packet::decode(&bytes), Ok(Packet::probe(9)));
+        let ack = Packet {
+            kind: Kind::Ack,
+            seq: 4,
+            responder_delay_ns: 0,
+            mode: Mode::Unsaid,
+        };
+        let mut bytes = ack.encode();
+        bytes[6] = 9;
+        assert_eq!(Packet::decode(&bytes), Ok(ack));
+    }
+
+    /// The first builds of version 1 sent zero in byte 6: their answers decode as unsaid.
+    #[test]
+    fn answers_of_builds_before_the_mode_are_unsaid() {
+        let mut bytes =
+            *b"RFEP\x01\x02\x00\x00\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\x05\0\0\0\0\0\0\0\0";
+        assert_eq!(Packet::decode(&bytes).unwrap().mode, Mode::Unsaid);
+        bytes[6] = 1;
+        assert_eq!(Packet::decode(&bytes).unwrap().mode, Mode::DelayInAck);
     }
 }

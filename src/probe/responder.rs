@@ -173,6 +173,7 @@ mod tests {
             kind: Kind::Ack,
             seq: 5,
             responder_delay_ns: 0,
+            mode: Default::default(),
         };
         assert_eq!(
             responder.receive(&ack.encode(), source(1), 0, true),

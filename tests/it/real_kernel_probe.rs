@@ -108,9 +108,29 @@ fn boot_and_run() -> Result<Run, (String, bool)> {
     }
 
     let out = tempfile::tempdir().unwrap();
+    // The hostile sender, a foreign program on rdma-core's own verbs, into the directory the
+    // guest shares: probe.sh runs its hostile phase with it.
+    let hostile = out.path().join("hostile.bin");
+    let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .arg(common::project_root().join("tests/real_kernel/hostile.c"))
+        .arg("-o")
+        .arg(&hostile)
+        .arg("-libverbs")
+        .output()
+        .map_err(|e| (format!("cc: {e}"), false))?;
+    if !built.status.success() {
+        return Err((
+            format!(
+                "tests/real_kernel/hostile.c does not build (scripts/test installs \
+                 libibverbs-dev): {}",
+                String::from_utf8_lossy(&built.stderr)
+            ),
+            false,
+        ));
+    }
     let started = Instant::now();
     let mut vm = Command::new(&boot);
-    vm.args(["--out", common::path_str(out.path()), "--timeout", "240"])
+    vm.args(["--out", common::path_str(out.path()), "--timeout", "420"])
         .arg(common::project_root().join("tests/real_kernel/probe.sh"))
         .arg(common::binary())
         .stdout(Stdio::piped())
@@ -155,7 +175,7 @@ fn boot_and_run() -> Result<Run, (String, bool)> {
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(out.path()).unwrap() {
         let path = entry.unwrap().path();
-        if path.is_file() {
+        if path.is_file() && path != hostile {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             files.insert(name, std::fs::read_to_string(&path).unwrap_or_default());
         }
@@ -747,4 +767,118 @@ fn the_guest_ran_every_phase_and_the_exporter_never_panicked() {
     let log = run.file("serve.log");
     assert!(!log.contains("panicked"), "{log}");
     assert!(!log.contains("probing is off"), "{log}");
+}
+
+/// rxe2's responder QPN in one of the `/probe-address` answers the hostile phase saved.
+#[track_caller]
+fn published_qpn(run: &Run, name: &str, device: &str) -> u64 {
+    let published: serde_json::Value = serde_json::from_str(run.file(name)).unwrap();
+    published["ports"]
+        .as_array()
+        .and_then(|ports| ports.iter().find(|p| p["device"] == device))
+        .and_then(|port| port["address"]["qpn"].as_u64())
+        .unwrap_or_else(|| panic!("no {device} in {name}: {published}"))
+}
+
+/// Issue 60: UD messages of 300 and 1 000 bytes to a responder (its old 256-byte slots made
+/// the first one a length error that left the QP deaf for good), a 2 000-byte message after the
+/// MTU grew under the exporter (a real QP error), and probes from an on-link source that
+/// answers no ARP (its address handle waits seconds in the kernel). The oversize messages are
+/// refused as `length`; the QP in error is rebuilt and its new QPN published; the unanswered
+/// source costs its own answers only; no other path loses a probe; rxe2 answers again within
+/// seconds.
+#[test]
+fn hostile_sends_neither_kill_nor_stall_a_port() {
+    let _exclusive = common::exclusive(module_path!());
+    let Some(run) = run() else { return };
+    let target = "rxe2";
+    assert!(
+        !run.files.contains_key("errors.txt"),
+        "{}",
+        run.file("errors.txt")
+    );
+    let sent = run.file("hostile.txt");
+    eprintln!("{sent}");
+    for size in [300, 1000, 2000, 32] {
+        assert!(
+            sent.contains(&format!("sends of {size} bytes posted")),
+            "{sent}"
+        );
+    }
+    let (before, after, later) = (
+        run.scrape("hostile-before"),
+        run.scrape("hostile-after"),
+        run.scrape("hostile-later"),
+    );
+    let port = [("device", target), ("port", "1")];
+    let counted = |samples: &[Sample], name: &str, extra: &[(&str, &str)]| {
+        let labels: Vec<(&str, &str)> = port.iter().chain(extra).copied().collect();
+        value_of(samples, name, &labels).unwrap_or(0.0)
+    };
+    // The 40 oversize messages reached the responder and were refused as not ours.
+    let refused = counted(
+        &after,
+        "rdma_probe_invalid_packets_total",
+        &[("reason", "length")],
+    ) - counted(
+        &before,
+        "rdma_probe_invalid_packets_total",
+        &[("reason", "length")],
+    );
+    assert!(refused >= 40.0, "{refused} refused as length");
+    // The QP error was seen, counted and mended: a new QPN, published.
+    let resets = counted(
+        &after,
+        "rdma_probe_resets_total",
+        &[("endpoint", "responder"), ("reason", "qp_error")],
+    );
+    assert!(resets >= 1.0, "{resets} responder rebuilds");
+    let (old, new) = (
+        published_qpn(run, "address-before.json", target),
+        published_qpn(run, "address-mid.json", target),
+    );
+    assert_ne!(old, new, "{target} still answers on QPN {old}");
+    assert!(
+        run.file("serve.log")
+            .contains("rebuilt its queue pair (qp_error)"),
+        "{}",
+        run.file("serve.log")
+    );
+    // The unanswered on-link source was answered at the small shared rate at most, each answer
+    // waiting for its address off the loop.
+    let unknown = ["unknown_source", "address_pending"]
+        .iter()
+        .map(|reason| {
+            counted(
+                &after,
+                "rdma_probe_invalid_packets_total",
+                &[("reason", reason)],
+            ) - counted(
+                &before,
+                "rdma_probe_invalid_packets_total",
+                &[("reason", reason)],
+            )
+        })
+        .sum::<f64>();
+    assert!(
+        unknown >= 40.0,
+        "{unknown} of 50 probes from 10.77.9.9 refused"
+    );
+    // No other path lost a probe through the whole phase, nor was slowed by it.
+    for (from, to) in pairs() {
+        let (sent, answered, lost, mean) = window(&before, &after, from, to);
+        eprintln!("hostile {from} -> {to}: sent {sent}, answered {answered}, lost {lost}, mean RTT {mean:.2} ms");
+        if from != target && to != target {
+            assert_eq!(lost, 0.0, "{from} -> {to} lost probes to the hostile phase");
+            assert!(answered >= 10.0, "{from} -> {to}: {answered} answered");
+            assert!(mean < 10.0, "{from} -> {to}: mean RTT {mean:.2} ms");
+        }
+    }
+    // Seconds later every path answers, rxe2's too, and loses nothing.
+    for (from, to) in pairs() {
+        let (sent, answered, lost, _) = window(&after, &later, from, to);
+        eprintln!("after hostile {from} -> {to}: sent {sent}, answered {answered}, lost {lost}");
+        assert!(answered >= 5.0, "{from} -> {to}: {answered} answered");
+        assert_eq!(lost, 0.0, "{from} -> {to}");
+    }
 }

@@ -122,6 +122,46 @@ tc qdisc del dev v3 root
 # Probes still in flight (or dropped with the qdisc) settle within the 500 ms timeout.
 sleep 1
 
+# What a hostile host on the fabric sends (tests/real_kernel/hostile.c, built by the test): UD
+# messages longer than the exporter's old 256-byte receive slots, a QP error after the MTU grew
+# under the exporter, and probes from an on-link address that answers no ARP. rxe2's responder
+# is the target; every other path must not notice, and rxe2 must answer again within seconds.
+if [ -x "$O/hostile.bin" ]; then
+    log "hostile: oversize sends, a QP error after the MTU grew, an unanswered on-link source"
+    hostile() { "$O/hostile.bin" "$@" >>"$O/hostile.txt" 2>&1 || err "hostile $* failed"; }
+    addresses() { busybox wget -q -O "$O/address-$1.json" http://127.0.0.1:9866/probe-address || err "probe-address $1 failed"; }
+    addresses before
+    scrape hostile-before
+    # Past the old slots, within the port's 1024-byte MTU.
+    hostile rxe0 10.77.0.1 "$O/address-before.json" rxe2 300 20
+    hostile rxe0 10.77.0.1 "$O/address-before.json" rxe2 1000 20
+    # The MTU grows under the exporter: rxe2's slots, sized for 1024 when it started, are too
+    # short for what its port now carries, and a 2000-byte send puts its responder in error.
+    for n in 0 2; do ip link set v$n mtu 9000; ip -n sw link set p$n mtu 9000; done
+    sleep 0.5
+    hostile rxe0 10.77.0.1 "$O/address-before.json" rxe2 2000 3
+    sleep 1.5
+    addresses mid
+    # 10.77.9.9 on v0 (rxe0 gains its GID), routed through the router to rxe2, whose answers to
+    # 10.77.9.0/24 go on-link out of v2, where nobody answers ARP: creating the address handle
+    # waits in the kernel. 10.77.9.9 is no peer, so it is answered at the small shared rate.
+    ip addr add 10.77.9.9/32 dev v0
+    ip rule add pref 99 from 10.77.9.9 iif lo lookup 100
+    ip route add 10.77.9.0/24 dev v2 table 102
+    sleep 0.5
+    hostile rxe0 10.77.9.9 "$O/address-mid.json" rxe2 32 50
+    sleep 3
+    addresses after
+    scrape hostile-after
+    sleep 5
+    scrape hostile-later
+    ip route del 10.77.9.0/24 dev v2 table 102
+    ip rule del pref 99
+    ip addr del 10.77.9.9/32 dev v0
+    for n in 0 2; do ip link set v$n mtu 1500; ip -n sw link set p$n mtu 1500; done
+    sleep 1
+fi
+
 log "rdma link delete rxe1 while probing"
 # The kernel finishes removing a device once its users closed it: a user that keeps it open
 # holds `rdma link delete` in the kernel (uninterruptible: `timeout` cannot end it). Waited
