@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) is thin; everything lives here so tests and benches use the same code.
 
 pub mod app;
+pub mod bounded_get;
 pub mod bounded_read;
 pub mod cli;
 pub mod collector;
