@@ -22,6 +22,7 @@ pub mod fuzzing;
 #[cfg(test)]
 #[path = "../build/git_watch.rs"]
 mod git_watch;
+pub mod host;
 pub mod ib;
 #[cfg(test)]
 mod layering;
