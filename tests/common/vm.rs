@@ -13,7 +13,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::ChildGuard;
+use super::{ChildGuard, Sample};
 
 /// Why there is no run.
 #[derive(Debug)]
@@ -22,6 +22,30 @@ pub enum NoRun {
     CannotBoot(String),
     /// The guest booted and then did not finish its script.
     Failed(String),
+}
+
+/// What the guest wrote, by file name, with the serial console (kernel messages included) as
+/// `console`.
+pub struct GuestFiles {
+    pub files: BTreeMap<String, String>,
+}
+
+impl GuestFiles {
+    #[track_caller]
+    pub fn file(&self, name: &str) -> &str {
+        self.files.get(name).unwrap_or_else(|| {
+            panic!(
+                "the guest wrote no {name}; it wrote {:?}",
+                self.files.keys()
+            )
+        })
+    }
+
+    /// The exposition the guest saved as `<name>.prom`.
+    #[track_caller]
+    pub fn scrape(&self, name: &str) -> Vec<Sample> {
+        super::parse_exposition(self.file(&format!("{name}.prom")))
+    }
 }
 
 /// The run, or `None` after saying why it was skipped; panics where the guest booted and then
@@ -152,9 +176,8 @@ impl Guest {
         self.vm.0.try_wait().ok().flatten().is_none()
     }
 
-    /// Waits for the VM to end: what the guest wrote, by file name, with the serial console
-    /// (kernel messages included) as `console`.
-    pub fn finish(mut self) -> Result<BTreeMap<String, String>, NoRun> {
+    /// Waits for the VM to end: what the guest wrote.
+    pub fn finish(mut self) -> Result<GuestFiles, NoRun> {
         let status = self.vm.0.wait().unwrap();
         let console = self.console.join().unwrap();
         let (name, ended) = (self.name, self.started.elapsed());
@@ -184,7 +207,7 @@ impl Guest {
             }
         }
         files.insert("console".into(), console.text);
-        Ok(files)
+        Ok(GuestFiles { files })
     }
 }
 

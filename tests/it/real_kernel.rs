@@ -12,7 +12,7 @@
 //! no Debian kernel package to download), the tests say they were skipped, or fail under CI; a
 //! guest that booted and then did not finish fails them (`tests/common/vm.rs`).
 
-use crate::common::vm::{self, Guest, NoRun};
+use crate::common::vm::{self, Guest, GuestFiles, NoRun};
 use crate::common::{self, prometheus, value_of, Sample};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,30 +22,23 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// What the guest wrote, by file name, and what the host saw while it ran.
+/// What the guest wrote, and what the host saw while it ran.
 struct Run {
-    files: BTreeMap<String, String>,
+    guest: GuestFiles,
     /// Labels of the firing `RdmaTransportErrors` alerts Prometheus saw (empty: none), or why
     /// Prometheus could not run.
     alert: Result<Vec<BTreeMap<String, String>>, String>,
 }
 
+impl std::ops::Deref for Run {
+    type Target = GuestFiles;
+
+    fn deref(&self) -> &GuestFiles {
+        &self.guest
+    }
+}
+
 impl Run {
-    #[track_caller]
-    fn file(&self, name: &str) -> &str {
-        self.files.get(name).unwrap_or_else(|| {
-            panic!(
-                "the guest wrote no {name}; it wrote {:?}",
-                self.files.keys()
-            )
-        })
-    }
-
-    #[track_caller]
-    fn scrape(&self, name: &str) -> Vec<Sample> {
-        common::parse_exposition(self.file(&format!("{name}.prom")))
-    }
-
     /// `<device>/ports/<port>/<dir>/<name>` -> value, as `cat` read them.
     #[track_caller]
     fn counters(&self, name: &str) -> BTreeMap<String, u64> {
@@ -126,10 +119,10 @@ fn boot_and_run() -> Result<Run, NoRun> {
     } else if let Err(reason) = &prometheus {
         alert = Err(reason.clone());
     }
-    let files = guest.finish();
+    let guest = guest.finish();
     drop(prometheus);
     Ok(Run {
-        files: files?,
+        guest: guest?,
         alert,
     })
 }

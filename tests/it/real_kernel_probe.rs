@@ -11,7 +11,7 @@
 //! shared directory, which is read into memory and removed; each test then checks its part.
 //! Where the VM cannot boot, the tests say they were skipped, or fail under CI.
 
-use crate::common::vm::{self, Guest, NoRun};
+use crate::common::vm::{self, Guest, GuestFiles, NoRun};
 use crate::common::{self, value_of, Sample};
 
 use std::collections::BTreeMap;
@@ -30,27 +30,8 @@ const LOSS_STEP_SECONDS: u64 = 5;
 /// `rdma link delete`d while probing.
 const DELETED: &str = "rxe1";
 
-/// What the guest wrote, by file name (`console`: the serial console, kernel messages included).
-struct Run {
-    files: BTreeMap<String, String>,
-}
-
-impl Run {
-    #[track_caller]
-    fn file(&self, name: &str) -> &str {
-        self.files.get(name).unwrap_or_else(|| {
-            panic!(
-                "the guest wrote no {name}; it wrote {:?}",
-                self.files.keys()
-            )
-        })
-    }
-
-    #[track_caller]
-    fn scrape(&self, name: &str) -> Vec<Sample> {
-        common::parse_exposition(self.file(&format!("{name}.prom")))
-    }
-}
+/// What the guest wrote (`console`: the serial console, kernel messages included).
+type Run = GuestFiles;
 
 static RUN: OnceLock<Result<Run, NoRun>> = OnceLock::new();
 
@@ -68,9 +49,7 @@ fn boot_and_run() -> Result<Run, NoRun> {
         "probe.sh",
         &[common::binary().as_os_str()],
     )?;
-    Ok(Run {
-        files: guest.finish()?,
-    })
+    guest.finish()
 }
 
 /// The ordered pairs (prober, target) of the devices.
