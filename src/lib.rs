@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) is thin; everything lives here so tests and benches use the same code.
 
 pub mod app;
+pub mod bounded_get;
 pub mod bounded_read;
 pub mod cli;
 pub mod collector;
@@ -21,6 +22,7 @@ pub mod fuzzing;
 #[cfg(test)]
 #[path = "../build/git_watch.rs"]
 mod git_watch;
+pub mod host;
 pub mod ib;
 #[cfg(test)]
 mod layering;

@@ -508,7 +508,7 @@ async fn fabric_view(state: &AppState) -> crate::web::fabric_json::FabricView {
         .node
         .iter()
         .map(|node| HostFeed {
-            name: crate::web::fabric_json::hostname(),
+            name: crate::host::name(),
             node: node.clone(),
             storm: state.storm.clone(),
             probe: state.probe.clone(),

@@ -11,19 +11,16 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::ethtool_netlink::fec::{self, FecReading};
 use super::ethtool_netlink::{EthtoolNetlink, EthtoolNlError};
 use super::sysfs::{port_netdevs, DeviceFilter, PortNetdev};
-use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::body::EncodedFamilies;
 use crate::exposition::{Families, Value};
-use crate::periodic::Periodic;
+use crate::periodic::{ErrorCounts, PeriodicCollector, Served};
 
 /// `node.fec`: the `fec` collector.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -134,29 +131,21 @@ struct PortFec {
 
 /// One round over the node's ports.
 #[derive(Debug, Default)]
-struct Reading {
+pub struct Reading {
     ports: Vec<PortFec>,
     /// Reads that failed (not "not supported"): the round is served, but not as a success.
     failed: usize,
     /// No ethtool netlink here (kernel before 5.6, or no generic netlink).
     unavailable: bool,
-    duration: Duration,
-    finished: Option<Instant>,
 }
 
-/// What the reading thread and the scrapes share besides the reading.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Failed reads, by reason, since the start.
-    errors: Mutex<BTreeMap<&'static str, u64>>,
-    unavailable_logged: AtomicBool,
-}
-
+/// Failed reads by reason; `unavailable_logged` once ethtool netlink was found missing.
 fn read_round(
     source: &dyn FecSource,
     sysfs_root: &Path,
     filter: &DeviceFilter,
-    shared: &Shared,
+    errors: &ErrorCounts<&'static str>,
+    unavailable_logged: &mut bool,
 ) -> Reading {
     let mut reading = Reading::default();
     for port in port_netdevs(sysfs_root, filter, true) {
@@ -167,7 +156,7 @@ fn read_round(
             Err(EthtoolNlError::NoDevice { .. })
                 if in_other_namespace(sysfs_root, &port.netdev) => {}
             Err(e @ (EthtoolNlError::NoFamily { .. } | EthtoolNlError::Unavailable(_))) => {
-                if !shared.unavailable_logged.swap(true, Ordering::Relaxed) {
+                if !std::mem::replace(unavailable_logged, true) {
                     tracing::warn!(
                         "FEC statistics: {e}; the fec collector exports nothing and reports \
                          success 0 (--no-collector.fec turns it off)"
@@ -185,12 +174,7 @@ fn read_round(
                     port.port
                 );
                 reading.failed += 1;
-                *shared
-                    .errors
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(e.reason())
-                    .or_default() += 1;
+                errors.add(e.reason());
             }
         }
     }
@@ -198,22 +182,7 @@ fn read_round(
 }
 
 /// The collector: the last round, and the thread that makes them.
-#[derive(Debug)]
-pub struct FecCollector {
-    config: FecConfig,
-    shared: Arc<Shared>,
-    readings: Periodic<Reading>,
-    /// The last round's families, encoded once: every scrape of the round serves them.
-    encoded: Mutex<Option<EncodedRound>>,
-}
-
-/// A round's families as encoded, with what they were encoded from.
-#[derive(Debug)]
-struct EncodedRound {
-    reading: Arc<Reading>,
-    errors: BTreeMap<&'static str, u64>,
-    families: Arc<EncodedFamilies>,
-}
+pub type FecCollector = PeriodicCollector<FecConfig>;
 
 impl FecCollector {
     /// Starts the reading thread; the first round starts at once.
@@ -223,33 +192,17 @@ impl FecCollector {
         sysfs_root: PathBuf,
         filter: DeviceFilter,
     ) -> io::Result<FecCollector> {
-        let shared = Arc::new(Shared::default());
-        let thread_shared = shared.clone();
-        let readings =
-            Periodic::spawn("rdma-fec", config.interval, Reading::default(), move || {
-                let started = Instant::now();
-                let reading = read_round(source.as_ref(), &sysfs_root, &filter, &thread_shared);
-                Reading {
-                    duration: started.elapsed(),
-                    finished: Some(Instant::now()),
-                    ..reading
-                }
-            })?;
-        Ok(FecCollector {
-            config,
-            shared,
-            readings,
-            encoded: Mutex::default(),
+        let mut unavailable_logged = false;
+        PeriodicCollector::start("rdma-fec", config, move |errors| {
+            let source = source.as_ref();
+            read_round(
+                source,
+                &sysfs_root,
+                &filter,
+                errors,
+                &mut unavailable_logged,
+            )
         })
-    }
-
-    /// Two intervals and a slow round (a few ports at their timeout): past this the served
-    /// round is stale.
-    fn stale_after(&self) -> Duration {
-        self.config
-            .interval
-            .saturating_mul(2)
-            .saturating_add(self.config.timeout.saturating_mul(8))
     }
 }
 
@@ -259,84 +212,6 @@ fn port_labels(port: &PortNetdev) -> Vec<(&'static str, Cow<'_, str>)> {
         ("port", Cow::Borrowed(port.port.as_str())),
         ("netdev", Cow::Borrowed(port.netdev.as_str())),
     ]
-}
-
-fn add_metrics<'a>(
-    families: &mut Families<'a>,
-    reading: &'a Reading,
-    config: &FecConfig,
-    errors: &BTreeMap<&'static str, u64>,
-) {
-    for PortFec { port, reading } in &reading.ports {
-        if let Some(mode) = reading.active_mode() {
-            let mut labels = port_labels(port);
-            labels.push(("mode", Cow::Owned(mode)));
-            families.gauge(
-                "rdma_fec_mode_info",
-                "The port's active FEC mode (ETHTOOL_A_FEC_ACTIVE): off, rs (Reed-Solomon, RS-FEC), baser (BASE-R/FireCode), llrs (low-latency RS), or bit<N> for a link mode this build does not name.",
-                labels,
-                Value::U64(1),
-            );
-        }
-        let Some(stats) = &reading.stats else {
-            continue;
-        };
-        let counters = [
-            (
-                &stats.corrected_blocks,
-                "rdma_fec_corrected_blocks_total",
-                "rdma_fec_lane_corrected_blocks_total",
-            ),
-            (
-                &stats.uncorrectable_blocks,
-                "rdma_fec_uncorrectable_blocks_total",
-                "rdma_fec_lane_uncorrectable_blocks_total",
-            ),
-            (
-                &stats.corrected_bits,
-                "rdma_fec_corrected_bit_errors_total",
-                "rdma_fec_lane_corrected_bit_errors_total",
-            ),
-        ];
-        for (counts, total_name, lane_name) in counters {
-            let Some(counts) = counts else { continue };
-            let (help, lane_help) = help_of(total_name);
-            families.counter(
-                total_name,
-                help,
-                port_labels(port),
-                Value::U64(counts.total),
-            );
-            if config.per_lane {
-                for (lane, value) in counts.lanes.iter().enumerate() {
-                    let mut labels = port_labels(port);
-                    labels.push(("lane", Cow::Owned(lane.to_string())));
-                    families.counter(lane_name, lane_help, labels, Value::U64(*value));
-                }
-            }
-        }
-        if config.histogram {
-            for bin in &stats.histogram {
-                let mut labels = port_labels(port);
-                labels.push(("bit_errors_low", Cow::Owned(bin.low.to_string())));
-                labels.push(("bit_errors_high", Cow::Owned(bin.high.to_string())));
-                families.counter(
-                    "rdma_fec_histogram_codewords_total",
-                    "FEC codewords received with between bit_errors_low and bit_errors_high (inclusive) bit errors: one bin of the FEC histogram (IEEE 802.3ck/df, ETHTOOL_A_FEC_STAT_HIST), as the driver defines its bins.",
-                    labels,
-                    Value::U64(bin.codewords),
-                );
-            }
-        }
-    }
-    for (reason, count) in errors {
-        families.counter(
-            "rdma_exporter_fec_errors_total",
-            "FEC reads that failed, by reason (a driver without FEC is not one); the other ports are still served.",
-            vec![("reason", Cow::Borrowed(*reason))],
-            Value::U64(*count),
-        );
-    }
 }
 
 fn help_of(total_name: &str) -> (&'static str, &'static str) {
@@ -356,72 +231,116 @@ fn help_of(total_name: &str) -> (&'static str, &'static str) {
     }
 }
 
-/// How long a scrape waits for the first round after the start.
-const FIRST_ROUND_WAIT: Duration = Duration::from_secs(1);
+impl Served for FecConfig {
+    const NAME: &'static str = "fec";
+    /// Reading a node's ports takes milliseconds.
+    const FIRST_READING_WAIT: Duration = Duration::from_secs(1);
+    /// Every scrape of a round serves its few KiB as encoded once.
+    const ENCODE_ONCE: bool = true;
+    type Reading = Reading;
+    type ErrorKey = &'static str;
 
-/// Success is that of the last round: ethtool netlink available, every port read (or without
-/// FEC), not stale.
-impl Collector for FecCollector {
-    fn name(&self) -> &'static str {
-        "fec"
+    fn interval(&self) -> Duration {
+        self.interval
     }
 
-    fn retire(&self) {
-        self.readings.stop();
+    /// A few ports at their timeout.
+    fn slowest_reading(&self) -> Duration {
+        self.timeout.saturating_mul(8)
     }
 
-    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
-        // A scrape right after the start waits a little for the first round (reading a node's
-        // ports takes milliseconds), so that the first scrape already has FEC.
-        let started = Instant::now();
-        let mut reading = self.readings.last();
-        while reading.finished.is_none() && started.elapsed() < FIRST_ROUND_WAIT {
-            std::thread::sleep(Duration::from_millis(5));
-            reading = self.readings.last();
+    fn add_metrics<'a>(
+        &self,
+        families: &mut Families<'a>,
+        reading: &'a Reading,
+        errors: &BTreeMap<&'static str, u64>,
+    ) {
+        for PortFec { port, reading } in &reading.ports {
+            if let Some(mode) = reading.active_mode() {
+                let mut labels = port_labels(port);
+                labels.push(("mode", Cow::Owned(mode)));
+                families.gauge(
+                    "rdma_fec_mode_info",
+                    "The port's active FEC mode (ETHTOOL_A_FEC_ACTIVE): off, rs (Reed-Solomon, RS-FEC), baser (BASE-R/FireCode), llrs (low-latency RS), or bit<N> for a link mode this build does not name.",
+                    labels,
+                    Value::U64(1),
+                );
+            }
+            let Some(stats) = &reading.stats else {
+                continue;
+            };
+            let counters = [
+                (
+                    &stats.corrected_blocks,
+                    "rdma_fec_corrected_blocks_total",
+                    "rdma_fec_lane_corrected_blocks_total",
+                ),
+                (
+                    &stats.uncorrectable_blocks,
+                    "rdma_fec_uncorrectable_blocks_total",
+                    "rdma_fec_lane_uncorrectable_blocks_total",
+                ),
+                (
+                    &stats.corrected_bits,
+                    "rdma_fec_corrected_bit_errors_total",
+                    "rdma_fec_lane_corrected_bit_errors_total",
+                ),
+            ];
+            for (counts, total_name, lane_name) in counters {
+                let Some(counts) = counts else { continue };
+                let (help, lane_help) = help_of(total_name);
+                families.counter(
+                    total_name,
+                    help,
+                    port_labels(port),
+                    Value::U64(counts.total),
+                );
+                if self.per_lane {
+                    for (lane, value) in counts.lanes.iter().enumerate() {
+                        let mut labels = port_labels(port);
+                        labels.push(("lane", Cow::Owned(lane.to_string())));
+                        families.counter(lane_name, lane_help, labels, Value::U64(*value));
+                    }
+                }
+            }
+            if self.histogram {
+                for bin in &stats.histogram {
+                    let mut labels = port_labels(port);
+                    labels.push(("bit_errors_low", Cow::Owned(bin.low.to_string())));
+                    labels.push(("bit_errors_high", Cow::Owned(bin.high.to_string())));
+                    families.counter(
+                        "rdma_fec_histogram_codewords_total",
+                        "FEC codewords received with between bit_errors_low and bit_errors_high (inclusive) bit errors: one bin of the FEC histogram (IEEE 802.3ck/df, ETHTOOL_A_FEC_STAT_HIST), as the driver defines its bins.",
+                        labels,
+                        Value::U64(bin.codewords),
+                    );
+                }
+            }
         }
-        let errors = self
-            .shared
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut encoded = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
-        let families = match &*encoded {
-            Some(round) if Arc::ptr_eq(&round.reading, &reading) && round.errors == errors => {
-                round.families.clone()
-            }
-            _ => {
-                let mut families = Families::default();
-                add_metrics(&mut families, &reading, &self.config, &errors);
-                let families = Arc::new(EncodedFamilies::new(&families));
-                *encoded = Some(EncodedRound {
-                    reading: reading.clone(),
-                    errors,
-                    families: families.clone(),
-                });
-                families
-            }
-        };
-        drop(encoded);
-        out.write_encoded(&families);
-        let fresh = reading
-            .finished
-            .is_some_and(|at| at.elapsed() <= self.stale_after());
-        Ok(Outcome {
-            ok: fresh && !reading.unavailable && reading.failed == 0,
-            duration: reading.finished.map(|_| reading.duration),
-        })
+        for (reason, count) in errors {
+            families.counter(
+                "rdma_exporter_fec_errors_total",
+                "FEC reads that failed, by reason (a driver without FEC is not one); the other ports are still served.",
+                vec![("reason", Cow::Borrowed(*reason))],
+                Value::U64(*count),
+            );
+        }
+    }
+
+    /// Ethtool netlink available and every port read (or without FEC).
+    fn ok(&self, reading: &Reading) -> bool {
+        !reading.unavailable && reading.failed == 0
     }
 }
 
 #[cfg(all(test, target_endian = "little"))]
 mod tests {
     use super::*;
-    use crate::collector::{Collectors, Scrape, Selection};
     use crate::node::ethtool_netlink::fec::{
         encode_error, encode_reply, FecBin, FecStats, LaneCounts, Padding,
     };
     use crate::node::ethtool_netlink::uapi::ETHTOOL_LINK_MODE_FEC_RS_BIT;
+    use std::time::Instant;
 
     /// A sysfs tree of `ports` (device, link layer, netdev); `class/net` lists `host_netdevs`.
     fn tree(ports: &[(&str, &str, &str)], host_netdevs: &[&str]) -> tempfile::TempDir {
@@ -474,27 +393,12 @@ mod tests {
         }
     }
 
-    fn scrape(collector: &Arc<FecCollector>) -> String {
-        Scrape::new(
-            Arc::new(Collectors::new(vec![collector.clone()])),
-            Selection::All,
-            true,
-        )
-        .body(crate::exposition::Format::OpenMetrics, &[])
-        .unwrap()
-        .to_text()
-    }
-
     fn started(dir: &Path, sysfs: &Path, config: FecConfig) -> Arc<FecCollector> {
         let source = Arc::new(FileFec::new(dir));
         let collector = Arc::new(
             FecCollector::spawn(source, config, sysfs.into(), DeviceFilter::default()).unwrap(),
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while collector.readings.last().finished.is_none() {
-            assert!(Instant::now() < deadline, "no reading");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        collector.assert_first_reading();
         collector
     }
 
@@ -544,7 +448,7 @@ mod tests {
         );
         // veth: the kernel's EOPNOTSUPP. enspod: no file and not in class/net (a pod's VF).
         write(dir.path(), "veth7", &encode_error(27, 1, libc::EOPNOTSUPP));
-        let text = scrape(&started(dir.path(), sys.path(), FecConfig::default()));
+        let text = started(dir.path(), sys.path(), FecConfig::default()).scrape();
         let labels = r#"{device="mlx5_0",port="1",netdev="ens1np0"}"#;
         for line in [
             format!("rdma_fec_corrected_blocks_total{labels} 1234"),
@@ -577,7 +481,7 @@ mod tests {
             histogram: true,
             ..FecConfig::default()
         };
-        let text = scrape(&started(dir.path(), sys.path(), config));
+        let text = started(dir.path(), sys.path(), config).scrape();
         for line in [
             r#"rdma_fec_lane_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0",lane="0"} 5"#,
             r#"rdma_fec_lane_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0",lane="1"} 5"#,
@@ -604,21 +508,15 @@ mod tests {
             ..FecConfig::default()
         };
         let collector = started(dir.path(), sys.path(), config);
-        let encoded = |c: &FecCollector| {
-            c.encoded
-                .lock()
-                .unwrap()
-                .as_ref()
-                .map(|r| r.families.clone())
-        };
+        let encoded = FecCollector::last_encoded;
         // Two scrapes of one round (checked: a round may end between them).
         let (families, again) = loop {
-            let round = collector.readings.last();
-            let text = scrape(&collector);
+            let round = collector.last(Duration::ZERO);
+            let text = collector.scrape();
             let families = encoded(&collector).unwrap();
-            scrape(&collector);
+            collector.scrape();
             let again = encoded(&collector).unwrap();
-            if Arc::ptr_eq(&round, &collector.readings.last()) {
+            if Arc::ptr_eq(&round, &collector.last(Duration::ZERO)) {
                 assert!(text.contains(r#"netdev="ens1np0"} 11"#), "{text}");
                 break (families, again);
             }
@@ -627,7 +525,7 @@ mod tests {
         write(dir.path(), "ens1np0", &reply(12));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let text = scrape(&collector);
+            let text = collector.scrape();
             if text.contains(
                 r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 12"#,
             ) {
@@ -655,7 +553,7 @@ mod tests {
         let good = encode_reply(27, 1, 4, "ens1np0", &rs(7, 0, 9), Padding::None);
         write(dir.path(), "ens1np0", &good);
         write(dir.path(), "ens2np0", &good[..good.len() - 5]);
-        let text = scrape(&started(dir.path(), sys.path(), FecConfig::default()));
+        let text = started(dir.path(), sys.path(), FecConfig::default()).scrape();
         for line in [
             r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 7"#,
             r#"rdma_exporter_fec_errors_total{reason="malformed"} 1"#,

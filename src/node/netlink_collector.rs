@@ -8,16 +8,14 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::rdma_netlink::{NetlinkError, NetlinkLimits, NetlinkSnapshot, NetlinkSource};
-use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{sanitize_name_part, Families, Value};
-use crate::periodic::Periodic;
+use crate::periodic::{ErrorCounts, PeriodicCollector, Served};
 
 /// `node.netlink`: the `netlink` collector.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -83,7 +81,7 @@ type OwnerKey = (String, String, QpOwner, String, Option<u32>);
 
 /// One reading, already aggregated so that a scrape only encodes.
 #[derive(Debug, Default)]
-struct Reading {
+pub struct Reading {
     /// `None`: RDMA netlink is not available here.
     available: bool,
     resources: Vec<(String, String, u64)>,
@@ -94,25 +92,10 @@ struct Reading {
     /// Counters of `CMD_STAT_GET` that the port's `hw_counters` directory does not hold.
     optional_counters: Vec<(String, String, String, u64)>,
     failed_requests: usize,
-    duration: Duration,
-    finished: Option<Instant>,
-}
-
-/// What the reading thread and the scrapes share besides the reading.
-#[derive(Debug, Default)]
-struct Shared {
-    /// Requests that failed, by reason, since the start.
-    errors: Mutex<BTreeMap<&'static str, u64>>,
-    unavailable_logged: AtomicBool,
 }
 
 /// The collector: the last reading, and the thread that makes them.
-#[derive(Debug)]
-pub struct NetlinkCollector {
-    config: NetlinkConfig,
-    shared: Arc<Shared>,
-    readings: Periodic<Reading>,
-}
+pub type NetlinkCollector = PeriodicCollector<NetlinkConfig>;
 
 impl NetlinkCollector {
     /// Starts the reading thread; the first reading starts at once. `sysfs_root` tells which
@@ -123,65 +106,34 @@ impl NetlinkCollector {
         sysfs_root: PathBuf,
         owners: OwnerResolver,
     ) -> io::Result<NetlinkCollector> {
-        let shared = Arc::new(Shared::default());
         let limits = config.limits();
-        let (thread_shared, thread_config) = (shared.clone(), config.clone());
-        let readings = Periodic::spawn(
-            "rdma-netlink",
-            config.interval,
-            Reading::default(),
-            move || {
-                let started = Instant::now();
-                let reading = match source.read(&limits) {
-                    Ok(snapshot) => {
-                        count_failures(&thread_shared, &snapshot.failures);
-                        aggregate(snapshot, &thread_config, &sysfs_root, owners.as_ref())
-                    }
-                    Err(e) => {
-                        log_unavailable(&thread_shared, &e);
-                        Reading::default()
-                    }
-                };
-                Reading {
-                    duration: started.elapsed(),
-                    finished: Some(Instant::now()),
-                    ..reading
+        let thread_config = config.clone();
+        let mut unavailable_logged = false;
+        PeriodicCollector::start("rdma-netlink", config, move |errors| {
+            match source.read(&limits) {
+                Ok(snapshot) => {
+                    count_failures(errors, &snapshot.failures);
+                    aggregate(snapshot, &thread_config, &sysfs_root, owners.as_ref())
                 }
-            },
-        )?;
-        Ok(NetlinkCollector {
-            config,
-            shared,
-            readings,
+                Err(e) => {
+                    // Once per process: where the kernel has no RDMA netlink every reading
+                    // fails the same way.
+                    if !std::mem::replace(&mut unavailable_logged, true) {
+                        tracing::warn!(
+                            "{e}; the netlink collector exports nothing and reports success 0 \
+                             (--no-collector.netlink turns it off)"
+                        );
+                    }
+                    Reading::default()
+                }
+            }
         })
     }
-
-    /// Two intervals and a reading's worst case: past this the served reading is stale.
-    fn stale_after(&self) -> Duration {
-        self.config
-            .interval
-            .saturating_mul(2)
-            .saturating_add(self.config.timeout.saturating_mul(8))
-    }
 }
 
-/// Once per process: where the kernel has no RDMA netlink every reading fails the same way.
-fn log_unavailable(shared: &Shared, error: &NetlinkError) {
-    if !shared.unavailable_logged.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            "{error}; the netlink collector exports nothing and reports success 0 \
-             (--no-collector.netlink turns it off)"
-        );
-    }
-}
-
-fn count_failures(shared: &Shared, failures: &[NetlinkError]) {
-    if failures.is_empty() {
-        return;
-    }
-    let mut errors = shared.errors.lock().unwrap_or_else(|p| p.into_inner());
+fn count_failures(errors: &ErrorCounts<&'static str>, failures: &[NetlinkError]) {
     for failure in failures {
-        *errors.entry(failure.reason()).or_default() += 1;
+        errors.add(failure.reason());
         tracing::debug!("RDMA netlink: {failure}");
     }
 }
@@ -267,126 +219,116 @@ fn hw_counter_names(sysfs_root: &Path, device: &str, port: u32) -> HashSet<Strin
         .unwrap_or_default()
 }
 
-fn add_metrics<'a>(
-    families: &mut Families<'a>,
-    reading: &'a Reading,
-    errors: &BTreeMap<&'static str, u64>,
-) {
-    for (device, resource, count) in &reading.resources {
-        families.gauge(
-            "rdma_device_resources",
-            "RDMA objects of this type the device holds now (RDMA netlink resource summary: qp, cq, mr, pd, cm_id, ctx, srq).",
-            vec![
-                ("device", Cow::Borrowed(device.as_str())),
-                ("resource", Cow::Borrowed(resource.as_str())),
-            ],
-            Value::U64(*count),
-        );
+impl Served for NetlinkConfig {
+    const NAME: &'static str = "netlink";
+    type Reading = Reading;
+    type ErrorKey = &'static str;
+
+    fn interval(&self) -> Duration {
+        self.interval
     }
-    for ((device, port, qp_type, state), count) in &reading.qps {
-        families.gauge(
-            "rdma_qps",
-            "Queue pairs on the device by port (empty: not bound yet), type and state, as RDMA netlink lists them.",
-            vec![
+
+    /// A reading's few requests, each at its timeout.
+    fn slowest_reading(&self) -> Duration {
+        self.timeout.saturating_mul(8)
+    }
+
+    fn add_metrics<'a>(
+        &self,
+        families: &mut Families<'a>,
+        reading: &'a Reading,
+        errors: &BTreeMap<&'static str, u64>,
+    ) {
+        for (device, resource, count) in &reading.resources {
+            families.gauge(
+                "rdma_device_resources",
+                "RDMA objects of this type the device holds now (RDMA netlink resource summary: qp, cq, mr, pd, cm_id, ctx, srq).",
+                vec![
+                    ("device", Cow::Borrowed(device.as_str())),
+                    ("resource", Cow::Borrowed(resource.as_str())),
+                ],
+                Value::U64(*count),
+            );
+        }
+        for ((device, port, qp_type, state), count) in &reading.qps {
+            families.gauge(
+                "rdma_qps",
+                "Queue pairs on the device by port (empty: not bound yet), type and state, as RDMA netlink lists them.",
+                vec![
+                    ("device", Cow::Borrowed(device.as_str())),
+                    ("port", Cow::Borrowed(port.as_str())),
+                    ("qp_type", Cow::Borrowed(qp_type.as_str())),
+                    ("state", Cow::Borrowed(state.as_str())),
+                ],
+                Value::U64(*count),
+            );
+        }
+        for ((device, qp_type, owner, process, pid), count) in &reading.qps_by_owner {
+            let mut labels = vec![
                 ("device", Cow::Borrowed(device.as_str())),
-                ("port", Cow::Borrowed(port.as_str())),
                 ("qp_type", Cow::Borrowed(qp_type.as_str())),
-                ("state", Cow::Borrowed(state.as_str())),
-            ],
-            Value::U64(*count),
-        );
-    }
-    for ((device, qp_type, owner, process, pid), count) in &reading.qps_by_owner {
-        let mut labels = vec![
-            ("device", Cow::Borrowed(device.as_str())),
-            ("qp_type", Cow::Borrowed(qp_type.as_str())),
-            ("namespace", Cow::Borrowed(owner.namespace.as_str())),
-            ("pod", Cow::Borrowed(owner.pod.as_str())),
-            ("pod_uid", Cow::Borrowed(owner.pod_uid.as_str())),
-            ("container_id", Cow::Borrowed(owner.container_id.as_str())),
-            ("owner", Cow::Borrowed(process.as_str())),
-        ];
-        if let Some(pid) = pid {
-            labels.push(("pid", Cow::Owned(pid.to_string())));
+                ("namespace", Cow::Borrowed(owner.namespace.as_str())),
+                ("pod", Cow::Borrowed(owner.pod.as_str())),
+                ("pod_uid", Cow::Borrowed(owner.pod_uid.as_str())),
+                ("container_id", Cow::Borrowed(owner.container_id.as_str())),
+                ("owner", Cow::Borrowed(process.as_str())),
+            ];
+            if let Some(pid) = pid {
+                labels.push(("pid", Cow::Owned(pid.to_string())));
+            }
+            families.gauge(
+                "rdma_owner_qps",
+                "Queue pairs on the device by type and owner: the pod and container of the process (empty outside a pod), and the process or kernel module name.",
+                labels,
+                Value::U64(*count),
+            );
         }
-        families.gauge(
-            "rdma_owner_qps",
-            "Queue pairs on the device by type and owner: the pod and container of the process (empty outside a pod), and the process or kernel module name.",
-            labels,
-            Value::U64(*count),
-        );
-    }
-    for (device, port, name, value) in &reading.optional_counters {
-        // Not `rdma_hw_*`: a counter optional on one device may be a sysfs file on another,
-        // and one family must not come from two collectors.
-        let exposed = format!("{}{}_total", "rdma_optional_", sanitize_name_part(name));
-        let added = families.add(
-            &exposed,
-            crate::exposition::Kind::Counter,
-            "Optional hardware counter of the port, read over RDMA netlink (the kernel does not show optional counters in sysfs; an administrator enables them with `rdma statistic set`).",
-            vec![
-                ("device", Cow::Borrowed(device.as_str())),
-                ("port", Cow::Borrowed(port.as_str())),
-            ],
-            Value::U64(*value),
-        );
-        if let Err(e) = added {
-            tracing::debug!("RDMA netlink counter {name}: {e}");
+        for (device, port, name, value) in &reading.optional_counters {
+            // Not `rdma_hw_*`: a counter optional on one device may be a sysfs file on another,
+            // and one family must not come from two collectors.
+            let exposed = format!("{}{}_total", "rdma_optional_", sanitize_name_part(name));
+            let added = families.add(
+                &exposed,
+                crate::exposition::Kind::Counter,
+                "Optional hardware counter of the port, read over RDMA netlink (the kernel does not show optional counters in sysfs; an administrator enables them with `rdma statistic set`).",
+                vec![
+                    ("device", Cow::Borrowed(device.as_str())),
+                    ("port", Cow::Borrowed(port.as_str())),
+                ],
+                Value::U64(*value),
+            );
+            if let Err(e) = added {
+                tracing::debug!("RDMA netlink counter {name}: {e}");
+            }
+        }
+        if reading.available {
+            families.gauge(
+                "rdma_exporter_netlink_qps_truncated",
+                "1 if the last QP dump stopped at node.netlink.max_dump_bytes: the QP series count only the QPs before it.",
+                Vec::new(),
+                Value::U64(u64::from(reading.qps_truncated)),
+            );
+        }
+        for (reason, count) in errors {
+            families.counter(
+                "rdma_exporter_netlink_errors_total",
+                "RDMA netlink requests that failed, by reason; the other requests of the reading are still served.",
+                vec![("reason", Cow::Borrowed(*reason))],
+                Value::U64(*count),
+            );
         }
     }
-    if reading.available {
-        families.gauge(
-            "rdma_exporter_netlink_qps_truncated",
-            "1 if the last QP dump stopped at node.netlink.max_dump_bytes: the QP series count only the QPs before it.",
-            Vec::new(),
-            Value::U64(u64::from(reading.qps_truncated)),
-        );
-    }
-    for (reason, count) in errors {
-        families.counter(
-            "rdma_exporter_netlink_errors_total",
-            "RDMA netlink requests that failed, by reason; the other requests of the reading are still served.",
-            vec![("reason", Cow::Borrowed(*reason))],
-            Value::U64(*count),
-        );
-    }
-}
 
-/// Success is that of the last reading: netlink available, no request failed, not stale.
-impl Collector for NetlinkCollector {
-    fn name(&self) -> &'static str {
-        "netlink"
-    }
-
-    fn retire(&self) {
-        self.readings.stop();
-    }
-
-    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.readings.last();
-        let errors = self
-            .shared
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut families = Families::default();
-        add_metrics(&mut families, &reading, &errors);
-        out.encode(&families)?;
-        let fresh = reading
-            .finished
-            .is_some_and(|at| at.elapsed() <= self.stale_after());
-        Ok(Outcome {
-            ok: fresh && reading.available && reading.failed_requests == 0,
-            duration: reading.finished.map(|_| reading.duration),
-        })
+    /// Netlink available and no request failed.
+    fn ok(&self, reading: &Reading) -> bool {
+        reading.available && reading.failed_requests == 0
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::{Collectors, Scrape, Selection};
+    use crate::collector::Collector;
     use crate::node::rdma_netlink::{DeviceResources, PortStatistics, QpState, QpType, QueuePair};
 
     /// Answers with a fixed snapshot, or as a kernel without RDMA netlink.
@@ -464,26 +406,11 @@ mod tests {
         })
     }
 
-    fn scrape(collector: &Arc<NetlinkCollector>) -> String {
-        Scrape::new(
-            Arc::new(Collectors::new(vec![collector.clone()])),
-            Selection::All,
-            true,
-        )
-        .body(crate::exposition::Format::OpenMetrics, &[])
-        .unwrap()
-        .to_text()
-    }
-
     fn started(source: Fixed, config: NetlinkConfig, sysfs: &Path) -> Arc<NetlinkCollector> {
         let collector = Arc::new(
             NetlinkCollector::spawn(Arc::new(source), config, sysfs.into(), owners()).unwrap(),
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while collector.readings.last().finished.is_none() {
-            assert!(Instant::now() < deadline, "no reading");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        collector.assert_first_reading();
         collector
     }
 
@@ -496,7 +423,7 @@ mod tests {
         std::fs::create_dir_all(&hw).unwrap();
         std::fs::write(hw.join("out_of_buffer"), "5\n").unwrap();
         let collector = started(Fixed(Some(node())), NetlinkConfig::default(), sysfs.path());
-        let text = scrape(&collector);
+        let text = collector.scrape();
         for line in [
             r#"rdma_device_resources{device="mlx5_0",resource="qp"} 4"#,
             r#"rdma_qps{device="mlx5_0",port="1",qp_type="RC",state="RTS"} 2"#,
@@ -524,7 +451,7 @@ mod tests {
             qps_per_pid: true,
             ..NetlinkConfig::default()
         };
-        let text = scrape(&started(Fixed(Some(node())), config, sysfs.path()));
+        let text = started(Fixed(Some(node())), config, sysfs.path()).scrape();
         assert!(
             text.contains(r#"container_id="c1",owner="python3",pid="10"} 1"#),
             "{text}"
@@ -535,7 +462,7 @@ mod tests {
     fn a_kernel_without_rdma_netlink_gives_success_0_and_nothing_else() {
         let sysfs = tempfile::tempdir().unwrap();
         let collector = started(Fixed(None), NetlinkConfig::default(), sysfs.path());
-        let text = scrape(&collector);
+        let text = collector.scrape();
         assert!(
             text.contains(r#"rdma_exporter_collector_success{collector="netlink"} 0"#),
             "{text}"

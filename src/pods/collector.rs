@@ -5,7 +5,7 @@
 //! `netlink` collector, whose owners this module's [`owner_resolver`] names.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,30 +14,24 @@ use std::time::{Duration, Instant};
 use super::config::PodsConfig;
 use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
 use super::{PodName, PodRdmaCgroup, PodsError};
-use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Kind, Value};
 use crate::node::netlink_collector::{OwnerResolver, QpOwner};
-use crate::periodic::Periodic;
+use crate::periodic::{PeriodicCollector, Served};
+
+/// A failed read's source and reason.
+type ErrorKey = (&'static str, &'static str);
 
 /// One reading of the kubelet and the cgroup tree.
 #[derive(Debug, Default)]
-struct Reading {
+pub struct Reading {
     /// (device, port, netdev, namespace, pod, container, resource).
     devices: BTreeSet<[String; 7]>,
     cgroups: Vec<(Option<PodName>, PodRdmaCgroup)>,
     /// Which parts failed, by source and reason.
     failures: Vec<(&'static str, PodsError)>,
-    duration: Duration,
-    finished: Option<Instant>,
 }
 
-#[derive(Debug)]
-pub struct PodsCollector {
-    config: PodsConfig,
-    /// Failed reads by (source, reason) since the start.
-    errors: Arc<Mutex<HashMap<(&'static str, &'static str), u64>>>,
-    readings: Periodic<Reading>,
-}
+pub type PodsCollector = PeriodicCollector<PodsConfig>;
 
 impl PodsCollector {
     /// Starts the reading thread; the first reading starts at once.
@@ -47,36 +41,19 @@ impl PodsCollector {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let errors = Arc::new(Mutex::new(HashMap::new()));
-        let (thread_config, thread_errors) = (config.clone(), errors.clone());
-        let mut logged: BTreeSet<(&'static str, &'static str)> = BTreeSet::new();
-        let readings = Periodic::spawn("pods", config.interval, Reading::default(), move || {
-            let started = Instant::now();
-            let mut reading = read(&thread_config, &sysfs_root, &runtime);
-            reading.duration = started.elapsed();
-            reading.finished = Some(Instant::now());
-            let mut errors = thread_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let thread_config = config.clone();
+        let mut logged: BTreeSet<ErrorKey> = BTreeSet::new();
+        PeriodicCollector::start("pods", config, move |errors| {
+            let reading = read(&thread_config, &sysfs_root, &runtime);
             for (source, error) in &reading.failures {
-                *errors.entry((*source, error.reason())).or_default() += 1;
+                errors.add((*source, error.reason()));
                 // Once per kind: a missing socket fails the same way every interval.
                 if logged.insert((source, error.reason())) {
                     tracing::warn!("pods collector: {source}: {error}");
                 }
             }
             reading
-        })?;
-        Ok(PodsCollector {
-            config,
-            errors,
-            readings,
         })
-    }
-
-    fn stale_after(&self) -> Duration {
-        self.config
-            .interval
-            .saturating_mul(2)
-            .saturating_add(self.config.timeout.saturating_mul(2))
     }
 }
 
@@ -126,106 +103,93 @@ fn read(config: &PodsConfig, sysfs_root: &Path, runtime: &tokio::runtime::Runtim
     reading
 }
 
-fn add_metrics<'a>(
-    families: &mut Families<'a>,
-    reading: &'a Reading,
-    errors: &HashMap<(&'static str, &'static str), u64>,
-) {
-    for [device, port, netdev, namespace, pod, container, resource] in &reading.devices {
-        let added = families.add(
-            "rdma_device_pod_info",
-            Kind::Info,
-            "An RDMA port the kubelet assigned to a container (pod-resources API), for joins: * on (device, port) group_left(namespace, pod, container) rdma_device_pod_info.",
-            vec![
-                ("device", Cow::Borrowed(device.as_str())),
-                ("port", Cow::Borrowed(port.as_str())),
-                ("netdev", Cow::Borrowed(netdev.as_str())),
-                ("namespace", Cow::Borrowed(namespace.as_str())),
-                ("pod", Cow::Borrowed(pod.as_str())),
-                ("container", Cow::Borrowed(container.as_str())),
-                ("resource", Cow::Borrowed(resource.as_str())),
-            ],
-            Value::U64(1),
-        );
-        debug_assert!(added.is_ok(), "{added:?}");
+impl Served for PodsConfig {
+    const NAME: &'static str = "pods";
+    type Reading = Reading;
+    type ErrorKey = ErrorKey;
+
+    fn interval(&self) -> Duration {
+        self.interval
     }
-    for (name, cgroup) in &reading.cgroups {
-        let (namespace, pod) = name
-            .as_ref()
-            .map_or(("", ""), |n| (n.namespace.as_str(), n.pod.as_str()));
-        for (device, use_) in &cgroup.devices {
-            for (resource, current, max) in [
-                ("hca_handle", use_.hca_handle, use_.max_hca_handle),
-                ("hca_object", use_.hca_object, use_.max_hca_object),
-            ] {
-                let labels = vec![
-                    ("namespace", Cow::Borrowed(namespace)),
-                    ("pod", Cow::Borrowed(pod)),
-                    ("pod_uid", Cow::Borrowed(cgroup.pod_uid.as_str())),
+
+    fn slowest_reading(&self) -> Duration {
+        self.timeout.saturating_mul(2)
+    }
+
+    fn add_metrics<'a>(
+        &self,
+        families: &mut Families<'a>,
+        reading: &'a Reading,
+        errors: &BTreeMap<ErrorKey, u64>,
+    ) {
+        for [device, port, netdev, namespace, pod, container, resource] in &reading.devices {
+            let added = families.add(
+                "rdma_device_pod_info",
+                Kind::Info,
+                "An RDMA port the kubelet assigned to a container (pod-resources API), for joins: * on (device, port) group_left(namespace, pod, container) rdma_device_pod_info.",
+                vec![
                     ("device", Cow::Borrowed(device.as_str())),
-                    ("resource", Cow::Borrowed(resource)),
-                ];
-                families.gauge(
-                    "rdma_pod_cgroup_usage",
-                    "What the pod's RDMA cgroup charges now on the device (rdma.current): hca_handle (contexts) or hca_object (QPs, CQs, MRs, PDs, SRQs...).",
-                    labels.clone(),
-                    Value::U64(current),
-                );
-                if let Some(max) = max {
+                    ("port", Cow::Borrowed(port.as_str())),
+                    ("netdev", Cow::Borrowed(netdev.as_str())),
+                    ("namespace", Cow::Borrowed(namespace.as_str())),
+                    ("pod", Cow::Borrowed(pod.as_str())),
+                    ("container", Cow::Borrowed(container.as_str())),
+                    ("resource", Cow::Borrowed(resource.as_str())),
+                ],
+                Value::U64(1),
+            );
+            debug_assert!(added.is_ok(), "{added:?}");
+        }
+        for (name, cgroup) in &reading.cgroups {
+            let (namespace, pod) = name
+                .as_ref()
+                .map_or(("", ""), |n| (n.namespace.as_str(), n.pod.as_str()));
+            for (device, use_) in &cgroup.devices {
+                for (resource, current, max) in [
+                    ("hca_handle", use_.hca_handle, use_.max_hca_handle),
+                    ("hca_object", use_.hca_object, use_.max_hca_object),
+                ] {
+                    let labels = vec![
+                        ("namespace", Cow::Borrowed(namespace)),
+                        ("pod", Cow::Borrowed(pod)),
+                        ("pod_uid", Cow::Borrowed(cgroup.pod_uid.as_str())),
+                        ("device", Cow::Borrowed(device.as_str())),
+                        ("resource", Cow::Borrowed(resource)),
+                    ];
                     families.gauge(
-                        "rdma_pod_cgroup_limit",
-                        "The pod's RDMA cgroup limit on the device (rdma.max); absent where it is max (no limit).",
-                        labels,
-                        Value::U64(max),
+                        "rdma_pod_cgroup_usage",
+                        "What the pod's RDMA cgroup charges now on the device (rdma.current): hca_handle (contexts) or hca_object (QPs, CQs, MRs, PDs, SRQs...).",
+                        labels.clone(),
+                        Value::U64(current),
                     );
+                    if let Some(max) = max {
+                        families.gauge(
+                            "rdma_pod_cgroup_limit",
+                            "The pod's RDMA cgroup limit on the device (rdma.max); absent where it is max (no limit).",
+                            labels,
+                            Value::U64(max),
+                        );
+                    }
                 }
             }
         }
-    }
-    let mut errors: Vec<_> = errors.iter().collect();
-    errors.sort();
-    for ((source, reason), count) in errors {
-        families.counter(
-            "rdma_exporter_pods_errors_total",
-            "Reads of the pods collector that failed, by source (pod_resources, pod_names, rdma_cgroup) and reason.",
-            vec![
-                ("source", Cow::Borrowed(*source)),
-                ("reason", Cow::Borrowed(*reason)),
-            ],
-            Value::U64(*count),
-        );
-    }
-}
-
-/// Success: the last reading is fresh and the kubelet answered (a pod without an RDMA cgroup
-/// or a missing log directory only leaves names or limits out).
-impl Collector for PodsCollector {
-    fn name(&self) -> &'static str {
-        "pods"
+        for ((source, reason), count) in errors {
+            families.counter(
+                "rdma_exporter_pods_errors_total",
+                "Reads of the pods collector that failed, by source (pod_resources, pod_names, rdma_cgroup) and reason.",
+                vec![
+                    ("source", Cow::Borrowed(*source)),
+                    ("reason", Cow::Borrowed(*reason)),
+                ],
+                Value::U64(*count),
+            );
+        }
     }
 
-    fn retire(&self) {
-        self.readings.stop();
-    }
-
-    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.readings.last();
-        let errors = self
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut families = Families::default();
-        add_metrics(&mut families, &reading, &errors);
-        out.encode(&families)?;
-        let fresh = reading
-            .finished
-            .is_some_and(|at| at.elapsed() <= self.stale_after());
-        let kubelet_ok = !reading.failures.iter().any(|(s, _)| *s == "pod_resources");
-        Ok(Outcome {
-            ok: fresh && kubelet_ok,
-            duration: reading.finished.map(|_| reading.duration),
-        })
+    /// The kubelet answered (a pod without an RDMA cgroup or a missing log directory only
+    /// leaves names or limits out).
+    fn ok(&self, reading: &Reading) -> bool {
+        !reading.failures.iter().any(|(s, _)| *s == "pod_resources")
     }
 }
 

@@ -72,7 +72,7 @@ impl ProbeCollector {
     /// `sysfs` lists them) and starts. `None`, said once in the log, where verbs are unavailable
     /// or no port opens.
     pub fn spawn_verbs(config: &ProbeConfig, sysfs: &Path) -> Option<ProbeCollector> {
-        let host = config.host.clone().unwrap_or_else(host_name);
+        let host = config.host.clone().unwrap_or_else(crate::host::name);
         if let Err(e) = super::verbs::devices() {
             tracing::warn!("probing is off: {e}");
             return None;
@@ -212,15 +212,6 @@ fn gid_netdev(class: &Path, device: &str, port: u8, gid_index: u8) -> String {
     crate::bounded_read::read_to_string(&path, 256)
         .map(|text| text.trim().to_string())
         .unwrap_or_default()
-}
-
-/// The system's host name, as the kernel has it.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// Every `peers_refresh`: the agents the config names, asked for their addresses, handed to the

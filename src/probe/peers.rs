@@ -8,7 +8,6 @@ use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::time::Duration;
 
-use hyper::body::Body as _;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -132,17 +131,12 @@ pub fn fetch(agents: &[String], timeout: Duration) -> (Vec<Published>, Vec<PeerE
     runtime.block_on(async {
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_ASKS));
         let mut asks = tokio::task::JoinSet::new();
-        for agent in agents.iter().cloned() {
-            let slots = slots.clone();
+        for agent in agents {
+            // Owned: the task outlives this borrow.
+            let (agent, slots) = (agent.clone(), slots.clone());
             asks.spawn(async move {
                 let _slot = slots.acquire_owned().await;
-                match tokio::time::timeout(timeout, get(&agent)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(PeerError::Agent {
-                        agent,
-                        message: format!("no answer within {timeout:?}"),
-                    }),
-                }
+                get(&agent, timeout).await
             });
         }
         let mut published = Vec::new();
@@ -163,49 +157,22 @@ pub fn fetch(agents: &[String], timeout: Duration) -> (Vec<Published>, Vec<PeerE
 }
 
 /// `GET http://<agent>/probe-address`, its answer bounded.
-async fn get(agent: &str) -> Result<Published, PeerError> {
+async fn get(agent: &str, timeout: Duration) -> Result<Published, PeerError> {
     let failed = |message: String| PeerError::Agent {
         agent: agent.to_string(),
         message,
     };
-    let stream = tokio::net::TcpStream::connect(agent)
+    let request = crate::bounded_get::Get {
+        path: PATH,
+        host: agent,
+        accept: "application/json",
+        headers: &[],
+        max_bytes: MAX_ANSWER_BYTES,
+        timeout,
+    };
+    let (status, bytes) = crate::bounded_get::get(agent, &request)
         .await
         .map_err(|e| failed(e.to_string()))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake::<_, String>(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-    let driver = tokio::spawn(async move {
-        // Its error shows as the request's error below.
-        let _ = connection.await;
-    });
-    let request = hyper::Request::get(PATH)
-        .header(hyper::header::HOST, agent)
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(String::new())
-        .map_err(|e| failed(e.to_string()))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    let status = response.status();
-    let mut body = response.into_body();
-    let mut bytes = Vec::new();
-    while let Some(frame) =
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
-    {
-        let frame = frame.map_err(|e| failed(format!("reading the answer: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            if bytes.len() + data.len() > MAX_ANSWER_BYTES {
-                driver.abort();
-                return Err(failed(format!(
-                    "the answer is larger than {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            bytes.extend_from_slice(&data);
-        }
-    }
-    driver.abort();
     if !status.is_success() {
         return Err(failed(format!("{PATH} answered {status}")));
     }

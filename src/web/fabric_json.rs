@@ -640,18 +640,6 @@ fn switch_views(poller: &Poller) -> Vec<SwitchView> {
         .collect()
 }
 
-/// This machine's host name (what LLDP on its switch ports calls it), `localhost` if unknown.
-pub fn hostname() -> String {
-    let mut buffer = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
-    let end = buffer.iter().position(|b| *b == 0).unwrap_or(buffer.len());
-    match std::str::from_utf8(&buffer[..end]) {
-        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
-        _ => "localhost".into(),
-    }
-}
-
 /// The JSON body: serde_json escapes every string (names may be hostile).
 pub fn to_json(view: &FabricView) -> Vec<u8> {
     serde_json::to_vec(view).unwrap_or_else(|e| {

@@ -9,6 +9,7 @@ pub mod prometheus;
 pub mod series;
 pub mod snmp_agent;
 pub mod victoria_metrics;
+pub mod vm;
 
 pub use series::assert_no_duplicate_series;
 

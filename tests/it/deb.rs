@@ -146,6 +146,19 @@ fn the_deb_installs_into_a_scratch_root_and_its_unit_verifies() {
             installed.display()
         );
     }
+    // The license: the copyright file names Apache-2.0 and points at Debian's copy of its text
+    // (Debian policy: no second copy in the package), which must be the repository's LICENSE.
+    let copyright =
+        std::fs::read_to_string(root.join("usr/share/doc").join(PACKAGE).join("copyright"))
+            .unwrap_or_default();
+    let common = "/usr/share/common-licenses/Apache-2.0";
+    assert!(
+        copyright.contains("License: Apache-2.0") && copyright.contains(common),
+        "{copyright}"
+    );
+    if let Ok(text) = std::fs::read(common) {
+        assert_eq!(text, std::fs::read(project_root().join("LICENSE")).unwrap());
+    }
     let dashboards = files_below(&share.join("dashboards"));
     let expected: Vec<PathBuf> = files_below(&project_root().join("dashboards"))
         .into_iter()

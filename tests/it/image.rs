@@ -362,6 +362,19 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         r#"65534:65534|["/usr/local/bin/rdma-fabric-exporter"]|["serve"]|{"9866/tcp":{}}|["PATH=/usr/local/bin:/usr/sbin"]"#
     );
 
+    // The license it is under (the repository's LICENSE), for scanners that read the label.
+    let licenses = store.podman_ok(&[
+        "image",
+        "inspect",
+        TAG,
+        "--format",
+        "{{index .Labels \"org.opencontainers.image.licenses\"}}",
+    ]);
+    assert_eq!(licenses.trim(), "Apache-2.0");
+    assert!(std::fs::read_to_string(project_root().join("LICENSE"))
+        .unwrap()
+        .contains("Apache License\n                           Version 2.0, January 2004"));
+
     // Every file of the image, and nothing else: no shell, no package manager.
     let container = store.podman_ok(&["create", TAG]);
     let exported = store.dir.path().join("export.tar");

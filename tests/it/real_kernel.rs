@@ -9,42 +9,36 @@
 //! to a shared directory, which is read into memory and removed; each test then checks its part.
 //! A real Prometheus on the host scrapes the guest's exporter through QEMU's port forward
 //! during the lossy phase and evaluates the shipped alerts. Where the VM cannot boot (no QEMU,
-//! no Debian kernel package to download), the tests say they were skipped, or fail under CI.
+//! no Debian kernel package to download), the tests say they were skipped, or fail under CI; a
+//! guest that booted and then did not finish fails them (`tests/common/vm.rs`).
 
+use crate::common::vm::{self, Guest, GuestFiles, NoRun};
 use crate::common::{self, prometheus, value_of, Sample};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// What the guest wrote, by file name, and what the host saw while it ran.
+/// What the guest wrote, and what the host saw while it ran.
 struct Run {
-    files: BTreeMap<String, String>,
+    guest: GuestFiles,
     /// Labels of the firing `RdmaTransportErrors` alerts Prometheus saw (empty: none), or why
     /// Prometheus could not run.
     alert: Result<Vec<BTreeMap<String, String>>, String>,
 }
 
+impl std::ops::Deref for Run {
+    type Target = GuestFiles;
+
+    fn deref(&self) -> &GuestFiles {
+        &self.guest
+    }
+}
+
 impl Run {
-    #[track_caller]
-    fn file(&self, name: &str) -> &str {
-        self.files.get(name).unwrap_or_else(|| {
-            panic!(
-                "the guest wrote no {name}; it wrote {:?}",
-                self.files.keys()
-            )
-        })
-    }
-
-    #[track_caller]
-    fn scrape(&self, name: &str) -> Vec<Sample> {
-        common::parse_exposition(self.file(&format!("{name}.prom")))
-    }
-
     /// `<device>/ports/<port>/<dir>/<name>` -> value, as `cat` read them.
     #[track_caller]
     fn counters(&self, name: &str) -> BTreeMap<String, u64> {
@@ -64,105 +58,49 @@ impl Run {
     }
 }
 
-static RUN: OnceLock<Result<Run, String>> = OnceLock::new();
+static RUN: OnceLock<Result<Run, NoRun>> = OnceLock::new();
 
 /// The guest's run, booted on first use; `None` when it cannot boot here (skipped, or failed
-/// under CI).
+/// under CI). A guest that booted and then did not finish fails every test.
 fn run() -> Option<&'static Run> {
-    match RUN.get_or_init(boot_and_run) {
-        Ok(run) => Some(run),
-        Err(reason) => {
-            common::skip_or_fail(reason);
-            None
-        }
-    }
+    vm::ran(RUN.get_or_init(boot_and_run))
 }
 
-fn boot_and_run() -> Result<Run, String> {
-    for tool in [
-        "qemu-system-x86_64",
-        "busybox",
-        "apt-get",
-        "dpkg",
-        "ib_write_bw",
-        "rdma",
-    ] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            return Err(format!(
-                "the real-kernel VM needs {tool} (scripts/test installs qemu-system-x86, \
-                 busybox-static, perftest, rdma-core, iproute2)"
-            ));
-        }
-    }
-    let boot = common::project_root().join("scripts/vm/boot");
+fn boot_and_run() -> Result<Run, NoRun> {
     let started = Instant::now();
-    let prepared = Command::new(&boot)
-        .arg("--prepare")
-        .output()
-        .map_err(|e| format!("scripts/vm/boot: {e}"))?;
-    if !prepared.status.success() {
-        return Err(format!(
-            "scripts/vm/boot --prepare failed (no Debian 12 kernel package to download?): {}",
-            String::from_utf8_lossy(&prepared.stderr)
-        ));
-    }
+    vm::prepare(&["ib_write_bw", "rdma"], "perftest, rdma-core, iproute2")?;
     eprintln!(
         "real_kernel: kernel and initramfs ready in {:?}",
         started.elapsed()
     );
 
-    let out = tempfile::tempdir().unwrap();
     let port = prometheus::free_port();
     let prom_dir = tempfile::tempdir().unwrap();
     let prometheus = start_prometheus(prom_dir.path(), port);
-
-    let started = Instant::now();
-    let mut vm = Command::new(&boot);
-    vm.args(["--out", common::path_str(out.path())])
-        .args(["--port", &port.to_string(), "--timeout", "600"])
+    let wait_alert = if prometheus.is_ok() {
+        "--wait-alert"
+    } else {
+        ""
+    };
+    let mut guest = Guest::start(
+        "real_kernel",
         // A q35 machine with a root port and a virtio-net function behind it: a real PCIe link.
-        .arg("--pcie")
-        .arg(common::project_root().join("tests/real_kernel/guest.sh"))
-        .arg(common::binary())
-        .arg(if prometheus.is_ok() {
-            "--wait-alert"
-        } else {
-            ""
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        // Its own process group: a test that fails below still kills QEMU with it.
-        .process_group(0);
-    let mut vm = common::ChildGuard(vm.spawn().map_err(|e| format!("scripts/vm/boot: {e}"))?);
-    let console = BufReader::new(vm.0.stdout.take().unwrap());
-    let console = std::thread::spawn(move || {
-        let mut booted = None;
-        let mut text = String::new();
-        for line in console.lines().map_while(Result::ok) {
-            if booted.is_none() && line.starts_with("guest: ") {
-                booted = Some(started.elapsed());
-            }
-            text.push_str(&line);
-            text.push('\n');
-        }
-        (booted, text)
-    });
+        &["--port", &port.to_string(), "--timeout", "600", "--pcie"],
+        "guest.sh",
+        &[common::binary().as_os_str(), OsStr::new(wait_alert)],
+    )?;
 
     // Watches for the transport-error alert while the guest runs its lossy phase, and tells
     // the guest when it fired (or when waiting longer is pointless).
     let mut alert = Err(String::new());
     if let Ok((_, address)) = &prometheus {
-        let done = out.path().join("host-alert-done");
+        let done = guest.out().join("host-alert-done");
         let deadline = Instant::now() + Duration::from_secs(500);
         let mut netem_since = None;
         let mut firing = Vec::new();
-        while vm.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        while guest.running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(500));
-            if netem_since.is_none() && out.path().join("netem-started").exists() {
+            if netem_since.is_none() && guest.out().join("netem-started").exists() {
                 netem_since = Some(Instant::now());
             }
             let Some(since) = netem_since else { continue };
@@ -181,28 +119,12 @@ fn boot_and_run() -> Result<Run, String> {
     } else if let Err(reason) = &prometheus {
         alert = Err(reason.clone());
     }
-    let status = vm.0.wait().unwrap();
-    let (booted, console) = console.join().unwrap();
+    let guest = guest.finish();
     drop(prometheus);
-    eprintln!(
-        "real_kernel: guest reached its script in {booted:?}, whole run {:?}",
-        started.elapsed()
-    );
-    if !status.success() {
-        return Err(format!(
-            "the real-kernel VM did not run its script ({status}): {console}"
-        ));
-    }
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(out.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            files.insert(name, std::fs::read_to_string(&path).unwrap_or_default());
-        }
-    }
-    files.insert("console".into(), console);
-    Ok(Run { files, alert })
+    Ok(Run {
+        guest: guest?,
+        alert,
+    })
 }
 
 /// Prometheus on loopback scraping the guest's exporter every second, with the shipped alerts

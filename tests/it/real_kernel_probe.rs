@@ -11,14 +11,12 @@
 //! shared directory, which is read into memory and removed; each test then checks its part.
 //! Where the VM cannot boot, the tests say they were skipped, or fail under CI.
 
+use crate::common::vm::{self, Guest, GuestFiles, NoRun};
 use crate::common::{self, value_of, Sample};
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 const DEVICES: [&str; 4] = ["rxe0", "rxe1", "rxe2", "rxe3"];
 /// netem delay 20ms on its veth in the delay phase.
@@ -32,156 +30,47 @@ const LOSS_STEP_SECONDS: u64 = 5;
 /// `rdma link delete`d while probing.
 const DELETED: &str = "rxe1";
 
-/// What the guest wrote, by file name (`console`: the serial console, kernel messages included).
-struct Run {
-    files: BTreeMap<String, String>,
-}
+/// What the guest wrote (`console`: the serial console, kernel messages included).
+type Run = GuestFiles;
 
-impl Run {
-    #[track_caller]
-    fn file(&self, name: &str) -> &str {
-        self.files.get(name).unwrap_or_else(|| {
-            panic!(
-                "the guest wrote no {name}; it wrote {:?}",
-                self.files.keys()
-            )
-        })
-    }
+static RUN: OnceLock<Result<Run, NoRun>> = OnceLock::new();
 
-    #[track_caller]
-    fn scrape(&self, name: &str) -> Vec<Sample> {
-        common::parse_exposition(self.file(&format!("{name}.prom")))
-    }
-}
-
-/// The run, or why there is none and whether the guest had booted: a VM that cannot boot here
-/// is skipped (a failure under CI), one that booted and then failed is every test's failure.
-static RUN: OnceLock<Result<Run, (String, bool)>> = OnceLock::new();
-
+/// The run; `None` where the VM cannot boot here (skipped, or a failure under CI). A guest
+/// that booted and then failed (or hung) is every test's failure.
 fn run() -> Option<&'static Run> {
-    match RUN.get_or_init(boot_and_run) {
-        Ok(run) => Some(run),
-        Err((reason, true)) => panic!("{reason}"),
-        Err((reason, false)) => {
-            common::skip_or_fail(reason);
-            None
-        }
-    }
+    vm::ran(RUN.get_or_init(boot_and_run))
 }
 
-fn boot_and_run() -> Result<Run, (String, bool)> {
-    for tool in [
-        "qemu-system-x86_64",
-        "busybox",
-        "apt-get",
-        "dpkg",
-        "rdma",
-        "tc",
-    ] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            return Err((
-                format!(
-                    "the real-kernel VM needs {tool} (scripts/test installs qemu-system-x86, \
-                     busybox-static, rdma-core, ibverbs-providers, iproute2)"
-                ),
-                false,
-            ));
-        }
-    }
-    let boot = common::project_root().join("scripts/vm/boot");
-    let prepared = Command::new(&boot)
-        .arg("--prepare")
-        .output()
-        .map_err(|e| (format!("scripts/vm/boot: {e}"), false))?;
-    if !prepared.status.success() {
-        return Err((
-            format!(
-                "scripts/vm/boot --prepare failed (no Debian 12 kernel package to download?): {}",
-                String::from_utf8_lossy(&prepared.stderr)
-            ),
-            false,
-        ));
-    }
+fn boot_and_run() -> Result<Run, NoRun> {
+    vm::prepare(&["rdma", "tc"], "rdma-core, ibverbs-providers, iproute2")?;
+    // A cap, not the usual time: on a loaded 2-core machine the boot alone took 104 s.
+    let guest = Guest::start_with(
+        "real_kernel_probe",
+        &["--timeout", "420"],
+        "probe.sh",
+        &[common::binary().as_os_str()],
+        build_hostile,
+    )?;
+    guest.finish()
+}
 
-    let out = tempfile::tempdir().unwrap();
-    // The hostile sender, a foreign program on rdma-core's own verbs, into the directory the
-    // guest shares: probe.sh runs its hostile phase with it.
-    let hostile = out.path().join("hostile.bin");
+/// The hostile sender, a foreign program on rdma-core's own verbs, built into the directory the
+/// guest shares as `hostile.bin`: probe.sh runs its hostile phase with it.
+fn build_hostile(out: &std::path::Path) -> Result<(), NoRun> {
     let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .arg(common::project_root().join("tests/real_kernel/hostile.c"))
         .arg("-o")
-        .arg(&hostile)
+        .arg(out.join("hostile.bin"))
         .arg("-libverbs")
         .output()
-        .map_err(|e| (format!("cc: {e}"), false))?;
-    if !built.status.success() {
-        return Err((
-            format!(
-                "tests/real_kernel/hostile.c does not build (scripts/test installs \
-                 libibverbs-dev): {}",
-                String::from_utf8_lossy(&built.stderr)
-            ),
-            false,
-        ));
+        .map_err(|e| NoRun::CannotBoot(format!("cc: {e}")))?;
+    if built.status.success() {
+        return Ok(());
     }
-    let started = Instant::now();
-    let mut vm = Command::new(&boot);
-    vm.args(["--out", common::path_str(out.path()), "--timeout", "420"])
-        .arg(common::project_root().join("tests/real_kernel/probe.sh"))
-        .arg(common::binary())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        // Its own process group: a test that fails below still kills QEMU with it.
-        .process_group(0);
-    let mut vm = common::ChildGuard(
-        vm.spawn()
-            .map_err(|e| (format!("scripts/vm/boot: {e}"), false))?,
-    );
-    let console = BufReader::new(vm.0.stdout.take().unwrap());
-    let (mut text, mut done) = (String::new(), None);
-    for line in console.lines().map_while(Result::ok) {
-        if line.contains("guest: ") {
-            eprintln!("real_kernel_probe: {:>5.1?} {line}", started.elapsed());
-            done = line.contains("guest: done").then(|| started.elapsed());
-        }
-        text.push_str(&line);
-        text.push('\n');
-    }
-    let status = vm.0.wait().unwrap();
-    let ended = started.elapsed();
-    eprintln!("real_kernel_probe: the VM ran for {ended:?}");
-    // The guest powers off about a second after its script; one that does not is killed at
-    // the timeout. Its console says where it stopped.
-    if done.is_some_and(|done| ended > done + std::time::Duration::from_secs(30)) {
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        eprintln!(
-            "real_kernel_probe: the guest did not power off after its script ({done:?}); \
-             the console's last lines:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        );
-    }
-    if !status.success() {
-        // A guest that booted and then failed (or hung) is a failure, not a skip.
-        let booted = text.contains("guest: booted");
-        return Err((
-            format!("the real-kernel VM did not run its script ({status}): {text}"),
-            booted,
-        ));
-    }
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(out.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() && path != hostile {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            files.insert(name, std::fs::read_to_string(&path).unwrap_or_default());
-        }
-    }
-    files.insert("console".into(), text);
-    Ok(Run { files })
+    Err(NoRun::CannotBoot(format!(
+        "tests/real_kernel/hostile.c does not build (scripts/test installs libibverbs-dev): {}",
+        String::from_utf8_lossy(&built.stderr)
+    )))
 }
 
 /// The ordered pairs (prober, target) of the devices.

@@ -1,5 +1,5 @@
 //! A small blocking client for Prometheus' instant-query API (`GET /api/v1/query`), on the
-//! hyper the exporter already serves with: one HTTP/1.1 connection per query, a deadline per
+//! hyper the exporter already serves with (`crate::bounded_get`): one HTTP/1.1 connection per query, a deadline per
 //! query, a bound on the answer. Answers are decoded into instant vectors; every other shape
 //! or an error envelope is a [`QueryError`] that says which query and why.
 //!
@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
-use hyper::body::Body as _;
+
+use crate::bounded_get::{self, GetError};
 
 /// A Prometheus answer larger than this is not one these queries produce.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
@@ -257,77 +258,39 @@ impl Client {
         accept: &str,
     ) -> Result<(u16, Vec<u8>), QueryError> {
         let path = format!("{}{path_and_query}", self.endpoint.prefix);
-        let fetched = self
-            .runtime
-            .block_on(async { tokio::time::timeout(self.timeout, self.get(&path, accept)).await });
-        match fetched {
-            Ok(result) => result,
-            Err(_) => Err(QueryError::Timeout {
-                url: self.endpoint.display.clone(),
+        let user_agent = format!(
+            "rdma-fabric-exporter/{} {}",
+            env!("CARGO_PKG_VERSION"),
+            self.tool
+        );
+        let mut headers = vec![(hyper::header::USER_AGENT, user_agent.as_str())];
+        if let Some(authorization) = &self.endpoint.authorization {
+            headers.push((hyper::header::AUTHORIZATION, authorization.as_str()));
+        }
+        let host = self.endpoint.host_header();
+        let get = bounded_get::Get {
+            path: &path,
+            host: &host,
+            accept,
+            headers: &headers,
+            max_bytes: MAX_RESPONSE_BYTES,
+            timeout: self.timeout,
+        };
+        let address = (self.endpoint.host.as_str(), self.endpoint.port);
+        let display = || self.endpoint.display.clone();
+        match self.runtime.block_on(bounded_get::get(address, &get)) {
+            Ok((status, body)) => Ok((status.as_u16(), body)),
+            Err(GetError::Timeout(timeout)) => Err(QueryError::Timeout {
+                url: display(),
                 query: path_and_query.to_string(),
-                timeout: self.timeout,
+                timeout,
+            }),
+            Err(GetError::Request(e)) => Err(QueryError::Url(format!("{}: {e}", display()))),
+            Err(e) => Err(QueryError::Unreachable {
+                url: display(),
+                message: e.to_string(),
             }),
         }
-    }
-
-    async fn get(&self, path: &str, accept: &str) -> Result<(u16, Vec<u8>), QueryError> {
-        let unreachable = |message: String| QueryError::Unreachable {
-            url: self.endpoint.display.clone(),
-            message,
-        };
-        let stream =
-            tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake::<_, String>(
-            hyper_util::rt::TokioIo::new(stream),
-        )
-        .await
-        .map_err(|e| unreachable(e.to_string()))?;
-        let driver = tokio::spawn(async move {
-            // Its error shows as the request's error below.
-            let _ = connection.await;
-        });
-        let mut request = hyper::Request::get(path)
-            .header(hyper::header::HOST, self.endpoint.host_header())
-            .header(hyper::header::ACCEPT, accept)
-            .header(
-                hyper::header::USER_AGENT,
-                format!(
-                    "rdma-fabric-exporter/{} {}",
-                    env!("CARGO_PKG_VERSION"),
-                    self.tool
-                ),
-            );
-        if let Some(authorization) = &self.endpoint.authorization {
-            request = request.header(hyper::header::AUTHORIZATION, authorization);
-        }
-        let request = request
-            .body(String::new())
-            .map_err(|e| QueryError::Url(format!("{}: {e}", self.endpoint.display)))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let status = response.status().as_u16();
-        let mut body = response.into_body();
-        let mut bytes = Vec::new();
-        while let Some(frame) =
-            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
-        {
-            let frame = frame.map_err(|e| unreachable(format!("reading the answer: {e}")))?;
-            if let Ok(data) = frame.into_data() {
-                if bytes.len() + data.len() > MAX_RESPONSE_BYTES {
-                    driver.abort();
-                    return Err(unreachable(format!(
-                        "the answer is larger than {MAX_RESPONSE_BYTES} bytes"
-                    )));
-                }
-                bytes.extend_from_slice(&data);
-            }
-        }
-        driver.abort();
-        Ok((status, bytes))
     }
 }
 

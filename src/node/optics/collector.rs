@@ -10,16 +10,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::{read_module, ModulePages, ModuleReading, ReadFailure};
-use crate::collector::{Collector, Outcome, Output};
 use crate::exposition::{Families, Label, Value};
 use crate::node::sysfs::{port_netdevs, DeviceFilter, PortNetdev};
-use crate::periodic::Periodic;
+use crate::periodic::{ErrorCounts, PeriodicCollector, Served};
 
 /// Where module pages come from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -100,28 +99,12 @@ pub enum ModuleState {
 }
 
 #[derive(Debug, Default)]
-struct Reading {
+pub struct Reading {
     ports: Vec<(PortNetdev, ModuleState)>,
-    finished: Option<Instant>,
-    duration: Duration,
-}
-
-/// What the reading thread and the scrapes share besides the reading.
-#[derive(Debug, Default)]
-struct Shared {
-    errors: Mutex<BTreeMap<ReadFailure, u64>>,
-    /// Failure kinds already logged at warn level (then debug): EPERM on every port of every
-    /// reading must not flood the log.
-    warned: Mutex<HashSet<ReadFailure>>,
 }
 
 /// The collector: the last reading and the thread that makes them.
-#[derive(Debug)]
-pub struct TransceiverCollector {
-    config: TransceiverConfig,
-    shared: Arc<Shared>,
-    readings: Periodic<Reading>,
-}
+pub type TransceiverCollector = PeriodicCollector<TransceiverConfig>;
 
 impl TransceiverCollector {
     /// Starts the reading thread; the first reading starts at once.
@@ -131,51 +114,24 @@ impl TransceiverCollector {
         sysfs_root: PathBuf,
         devices: DeviceFilter,
     ) -> io::Result<TransceiverCollector> {
-        let shared = Arc::new(Shared::default());
-        let thread_shared = shared.clone();
         let timeout = config.timeout;
         // Netdevs whose previous read has not returned yet.
         let mut busy: HashMap<String, Arc<AtomicBool>> = HashMap::new();
-        let readings = Periodic::spawn(
-            "transceiver",
-            config.interval,
-            Reading::default(),
-            move || {
-                let started = Instant::now();
-                let ports = list_ports(&sysfs_root, &devices);
-                let mut read = Vec::with_capacity(ports.len());
-                for port in ports {
-                    let state = read_bounded(&pages, &port.netdev, timeout, &mut busy);
-                    if let ModuleState::Failed(failure) = &state {
-                        count_failure(&thread_shared, *failure, &port);
-                    }
-                    read.push((port, state));
+        // Failure kinds already logged at warn level (then debug): EPERM on every port of
+        // every reading must not flood the log.
+        let mut warned = HashSet::new();
+        PeriodicCollector::start("transceiver", config, move |errors| {
+            let ports = list_ports(&sysfs_root, &devices);
+            let mut read = Vec::with_capacity(ports.len());
+            for port in ports {
+                let state = read_bounded(&pages, &port.netdev, timeout, &mut busy);
+                if let ModuleState::Failed(failure) = &state {
+                    count_failure(errors, &mut warned, *failure, &port);
                 }
-                Reading {
-                    ports: read,
-                    finished: Some(Instant::now()),
-                    duration: started.elapsed(),
-                }
-            },
-        )?;
-        Ok(TransceiverCollector {
-            config,
-            shared,
-            readings,
+                read.push((port, state));
+            }
+            Reading { ports: read }
         })
-    }
-
-    /// Two intervals and a reading's worst case: past this the served reading is stale.
-    fn stale_after(&self) -> Duration {
-        self.config
-            .interval
-            .saturating_mul(2)
-            .saturating_add(self.config.timeout.saturating_mul(4))
-    }
-
-    #[cfg(test)]
-    fn has_read(&self) -> bool {
-        self.readings.last().finished.is_some()
     }
 }
 
@@ -217,19 +173,14 @@ fn read_bounded(
     }
 }
 
-fn count_failure(shared: &Shared, failure: ReadFailure, port: &PortNetdev) {
-    *shared
-        .errors
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(failure)
-        .or_default() += 1;
-    let first = shared
-        .warned
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(failure);
-    if first {
+fn count_failure(
+    errors: &ErrorCounts<ReadFailure>,
+    warned: &mut HashSet<ReadFailure>,
+    failure: ReadFailure,
+    port: &PortNetdev,
+) {
+    errors.add(failure);
+    if warned.insert(failure) {
         let hint = if failure == ReadFailure::Permission {
             " (the transceiver collector needs CAP_NET_ADMIN)"
         } else {
@@ -269,179 +220,168 @@ fn with<'a>(mut labels: Vec<Label<'a>>, extra: &[(&'static str, Cow<'a, str>)]) 
     labels
 }
 
-fn add_metrics<'a>(
-    families: &mut Families<'a>,
-    reading: &'a Reading,
-    errors: &BTreeMap<ReadFailure, u64>,
-) {
-    for (port, state) in &reading.ports {
-        let labels = port_labels(port);
-        let module = match state {
-            ModuleState::Failed(_) => continue,
-            ModuleState::Absent => None,
-            ModuleState::Present(module) => Some(module),
-        };
-        families.gauge(
-            "rdma_transceiver_present",
-            "1 if the port's netdev has a module the kernel can read (an optic or an active cable), 0 if not (an empty cage, a DAC without readable EEPROM, a soft device).",
-            labels.clone(),
-            Value::U64(u64::from(module.is_some())),
-        );
-        let Some(module) = module else { continue };
-        families.info(
-            "rdma_transceiver_info",
-            "The port's module as its EEPROM names it: SFF-8024 identifier, management standard, vendor, part number, revision and serial number.",
-            with(
-                labels.clone(),
-                &[
-                    ("identifier", Cow::Borrowed(module.identifier_name())),
-                    ("standard", Cow::Borrowed(module.standard.as_label())),
-                    ("vendor", Cow::Borrowed(module.vendor.as_str())),
-                    ("part_number", Cow::Borrowed(module.part_number.as_str())),
-                    ("revision", Cow::Borrowed(module.revision.as_str())),
-                    ("serial_number", Cow::Borrowed(module.serial_number.as_str())),
-                ],
-            ),
-        );
-        let Some(diagnostics) = &module.diagnostics else {
-            continue;
-        };
-        if let Some(celsius) = diagnostics.temperature_celsius {
+impl Served for TransceiverConfig {
+    const NAME: &'static str = "transceiver";
+    type Reading = Reading;
+    type ErrorKey = ReadFailure;
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// A few modules at their timeout.
+    fn slowest_reading(&self) -> Duration {
+        self.timeout.saturating_mul(4)
+    }
+
+    fn add_metrics<'a>(
+        &self,
+        families: &mut Families<'a>,
+        reading: &'a Reading,
+        errors: &BTreeMap<ReadFailure, u64>,
+    ) {
+        for (port, state) in &reading.ports {
+            let labels = port_labels(port);
+            let module = match state {
+                ModuleState::Failed(_) => continue,
+                ModuleState::Absent => None,
+                ModuleState::Present(module) => Some(module),
+            };
             families.gauge(
-                "rdma_transceiver_temperature_celsius",
-                "Module temperature the module measures (its digital diagnostics).",
+                "rdma_transceiver_present",
+                "1 if the port's netdev has a module the kernel can read (an optic or an active cable), 0 if not (an empty cage, a DAC without readable EEPROM, a soft device).",
                 labels.clone(),
-                Value::F64(celsius),
+                Value::U64(u64::from(module.is_some())),
+            );
+            let Some(module) = module else { continue };
+            families.info(
+                "rdma_transceiver_info",
+                "The port's module as its EEPROM names it: SFF-8024 identifier, management standard, vendor, part number, revision and serial number.",
+                with(
+                    labels.clone(),
+                    &[
+                        ("identifier", Cow::Borrowed(module.identifier_name())),
+                        ("standard", Cow::Borrowed(module.standard.as_label())),
+                        ("vendor", Cow::Borrowed(module.vendor.as_str())),
+                        ("part_number", Cow::Borrowed(module.part_number.as_str())),
+                        ("revision", Cow::Borrowed(module.revision.as_str())),
+                        ("serial_number", Cow::Borrowed(module.serial_number.as_str())),
+                    ],
+                ),
+            );
+            let Some(diagnostics) = &module.diagnostics else {
+                continue;
+            };
+            if let Some(celsius) = diagnostics.temperature_celsius {
+                families.gauge(
+                    "rdma_transceiver_temperature_celsius",
+                    "Module temperature the module measures (its digital diagnostics).",
+                    labels.clone(),
+                    Value::F64(celsius),
+                );
+            }
+            if let Some(volts) = diagnostics.supply_voltage_volts {
+                families.gauge(
+                    "rdma_transceiver_supply_voltage_volts",
+                    "Module supply voltage (Vcc) the module measures.",
+                    labels.clone(),
+                    Value::F64(volts),
+                );
+            }
+            for lane in &diagnostics.lanes {
+                let lane_labels = with(
+                    labels.clone(),
+                    &[("lane", Cow::Owned(lane.lane.to_string()))],
+                );
+                if let Some(watts) = lane.tx_power_watts {
+                    families.gauge(
+                        "rdma_transceiver_tx_power_watts",
+                        "Optical power the module transmits on the lane (0: no light).",
+                        lane_labels.clone(),
+                        Value::F64(watts),
+                    );
+                }
+                if let Some(watts) = lane.rx_power_watts {
+                    families.gauge(
+                        "rdma_transceiver_rx_power_watts",
+                        "Optical power the module receives on the lane (0: no light); average power or OMA, as the module measures.",
+                        lane_labels.clone(),
+                        Value::F64(watts),
+                    );
+                }
+                if let Some(amperes) = lane.bias_current_amperes {
+                    families.gauge(
+                        "rdma_transceiver_bias_current_amperes",
+                        "Laser bias current on the lane.",
+                        lane_labels,
+                        Value::F64(amperes),
+                    );
+                }
+            }
+            let t = &diagnostics.thresholds;
+            let thresholds: [(&str, &'static str, _); 5] = [
+                (
+                    "rdma_transceiver_temperature_threshold_celsius",
+                    "The module's own temperature alarm and warning thresholds, by level (high_alarm, high_warning, low_warning, low_alarm).",
+                    t.temperature,
+                ),
+                (
+                    "rdma_transceiver_supply_voltage_threshold_volts",
+                    "The module's own supply voltage alarm and warning thresholds, by level.",
+                    t.supply_voltage,
+                ),
+                (
+                    "rdma_transceiver_tx_power_threshold_watts",
+                    "The module's own transmit power alarm and warning thresholds (per module, for every lane), by level.",
+                    t.tx_power,
+                ),
+                (
+                    "rdma_transceiver_rx_power_threshold_watts",
+                    "The module's own receive power alarm and warning thresholds (per module, for every lane), by level.",
+                    t.rx_power,
+                ),
+                (
+                    "rdma_transceiver_bias_current_threshold_amperes",
+                    "The module's own laser bias current alarm and warning thresholds (per module, for every lane), by level.",
+                    t.bias_current,
+                ),
+            ];
+            for (name, help, levels) in thresholds {
+                let Some(levels) = levels else { continue };
+                for (level, value) in levels.labelled() {
+                    families.gauge(
+                        name,
+                        help,
+                        with(labels.clone(), &[("level", Cow::Borrowed(level))]),
+                        Value::F64(value),
+                    );
+                }
+            }
+        }
+        for (failure, count) in errors {
+            families.counter(
+                "rdma_exporter_transceiver_read_errors_total",
+                "Module reads that failed, by reason (permission: the collector lacks CAP_NET_ADMIN); the port's transceiver series are left out of that reading.",
+                vec![("reason", Cow::Borrowed(failure.as_label()))],
+                Value::U64(*count),
             );
         }
-        if let Some(volts) = diagnostics.supply_voltage_volts {
-            families.gauge(
-                "rdma_transceiver_supply_voltage_volts",
-                "Module supply voltage (Vcc) the module measures.",
-                labels.clone(),
-                Value::F64(volts),
-            );
-        }
-        for lane in &diagnostics.lanes {
-            let lane_labels = with(
-                labels.clone(),
-                &[("lane", Cow::Owned(lane.lane.to_string()))],
-            );
-            if let Some(watts) = lane.tx_power_watts {
-                families.gauge(
-                    "rdma_transceiver_tx_power_watts",
-                    "Optical power the module transmits on the lane (0: no light).",
-                    lane_labels.clone(),
-                    Value::F64(watts),
-                );
-            }
-            if let Some(watts) = lane.rx_power_watts {
-                families.gauge(
-                    "rdma_transceiver_rx_power_watts",
-                    "Optical power the module receives on the lane (0: no light); average power or OMA, as the module measures.",
-                    lane_labels.clone(),
-                    Value::F64(watts),
-                );
-            }
-            if let Some(amperes) = lane.bias_current_amperes {
-                families.gauge(
-                    "rdma_transceiver_bias_current_amperes",
-                    "Laser bias current on the lane.",
-                    lane_labels,
-                    Value::F64(amperes),
-                );
-            }
-        }
-        let t = &diagnostics.thresholds;
-        let thresholds: [(&str, &'static str, _); 5] = [
-            (
-                "rdma_transceiver_temperature_threshold_celsius",
-                "The module's own temperature alarm and warning thresholds, by level (high_alarm, high_warning, low_warning, low_alarm).",
-                t.temperature,
-            ),
-            (
-                "rdma_transceiver_supply_voltage_threshold_volts",
-                "The module's own supply voltage alarm and warning thresholds, by level.",
-                t.supply_voltage,
-            ),
-            (
-                "rdma_transceiver_tx_power_threshold_watts",
-                "The module's own transmit power alarm and warning thresholds (per module, for every lane), by level.",
-                t.tx_power,
-            ),
-            (
-                "rdma_transceiver_rx_power_threshold_watts",
-                "The module's own receive power alarm and warning thresholds (per module, for every lane), by level.",
-                t.rx_power,
-            ),
-            (
-                "rdma_transceiver_bias_current_threshold_amperes",
-                "The module's own laser bias current alarm and warning thresholds (per module, for every lane), by level.",
-                t.bias_current,
-            ),
-        ];
-        for (name, help, levels) in thresholds {
-            let Some(levels) = levels else { continue };
-            for (level, value) in levels.labelled() {
-                families.gauge(
-                    name,
-                    help,
-                    with(labels.clone(), &[("level", Cow::Borrowed(level))]),
-                    Value::F64(value),
-                );
-            }
-        }
-    }
-    for (failure, count) in errors {
-        families.counter(
-            "rdma_exporter_transceiver_read_errors_total",
-            "Module reads that failed, by reason (permission: the collector lacks CAP_NET_ADMIN); the port's transceiver series are left out of that reading.",
-            vec![("reason", Cow::Borrowed(failure.as_label()))],
-            Value::U64(*count),
-        );
-    }
-}
-
-/// Success is that of the last reading: fresh, and every port read or found empty.
-impl Collector for TransceiverCollector {
-    fn name(&self) -> &'static str {
-        "transceiver"
     }
 
-    fn retire(&self) {
-        self.readings.stop();
-    }
-
-    fn collect(&self, out: &mut Output<'_>) -> Result<Outcome, std::fmt::Error> {
-        let reading = self.readings.last();
-        let errors = self
-            .shared
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut families = Families::default();
-        add_metrics(&mut families, &reading, &errors);
-        out.encode(&families)?;
-        let fresh = reading
-            .finished
-            .is_some_and(|at| at.elapsed() <= self.stale_after());
-        let failed = reading
+    /// Every port read or found empty.
+    fn ok(&self, reading: &Reading) -> bool {
+        !reading
             .ports
             .iter()
-            .any(|(_, state)| matches!(state, ModuleState::Failed(_)));
-        Ok(Outcome {
-            ok: fresh && !failed,
-            duration: reading.finished.map(|_| reading.duration),
-        })
+            .any(|(_, state)| matches!(state, ModuleState::Failed(_)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::{Collectors, Scrape, Selection};
     use crate::node::optics::{PageError, PageRequest};
+    use std::time::Instant;
 
     /// Every read answers with one error, or blocks forever.
     #[derive(Debug)]
@@ -475,17 +415,6 @@ mod tests {
         root
     }
 
-    fn scrape(collector: Arc<TransceiverCollector>) -> String {
-        Scrape::new(
-            Arc::new(Collectors::new(vec![collector])),
-            Selection::All,
-            true,
-        )
-        .body(crate::exposition::Format::OpenMetrics, &[])
-        .unwrap()
-        .to_text()
-    }
-
     fn started(
         pages: Behaviour,
         timeout: Duration,
@@ -505,11 +434,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !collector.has_read() {
-            assert!(Instant::now() < deadline, "no reading");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        collector.assert_first_reading();
         (collector, sysfs)
     }
 
@@ -538,7 +463,7 @@ mod tests {
             Behaviour::Refuse(|| PageError::NoModule),
             Duration::from_secs(5),
         );
-        let text = scrape(collector);
+        let text = collector.scrape();
         assert!(
             text.contains(r#"rdma_transceiver_present{device="mlx5_1",port="1",netdev="eth1"} 0"#),
             "{text}"
@@ -556,7 +481,7 @@ mod tests {
             Behaviour::Refuse(|| PageError::Permission),
             Duration::from_secs(5),
         );
-        let text = scrape(collector);
+        let text = collector.scrape();
         assert!(
             text.contains(r#"rdma_exporter_transceiver_read_errors_total{reason="permission"} 2"#),
             "{text}"
@@ -574,7 +499,7 @@ mod tests {
         let (collector, _sysfs) = started(Behaviour::Hang, Duration::from_millis(200));
         // Two ports, each bounded by the timeout: the reading ends, it does not hang.
         assert!(started_at.elapsed() < Duration::from_secs(5));
-        let text = scrape(collector);
+        let text = collector.scrape();
         assert!(
             text.contains(r#"rdma_exporter_transceiver_read_errors_total{reason="timeout"} 2"#),
             "{text}"
