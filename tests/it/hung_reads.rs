@@ -217,7 +217,7 @@ fn timeouts(samples: &[Sample]) -> f64 {
 /// Reader threads of `pid` once those of healthy devices have exited (they end right after
 /// sending their result, so they may still be seen for a moment).
 fn settled_readers(pid: u32, expected: usize) -> (usize, usize) {
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + Duration::from_secs(10);
     loop {
         let counts = threads(pid, "sysfs-read");
         if counts.0 <= expected || Instant::now() > until {
