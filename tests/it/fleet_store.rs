@@ -521,6 +521,35 @@ fn wait_until_sent(prometheus: &str, time: f64) {
     }
 }
 
+/// Waits until `store` has as many series of `metric` from `cluster` with a sample at or after
+/// `time` as the cluster's Prometheus has (both asked a second after `time`).
+fn wait_until_stored(store: &str, cluster: &str, prometheus: &str, metric: &str, time: f64) {
+    let count = |server: &str, selector: &str| {
+        query_at(
+            server,
+            &format!("count(timestamp({selector}) >= {time:.3})"),
+            time + 1.0,
+        )
+        .unwrap_or_default()
+        .first()
+        .map_or(0.0, |(_, n)| *n)
+    };
+    let expected = count(prometheus, metric);
+    assert!(expected > 0.0, "{prometheus}: no {metric} at {time}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = count(store, &format!("{metric}{{cluster=\"{cluster}\"}}"));
+        if stored == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{store}: {stored} of {expected} {metric} series of cluster {cluster} at {time}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 fn the_shipped_remote_write_keeps_the_fleet_view_and_labels_the_cluster() {
     let shipped = shipped();
@@ -632,9 +661,18 @@ fn every_panel_query_and_rule_expression_agree_between_the_store_and_each_cluste
     for (_, _, _, address) in &clusters {
         wait_until_sent(address, time + 1.0);
     }
-    // What was sent is searchable once the store has added it to its in-memory parts
-    // (every second).
-    std::thread::sleep(Duration::from_secs(3));
+    // What was sent is searchable once the store has added it to its in-memory parts (every
+    // second; later on a loaded machine): waited for, series by series, on both stores.
+    for (cluster, _, _, prometheus) in &clusters {
+        for (store, metric) in [
+            (&full, "up"),
+            (&full, "rdma:node_pfc_paused_ratio:max_rate1m"),
+            (&fleet, "rdma_port_info"),
+            (&fleet, "rdma:node_pfc_paused_ratio:max_rate1m"),
+        ] {
+            wait_until_stored(store, cluster, prometheus, metric, time);
+        }
+    }
 
     let mut failures = Vec::new();
     let mut starts: BTreeMap<&str, Starts> = clusters
