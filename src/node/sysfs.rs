@@ -114,8 +114,11 @@ impl Port {
     }
 
     /// Fills `netdev_driver` from `class/net/<netdev>/device/driver`, beside `class/infiniband`.
-    /// A kept tree remembers the answer per netdev name (a netdev's driver is that of its PCI
-    /// function, and a port's netdev name only comes back on the same function).
+    /// A kept tree remembers a driver found per netdev name (a netdev's driver is that of its
+    /// PCI function, and a port's netdev name only comes back on the same function). A driver
+    /// not found is asked again at the next read: the netdev may have been half there (its
+    /// name in the GID table, its `class/net` entry gone or not yet back), and remembering
+    /// that would leave the port without its driver's series for the tree's life.
     fn with_netdev_driver(mut self, device_dir: &SysDir) -> Port {
         let Some(netdev) = self.netdev.as_deref() else {
             return self;
@@ -131,7 +134,7 @@ impl Port {
                 std::fs::read_link(class.join("net").join(netdev).join("device/driver")).ok()
             })
             .and_then(|link| Some(link.file_name()?.to_str()?.to_string()));
-        if let Some(tree) = tree {
+        if let (Some(tree), Some(_)) = (tree, &self.netdev_driver) {
             tree.remember_netdev_driver(netdev, self.netdev_driver.clone());
         }
         self

@@ -107,7 +107,7 @@ impl Drop for Charge {
 pub struct TreeShared {
     pub budget: Arc<FdBudget>,
     stale: AtomicBool,
-    /// The driver of each netdev name seen on the device's ports (`None`: sysfs does not say).
+    /// The driver found for each netdev name seen on the device's ports.
     netdev_drivers: Mutex<HashMap<String, Option<String>>>,
     /// The device's last PCIe link reading without errors, and when it was made.
     pcie: Mutex<Option<(Instant, Option<PcieLink>)>>,

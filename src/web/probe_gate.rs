@@ -150,25 +150,44 @@ mod tests {
     async fn past_the_bound_a_probe_is_refused_at_once() {
         let gate = ProbeGate::new(2);
         let polls = Arc::new(AtomicUsize::new(0));
+        // The two polls run until released, not for a while: a stalled test thread cannot
+        // see them end before it looks.
+        let (release, held) = watch::channel(false);
+        let held_poll = |polls: &Arc<AtomicUsize>| {
+            let (polls, mut held) = (polls.clone(), held.clone());
+            async move {
+                polls.fetch_add(1, Ordering::SeqCst);
+                let _ = held.wait_for(|go| *go).await;
+            }
+        };
         let busy: Vec<_> = (0..2)
             .map(|target| {
-                let (gate, polls) = (gate.clone(), polls.clone());
-                tokio::spawn(async move { gate.poll(target, || slow_poll(&polls)).await })
+                let (gate, poll) = (gate.clone(), held_poll(&polls));
+                tokio::spawn(async move { gate.poll(target, || poll).await })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        while gate.running() < 2 {
+            tokio::task::yield_now().await;
+        }
         let refused = tokio::time::timeout(
             Duration::from_millis(20),
-            gate.poll(2, || slow_poll(&polls)),
+            gate.poll(2, || held_poll(&polls)),
         )
         .await
         .expect("refused without waiting");
         assert_eq!(refused, Err(Saturated(2)));
-        // Probes of a target being polled still join it.
-        assert_eq!(gate.poll(1, || slow_poll(&polls)).await, Ok(Polled::Joined));
+        // Probes of a target being polled still join it (joined at their first poll, before
+        // the release).
+        let mut joined = std::pin::pin!(gate.poll(1, || async {}));
+        assert!(tokio::time::timeout(Duration::ZERO, joined.as_mut())
+            .await
+            .is_err());
+        release.send(true).unwrap();
+        assert_eq!(joined.await, Ok(Polled::Joined));
         for probe in busy {
             assert_eq!(probe.await.unwrap(), Ok(Polled::Started));
         }
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert_eq!(gate.poll(2, || async {}).await, Ok(Polled::Started));
     }
 

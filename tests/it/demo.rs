@@ -304,18 +304,26 @@ fn single_nic_faults_show_on_that_nic_only() {
 fn demo_output_passes_promtool_and_sigterm_ends_it_cleanly() {
     let _exclusive = common::exclusive(module_path!());
     let mut demo = start("pfc-storm");
-    std::thread::sleep(Duration::from_millis(1500));
-    promtool_check_metrics(&demo.metrics());
-    let (status, _, body) = demo.get("/hosts/gpu-node-01/metrics");
-    assert_eq!(status, 200);
-    // promtool sees the netlink and pods families too.
-    for family in [
+    // promtool sees the netlink and pods families too: their threads' first readings are
+    // waited for (they come within a second or two on an idle machine).
+    let families = [
         "rdma_owner_qps{",
         "rdma_device_pod_info{",
         "rdma_pod_cgroup_usage{",
-    ] {
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (status, _, body) = demo.get("/hosts/gpu-node-01/metrics");
+        assert_eq!(status, 200);
+        if families.iter().all(|f| body.contains(f)) || Instant::now() > deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for family in families {
         assert!(body.contains(family), "{family} missing");
     }
+    promtool_check_metrics(&demo.metrics());
     promtool_check_metrics(&body);
     common::assert_no_duplicate_series(&body);
     let (status, _, sd) = demo.get("/sd");
@@ -463,8 +471,17 @@ fn the_simulated_subnet_serves_one_switchs_detail() {
 #[test]
 fn the_simulated_hosts_probe_and_a_silent_uplink_loses_only_its_probes() {
     let healthy = start("healthy");
-    std::thread::sleep(Duration::from_secs(4));
-    let (samples, _) = scrape(&healthy);
+    // Enough answers for the shares below (about 4 s of probing on an idle machine): waited
+    // for, not slept for, since a loaded machine probes more slowly.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let samples = loop {
+        let (samples, _) = scrape(&healthy);
+        let answered = total(&samples, "rdma_probe_network_rtt_seconds_count", &[]);
+        if answered > 500.0 || Instant::now() > deadline {
+            break samples;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let answered = total(&samples, "rdma_probe_network_rtt_seconds_count", &[]);
     assert!(answered > 500.0, "{answered} probes answered");
     assert_eq!(total(&samples, "rdma_probe_lost_total", &[]), 0.0);

@@ -45,8 +45,14 @@ fn by_nic(samples: &[Sample], name: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Samples once every host has served FEC series, then again `apart` later.
-fn two_readings(demo: &Exporter, apart: Duration) -> (Vec<Sample>, Vec<Sample>) {
+/// Samples once every host has served FEC series, then again `apart` later, and after that
+/// until `moved(before, after)` (for at most 30 s): the FEC thread reads on its own interval,
+/// which a loaded machine stretches, so the second reading waits for what the test looks at.
+fn two_readings(
+    demo: &Exporter,
+    apart: Duration,
+    moved: impl Fn(&[Sample], &[Sample]) -> bool,
+) -> (Vec<Sample>, Vec<Sample>) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let before = loop {
         let samples = hosts_samples(demo);
@@ -62,13 +68,33 @@ fn two_readings(demo: &Exporter, apart: Duration) -> (Vec<Sample>, Vec<Sample>) 
         std::thread::sleep(Duration::from_millis(200));
     };
     std::thread::sleep(apart);
-    (before, hosts_samples(demo))
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let after = hosts_samples(demo);
+        if moved(&before, &after) || Instant::now() > deadline {
+            return (before, after);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// How many NICs' `name` grew from `before` to `after`, and of how many.
+fn grown(before: &[Sample], after: &[Sample], name: &str) -> (usize, usize) {
+    let (before, after) = (by_nic(before, name), by_nic(after, name));
+    let grew = after
+        .iter()
+        .filter(|(nic, v)| before.get(*nic).is_some_and(|b| *v > b))
+        .count();
+    (grew, after.len())
 }
 
 #[test]
 fn healthy_hosts_correct_a_little_and_lose_nothing() {
     let demo = demo("healthy");
-    let (before, after) = two_readings(&demo, Duration::from_secs(3));
+    let (before, after) = two_readings(&demo, Duration::from_secs(3), |before, after| {
+        let (grew, of) = grown(before, after, "rdma_fec_corrected_bit_errors_total");
+        grew * 2 > of
+    });
     let roce_ports = after
         .iter()
         .filter(|s| s.name == "rdma_port_info" && s.labels["link_layer"] == "Ethernet")
@@ -128,7 +154,9 @@ fn healthy_hosts_correct_a_little_and_lose_nothing() {
 #[test]
 fn the_failing_optic_loses_blocks_on_its_own_nic_only() {
     let demo = demo("nic-optic-failure");
-    let (before, after) = two_readings(&demo, Duration::from_secs(3));
+    let (before, after) = two_readings(&demo, Duration::from_secs(3), |before, after| {
+        grown(before, after, "rdma_fec_uncorrectable_blocks_total").0 > 0
+    });
     let (lost_before, lost_after) = (
         by_nic(&before, "rdma_fec_uncorrectable_blocks_total"),
         by_nic(&after, "rdma_fec_uncorrectable_blocks_total"),

@@ -5,7 +5,8 @@
 //! the shipped `deploy/prometheus/remote-write.yml` keeps. Every panel query of every dashboard
 //! and every rule's expression (recording and alerting) is then evaluated at one timestamp on
 //! the store (the cluster picked) and on that cluster's Prometheus, and the answers must agree:
-//! same label sets, values within `agree`'s tolerance.
+//! same label sets, values within `close`'s tolerance, except where a series that starts
+//! differently at a query's window's start makes MetricsQL differ by design (`Starts`).
 
 use crate::common;
 use crate::dashboards;
@@ -55,27 +56,21 @@ const HISTORY: Duration = Duration::from_secs(45);
 const RELATIVE: f64 = 0.25;
 const ABSOLUTE: f64 = 1e-6;
 
-/// Queries whose answers rightly differ between the store and Prometheus: (dashboard uid,
-/// `rules` or `alerts`; panel title, recorded series or alert; why). Also listed in docs/deploy.md.
-const KNOWN_DIFFERENCES: [(&str, &str, &str); 2] = [
-    (
-        "rdma-fabric-overview",
-        "PFC storms detected (range)",
-        "increase() over a series born inside the window: the storm counter appears at its first \
-         detection, and MetricsQL counts its first value as an increase from 0 (rollupDelta in \
-         app/vmselect/promql/rollup.go) where Prometheus starts from it; the store shows more storms",
-    ),
-    (
-        "rules",
-        "rdma:nic_ecn_diagnosis:ratio_rate5m",
-        "`a or on (...) b` where a comparison inside `a` filtered a port out: VictoriaMetrics \
-         1.79 keeps the emptied series of `a` and fills it with `b`'s value, under `a`'s labels \
-         (diagnosis Idle; binaryOpOr in app/vmselect/promql/binary_op.go; later releases drop \
-         emptied series first, their changelog's `or` fix of issues 7640 and 7759). Prometheus \
-         evaluates the rule in the cluster; the store only stores its output, which the ECN \
-         tuning board reads, and that agrees",
-    ),
-];
+/// Queries whose answers rightly differ between the store and Prometheus, whenever they are
+/// compared: (dashboard uid, `rules` or `alerts`; panel title, recorded series or alert; why).
+/// Also listed in docs/deploy.md. The difference that comes and goes with timing (a series that
+/// starts differently at a window's start) is not listed: it is recognized by its cause, see
+/// `Starts`.
+const KNOWN_DIFFERENCES: [(&str, &str, &str); 1] = [(
+    "rules",
+    "rdma:nic_ecn_diagnosis:ratio_rate5m",
+    "`a or on (...) b` where a comparison inside `a` filtered a port out: VictoriaMetrics \
+     1.79 keeps the emptied series of `a` and fills it with `b`'s value, under `a`'s labels \
+     (diagnosis Idle; binaryOpOr in app/vmselect/promql/binary_op.go; later releases drop \
+     emptied series first, their changelog's `or` fix of issues 7640 and 7759). Prometheus \
+     evaluates the rule in the cluster; the store only stores its output, which the ECN \
+     tuning board reads, and that agrees",
+)];
 
 /// Of the answers compared on the full store (604 in all), at least this many must have data on
 /// both sides: a comparison of empty answers proves nothing. (About 350 have: the rest are
@@ -221,40 +216,212 @@ fn keeps_name(expr: &str) -> bool {
         .is_match(expr)
 }
 
-/// Where two answers disagree, in words; `None` when they agree.
-fn agree(store: &BTreeMap<Labels, f64>, prometheus: &BTreeMap<Labels, f64>) -> Option<String> {
-    let mut only_prometheus = Vec::new();
-    let mut only_store = Vec::new();
-    let mut differ = Vec::new();
+/// One way two answers disagree: the label set it is about and what, in words.
+struct Problem {
+    labels: Labels,
+    kind: &'static str,
+    text: String,
+}
+
+/// Where two answers disagree; empty when they agree.
+fn disagreements(
+    store: &BTreeMap<Labels, f64>,
+    prometheus: &BTreeMap<Labels, f64>,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut problem = |labels: &Labels, kind, text| {
+        problems.push(Problem {
+            labels: labels.clone(),
+            kind,
+            text,
+        })
+    };
     for (labels, value) in prometheus {
         match store.get(labels) {
-            None => only_prometheus.push(format!("{labels:?} {value}")),
-            Some(stored) if !close(*stored, *value) => {
-                differ.push(format!("{labels:?}: store {stored}, Prometheus {value}"))
-            }
+            None => problem(labels, "only Prometheus", format!("{labels:?} {value}")),
+            Some(stored) if !close(*stored, *value) => problem(
+                labels,
+                "different values",
+                format!("{labels:?}: store {stored}, Prometheus {value}"),
+            ),
             Some(_) => {}
         }
     }
     for (labels, value) in store {
         if !prometheus.contains_key(labels) {
-            only_store.push(format!("{labels:?} {value}"));
+            problem(labels, "only the store", format!("{labels:?} {value}"));
         }
     }
-    let mut problems = Vec::new();
-    for (what, list) in [
-        ("only Prometheus", only_prometheus),
-        ("only the store", only_store),
-        ("different values", differ),
-    ] {
+    problems
+}
+
+/// Problems in words, a few of each kind.
+fn describe(problems: &[&Problem]) -> String {
+    let mut lines = Vec::new();
+    for kind in ["only Prometheus", "only the store", "different values"] {
+        let list: Vec<&str> = problems
+            .iter()
+            .filter(|p| p.kind == kind)
+            .map(|p| p.text.as_str())
+            .collect();
         if !list.is_empty() {
-            problems.push(format!(
-                "{what} ({}): {}",
+            lines.push(format!(
+                "{kind} ({}): {}",
                 list.len(),
                 list[..list.len().min(3)].join("; ")
             ));
         }
     }
-    (!problems.is_empty()).then(|| problems.join("\n    "))
+    lines.join("\n    ")
+}
+
+/// Seconds in a PromQL duration (`30s`, `5m`, `1m30s`).
+fn seconds(duration: &str) -> f64 {
+    let part = regex::Regex::new(r"(\d+)(ms|s|m|h|d|w|y)").unwrap();
+    assert!(
+        part.replace_all(duration, "").is_empty(),
+        "not a duration: {duration}"
+    );
+    part.captures_iter(duration)
+        .map(|c| {
+            let n: f64 = c[1].parse().unwrap();
+            n * match &c[2] {
+                "ms" => 0.001,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3_600.0,
+                "d" => 86_400.0,
+                "w" => 604_800.0,
+                _ => 31_536_000.0,
+            }
+        })
+        .sum()
+}
+
+/// The range selectors of an expression: each one's function (when the selector is its first
+/// argument), metric name and window in seconds. Instant selectors are left out: both sides
+/// read the same last sample of a series, however young. Subqueries and `offset` would move a
+/// window; no panel or rule has them, and this refuses them rather than guess.
+fn range_selectors(expr: &str) -> Vec<(String, String, f64)> {
+    // String literals emptied first: label values and label_replace regexes hold brackets.
+    let strings = regex::Regex::new(r#""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"#).unwrap();
+    let bare = strings.replace_all(expr, "\"\"");
+    assert!(
+        !moves_windows(&bare),
+        "a subquery or offset: teach range_selectors its windows\n{expr}"
+    );
+    let selector = regex::Regex::new(
+        r"(?:([a-z_]+)\s*\(\s*)?([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{[^{}]*\})?\s*\[\s*([0-9a-z]+)\s*\]",
+    )
+    .unwrap();
+    selector
+        .captures_iter(&bare)
+        .map(|c| {
+            let function = c.get(1).map_or("", |f| f.as_str());
+            (function.to_string(), c[2].to_string(), seconds(&c[3]))
+        })
+        .collect()
+}
+
+/// Whether an expression (its strings emptied) has a subquery or an `offset`.
+fn moves_windows(expr: &str) -> bool {
+    regex::Regex::new(r"\)\s*\[|\boffset\b")
+        .unwrap()
+        .is_match(expr)
+}
+
+/// MetricsQL's `increase` and `rate` start from the last sample before the window (looked for
+/// up to five scrape intervals back: getMaxPrevInterval in app/vmselect/promql/rollup.go), or
+/// from 0 when there is none (rollupDelta); PromQL's start from the first sample inside the
+/// window and extrapolate to its edges. On a counter that moves steadily the two agree within
+/// `close`'s tolerance. They differ by more, by design, where a series starts differently at
+/// the window's start:
+/// - it has no sample in those five intervals: born inside the window (a series that appears
+///   at a port's first PFC storm, or later than its target's first scrape on a loaded
+///   machine), or back from a gap (failed scrapes). MetricsQL counts its first value as an
+///   increase from 0, divides a rate by the span it has, and answers with one sample in the
+///   window where Prometheus answers nothing;
+/// - the counter stepped between those two samples by a sizable share (`STEP_SHARE`) of its
+///   change in the window: a counter that moves rarely (PFC storms, link downs) and moved
+///   right at the window's start counts that step in MetricsQL, not in PromQL.
+///
+/// Which series that strikes, and so which panel or rule, depends on when the demo's sampler
+/// counts and on the machine's load: it changes from run to run, so a list of panel names
+/// cannot follow it. Choosing a compared moment where no windowed series of any of the 600
+/// answers starts differently cannot be guaranteed either (storms come when the sampler sees
+/// them) and would need this same check to find it. So the cause is checked at the compared
+/// moment, from the cluster's own samples: a disagreement is excused only for an answer's
+/// series that such a series can have fed (`may_come_from`); every other one must agree, and
+/// every excuse is printed.
+struct Starts {
+    prometheus: String,
+    time: f64,
+    /// (metric, window in ms) -> the labels of its series that start differently.
+    known: BTreeMap<(String, u64), Vec<Labels>>,
+}
+
+/// How far back MetricsQL looks for the sample before a window: five scrape intervals of 1 s.
+const PREVIOUS_SAMPLE: &str = "5s";
+/// A step across a window's start counts when it is this share of the counter's change in the
+/// window (a counter moving steadily steps about 1/30 of it in one 1 s interval of 30 s).
+const STEP_SHARE: f64 = 0.1;
+
+impl Starts {
+    fn new(prometheus: &str, time: f64) -> Starts {
+        Starts {
+            prometheus: prometheus.to_string(),
+            time,
+            known: BTreeMap::new(),
+        }
+    }
+
+    /// The series of `metric` that start differently in a `window` (seconds) ending at the
+    /// compared moment, by Prometheus' samples (the store holds the same ones).
+    fn of(&mut self, metric: &str, window: f64) -> &[Labels] {
+        let ms = (window * 1000.0).round() as u64;
+        let (prometheus, time) = (&self.prometheus, self.time);
+        self.known
+            .entry((metric.to_string(), ms))
+            .or_insert_with(|| {
+                let (w, p) = (format!("{ms}ms"), PREVIOUS_SAMPLE);
+                let before = format!("max_over_time({metric}[{p}] offset {w})");
+                let expr = format!(
+                    "(count_over_time({metric}[{w}]) unless count_over_time({metric}[{p}] offset {w})) \
+                     or ((min_over_time({metric}[{w}]) - {before}) \
+                         > {STEP_SHARE} * (max_over_time({metric}[{w}]) - {before}))"
+                );
+                query_at(prometheus, &expr, time)
+                    .unwrap_or_else(|e| panic!("{expr}: {e}"))
+                    .into_iter()
+                    .map(|(labels, _)| labels)
+                    .collect()
+            })
+    }
+
+    /// The counters read by `rate`, `irate` or `increase` in `expr` that start differently in
+    /// that selector's window: (metric, labels). (`*_over_time` rollups read the same samples
+    /// on both sides and are not excused.)
+    fn in_windows(&mut self, expr: &str) -> Vec<(String, Labels)> {
+        let mut found = Vec::new();
+        for (function, metric, window) in range_selectors(expr) {
+            if !["rate", "irate", "increase"].contains(&function.as_str()) {
+                continue;
+            }
+            for labels in self.of(&metric, window) {
+                found.push((metric.clone(), labels.clone()));
+            }
+        }
+        found
+    }
+}
+
+/// Whether a series of an answer can have been computed from series `input`: they agree on
+/// every label both have (an aggregation drops labels, a join adds some).
+fn may_come_from(answer: &Labels, input: &Labels) -> bool {
+    answer
+        .iter()
+        .filter(|(name, _)| *name != "__name__")
+        .all(|(name, value)| input.get(name).is_none_or(|v| v == value))
 }
 
 /// `topk` and `bottomk` pick any of the series tied at the k-th value, and Prometheus and
@@ -355,6 +522,38 @@ fn wait_until_sent(prometheus: &str, time: f64) {
         assert!(
             Instant::now() < deadline,
             "{prometheus}: remote write behind {time}: {sent:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Waits until `store` holds the samples of `metric` from `cluster` that the cluster's
+/// Prometheus holds in the 10 s up to `time`, counted (`count_over_time`: staleness markers,
+/// which the two treat differently in instant queries, are not samples to either). The store's
+/// window leaves out a sample exactly at its start, Prometheus' takes it: `edge` allows those.
+fn wait_until_stored(store: &str, cluster: &str, prometheus: &str, metric: &str, time: f64) {
+    let one = |server: &str, expr: String| {
+        query_at(server, &expr, time)
+            .unwrap_or_default()
+            .first()
+            .map_or(0.0, |(_, v)| *v)
+    };
+    let expected = one(prometheus, format!("sum(count_over_time({metric}[10s]))"));
+    let edge = one(
+        prometheus,
+        format!("sum(count_over_time({metric}[1ms] offset 10s))"),
+    );
+    let selector = format!("{metric}{{cluster=\"{cluster}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = one(store, format!("sum(count_over_time({selector}[10s]))"));
+        if stored >= expected - edge {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{store}: {stored} samples of {metric} of cluster {cluster} in the 10 s to {time}, \
+             Prometheus {expected}"
         );
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -471,11 +670,24 @@ fn every_panel_query_and_rule_expression_agree_between_the_store_and_each_cluste
     for (_, _, _, address) in &clusters {
         wait_until_sent(address, time + 1.0);
     }
-    // What was sent is searchable once the store has added it to its in-memory parts
-    // (every second).
-    std::thread::sleep(Duration::from_secs(3));
+    // What was sent is searchable once the store has added it to its in-memory parts (every
+    // second; later on a loaded machine): waited for, series by series, on both stores.
+    for (cluster, _, _, prometheus) in &clusters {
+        for (store, metric) in [
+            (&full, "up"),
+            (&full, "rdma:node_pfc_paused_ratio:max_rate1m"),
+            (&fleet, "rdma_port_info"),
+            (&fleet, "rdma:node_pfc_paused_ratio:max_rate1m"),
+        ] {
+            wait_until_stored(store, cluster, prometheus, metric, time);
+        }
+    }
 
     let mut failures = Vec::new();
+    let mut starts: BTreeMap<&str, Starts> = clusters
+        .iter()
+        .map(|(cluster, _, _, prometheus)| (*cluster, Starts::new(prometheus, time)))
+        .collect();
     let (mut compared, mut non_empty, mut on_fleet_store, mut selected_non_empty) = (0, 0, 0, 0);
     let mut compare = |place: &str,
                        what: &str,
@@ -510,13 +722,36 @@ fn every_panel_query_and_rule_expression_agree_between_the_store_and_each_cluste
             }
         };
         let found = !stored.is_empty() && !local.is_empty();
-        if let Some(problem) = agree(&stored, &local) {
-            match known_difference(place, what) {
-                Some(why) => eprintln!("{place} / {what}: differs as known ({why})"),
-                None => failures.push(format!(
-                    "{place} / {what} (cluster {cluster}, store {store}):\n    {problem}\n  {store_expr}"
-                )),
-            }
+        let problems = disagreements(&stored, &local);
+        if problems.is_empty() {
+            return Some(found);
+        }
+        if let Some(why) = known_difference(place, what) {
+            eprintln!("{place} / {what}: differs as known ({why})");
+            return Some(found);
+        }
+        let starts = starts
+            .get_mut(cluster)
+            .expect("every cluster's series")
+            .in_windows(prometheus_expr);
+        let (excused, unexplained): (Vec<&Problem>, Vec<&Problem>) = problems
+            .iter()
+            .partition(|p| starts.iter().any(|(_, s)| may_come_from(&p.labels, s)));
+        if !excused.is_empty() {
+            let (metric, labels) = &starts[0];
+            eprintln!(
+                "{place} / {what} (cluster {cluster}, store {store}): differs where a series \
+                 starts differently at its window's start ({} series, e.g. {metric}{labels:?}), \
+                 as MetricsQL differs by design:\n    {}",
+                starts.len(),
+                describe(&excused)
+            );
+        }
+        if !unexplained.is_empty() {
+            failures.push(format!(
+                "{place} / {what} (cluster {cluster}, store {store}):\n    {}\n  {store_expr}",
+                describe(&unexplained)
+            ));
         }
         Some(found)
     };
@@ -603,4 +838,36 @@ fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
+}
+
+#[test]
+fn range_selectors_name_each_windowed_metric_and_its_window() {
+    assert_eq!(
+        range_selectors(
+            r#"increase(a_total{x=~"[^:]+", y="}"}[30s]) unless on (d) b_info{z="[5m]"} / rate(c:d[1m30s])"#
+        ),
+        [
+            ("increase".to_string(), "a_total".to_string(), 30.0),
+            ("rate".to_string(), "c:d".to_string(), 90.0)
+        ]
+    );
+    assert!(moves_windows("max_over_time(rate(a[1m])[5m:])"));
+    assert!(moves_windows("rate(a[1m] offset 5m)"));
+    assert!(!moves_windows("rate(a_offset_b{c=~\"\"}[1m])"));
+    let born = Labels::from([
+        ("device".into(), "mlx5_2".into()),
+        ("job".into(), "fast".into()),
+    ]);
+    assert!(may_come_from(&Labels::new(), &born));
+    assert!(may_come_from(
+        &Labels::from([
+            ("device".into(), "mlx5_2".into()),
+            ("pod".into(), "p".into())
+        ]),
+        &born
+    ));
+    assert!(!may_come_from(
+        &Labels::from([("device".into(), "mlx5_1".into())]),
+        &born
+    ));
 }

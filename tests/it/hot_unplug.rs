@@ -77,9 +77,12 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
     let device_part = (class.join(REMOVED_DEVICE), parked.join(REMOVED_DEVICE));
 
     let exporter = Exporter::on_node(&sys, &ethtool, &[]);
-    // Two periods of the storm sampler first, so that its series are there from the start.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let before = scrape_without_duplicates(&exporter);
+    // The storm sampler's first periods, so that its series are there from the start: waited
+    // for (two 200 ms periods on an idle machine, longer on a loaded one).
+    let before = until(|| {
+        let samples = scrape_without_duplicates(&exporter);
+        has(&samples, "rdma_pfc_paused_ratio_peak", NETDEV_DEVICE).then_some(samples)
+    });
     assert!(has(&before, "rdma_port_info", REMOVED_DEVICE));
     assert!(has(&before, "rdma_pfc_paused_ratio_peak", NETDEV_DEVICE));
     assert!(has(&before, "rdma_pfc_pause_frames_total", NETDEV_DEVICE));
@@ -125,21 +128,28 @@ fn devices_and_netdevs_vanish_and_return_while_scraped() {
     for (from, to) in netdev_parts.iter().chain([&device_part]) {
         std::fs::rename(to, from).unwrap();
     }
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let after = scrape_without_duplicates(&exporter);
     let key = |s: &Sample| (s.name.clone(), s.labels.clone());
-    let mut before_keys: Vec<_> = before
-        .iter()
-        .filter(|s| !s.name.starts_with("rdma_exporter_") && !s.name.starts_with("process_"))
-        .map(key)
-        .collect();
-    let mut after_keys: Vec<_> = after
-        .iter()
-        .filter(|s| !s.name.starts_with("rdma_exporter_") && !s.name.starts_with("process_"))
-        .map(key)
-        .collect();
-    before_keys.sort();
-    after_keys.sort();
+    let keys = |samples: &[Sample]| {
+        let mut keys: Vec<_> = samples
+            .iter()
+            .filter(|s| !s.name.starts_with("rdma_exporter_") && !s.name.starts_with("process_"))
+            .map(key)
+            .collect();
+        keys.sort();
+        keys
+    };
+    let before_keys = keys(&before);
+    // The storm sampler sees the netdev again at its next period: waited for, as above (at
+    // most the deadline; what differs then is reported below).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (after, after_keys) = loop {
+        let after = scrape_without_duplicates(&exporter);
+        let after_keys = keys(&after);
+        if after_keys == before_keys || std::time::Instant::now() > deadline {
+            break (after, after_keys);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     let lost: Vec<_> = before_keys
         .iter()
         .filter(|k| !after_keys.contains(k))
@@ -309,6 +319,18 @@ fn read_errors_of(samples: &[Sample], device: &str) -> f64 {
         })
         .map(|s| s.value)
         .sum()
+}
+
+/// The first `Some` of `ready`, asked every 200 ms for at most 30 s.
+fn until<T>(ready: impl Fn() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(found) = ready() {
+            return found;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// Long enough for a changed directory to be kept again (`node::sys_dir::SETTLE`, 1 s).

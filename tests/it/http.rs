@@ -318,10 +318,14 @@ fn sighup_neither_kills_serve_nor_demo() {
     ] {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(exporter.pid() as i32, libc::SIGHUP) };
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // The signal is handled when its task runs: its log line is waited for, not slept for.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !exporter.logs().contains("SIGHUP") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(exporter.logs().contains("SIGHUP"), "{}", exporter.logs());
         let (status, _, _) = exporter.get("/healthz");
         assert_eq!(status, 200, "{}", exporter.logs());
-        assert!(exporter.logs().contains("SIGHUP"), "{}", exporter.logs());
         let exit = exporter.terminate(std::time::Duration::from_secs(10));
         assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
     }

@@ -126,9 +126,14 @@ fn sighup_reloads_the_config_and_keeps_it_when_broken() {
         hangup(&exporter);
         until_status(&exporter, path, 200);
     }
-    // The sampler ends within a round (200 ms), the NCCL scan thread at once.
-    std::thread::sleep(Duration::from_secs(1));
-    let after = threads(exporter.pid());
+    // The sampler ends within a round (200 ms), the NCCL scan thread at once: on a loaded
+    // machine later, so their end is waited for (the bound is what a pile-up would break).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut after = threads(exporter.pid());
+    while after > before + 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        after = threads(exporter.pid());
+    }
     assert!(
         after <= before + 1,
         "threads grew from {before} to {after} over six reloads"

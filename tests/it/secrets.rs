@@ -75,8 +75,21 @@ fn no_secret_appears_in_pages_answers_or_logs() {
         "--log.level",
         "trace",
     ]);
-    // Let every switch fail a few times.
+    // Let every switch fail a few times (three polls each on an idle machine in 3 s), and the
+    // SNMP v2c and gNMI failures be counted, which is asserted below: waited for, since a
+    // loaded machine polls later.
     std::thread::sleep(Duration::from_secs(3));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !["v2c", "gnmi"].iter().all(|switch| {
+        get_as(&exporter, "/metrics", WEB_PASSWORD)
+            .1
+            .contains(&format!(
+                "rdma_switch_poll_errors_total{{switch=\"{switch}\""
+            ))
+    }) && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let mut seen = Vec::new();
     for path in [
         "/metrics",
