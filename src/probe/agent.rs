@@ -89,6 +89,8 @@ struct Pending {
 /// An answer whose `Delay` follows the `Ack`'s send completion (hardware clock).
 struct Answered {
     to: Address,
+    /// The prober is in the peer set.
+    peer: bool,
     seq: u64,
     t3: u64,
 }
@@ -247,6 +249,7 @@ fn run(
                 };
                 let options = SendOptions {
                     flow_label,
+                    peer: true,
                     ..settings.send
                 };
                 let payload = Packet::probe(seq).encode();
@@ -438,11 +441,11 @@ fn serve(
                 };
                 let wr = state.next_wr;
                 state.next_wr += 1;
-                match state
-                    .local
-                    .responder
-                    .send(to, settings.send, &ack.encode(), wr)
-                {
+                let options = SendOptions {
+                    peer: from_peer,
+                    ..settings.send
+                };
+                match state.local.responder.send(to, options, &ack.encode(), wr) {
                     Ok(_) if clock == Clock::Software => {
                         stats.lock().unwrap().answer_sent(state.index, delay);
                     }
@@ -453,7 +456,15 @@ fn serve(
                             let oldest = state.answered.keys().min().copied();
                             oldest.map(|k| state.answered.remove(&k));
                         }
-                        state.answered.insert(wr, Answered { to, seq, t3: at_ns });
+                        state.answered.insert(
+                            wr,
+                            Answered {
+                                to,
+                                peer: from_peer,
+                                seq,
+                                t3: at_ns,
+                            },
+                        );
                     }
                     Err(e) => {
                         // One answer that cannot go (its address pending, a full send queue)
@@ -481,11 +492,14 @@ fn serve(
                 };
                 let wr = state.next_wr;
                 state.next_wr += 1;
-                if let Err(e) =
-                    state
-                        .local
-                        .responder
-                        .send(answer.to, settings.send, &delay.encode(), wr)
+                let options = SendOptions {
+                    peer: answer.peer,
+                    ..settings.send
+                };
+                if let Err(e) = state
+                    .local
+                    .responder
+                    .send(answer.to, options, &delay.encode(), wr)
                 {
                     if answer_failed(state, stats, &e) {
                         return;

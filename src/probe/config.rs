@@ -113,6 +113,7 @@ impl ProbeConfig {
                 flow_label: 0,
                 traffic_class: self.traffic_class,
                 service_level: self.service_level,
+                peer: false,
             },
             responder: Limits {
                 per_source: self.answers_per_source,

@@ -29,6 +29,10 @@ pub struct SendOptions {
     pub traffic_class: u8,
     /// The service level (the priority on InfiniBand, and on RoCE without DSCP trust).
     pub service_level: u8,
+    /// The destination is in the peer set (an agent that publishes its address): its address
+    /// handle may be made on the loop. Other destinations' handles are made off it, since a
+    /// forged source's neighbour may never answer.
+    pub peer: bool,
 }
 
 /// A completion, in the endpoint's clock ([`Endpoint::clock`]), nanoseconds.

@@ -23,10 +23,12 @@
 //!
 //! No packet kills or stalls a port. A queue pair found in the error state all the same (a
 //! receive failed, or a send would not post) is rebuilt with buffers for the port's MTU then,
-//! and [`Event::Reset`] tells the loop its new QPN. An address handle for a GID not met lately
-//! is created on a thread of its own (`Resolver`): the kernel resolves the neighbour inside
-//! `ibv_create_ah` and waits seconds for one that does not answer; meanwhile sends to it answer
-//! [`TransportError::AddressPending`].
+//! and [`Event::Reset`] tells the loop its new QPN. An address handle to a destination outside
+//! the peer set ([`SendOptions::peer`]) and not met lately is created on a thread of its own
+//! (`Resolver`): the kernel resolves the neighbour inside `ibv_create_ah` and waits seconds for
+//! one that does not answer (a forged source's); meanwhile sends to it answer
+//! [`TransportError::AddressPending`]. Peers, which answer, get theirs on the loop at once, so
+//! no probe between agents is lost to the resolver.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::collections::HashMap;
@@ -962,7 +964,11 @@ impl VerbsEndpoint {
     }
 
     /// A cached or new address handle for `key`.
-    fn address_handle(&mut self, key: AhKey) -> Result<*mut ffi::ibv_ah, TransportError> {
+    fn address_handle(
+        &mut self,
+        key: AhKey,
+        peer: bool,
+    ) -> Result<*mut ffi::ibv_ah, TransportError> {
         self.ahs.stamp += 1;
         let stamp = self.ahs.stamp;
         if let Some(entry) = self.ahs.entries.get_mut(&key) {
@@ -979,13 +985,15 @@ impl VerbsEndpoint {
             return Ok(entry.ah);
         }
         let mut attr = self.ah_attr(key);
-        let fresh = self
-            .resolved
-            .get(&key.0)
-            .is_some_and(|at| at.elapsed() < NEIGHBOUR_FRESH);
+        let fresh = peer
+            || self
+                .resolved
+                .get(&key.0)
+                .is_some_and(|at| at.elapsed() < NEIGHBOUR_FRESH);
         if !fresh {
-            // A GID not met lately: its neighbour may not answer, and creating the handle here
-            // would stall every port of the loop while the kernel waits for it.
+            // Not a peer, nor met lately: its neighbour may not answer (a forged source), and
+            // creating the handle here would stall every port of the loop while the kernel
+            // waits for it.
             if let Some(resolver) = self.resolver.as_mut() {
                 resolver.ask(key, attr);
             }
@@ -1202,7 +1210,7 @@ impl Endpoint for VerbsEndpoint {
             options.traffic_class,
             options.service_level,
         );
-        let ah = self.address_handle(key)?;
+        let ah = self.address_handle(key, options.peer)?;
         let slot = self.send_ptr(index);
         // SAFETY: no send of this slot is in flight, so the NIC does not read it; the payload
         // fits the slot.
