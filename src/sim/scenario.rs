@@ -77,7 +77,8 @@ pub enum ScenarioName {
     PcieHalfWidth,
     /// A gray failure: one NIC, from the start, worse than its rail peers on several signals
     /// while every threshold stays quiet: a few transport errors a second, three times its
-    /// peers' CNPs, paused 3 % of the time, six times their FEC corrections, 2.6 dB less light.
+    /// peers' CNPs, paused 4.5 % of the time, twenty times their FEC corrections, 2.6 dB less
+    /// light.
     GrayNic,
     /// One link's pre-FEC bit error rate climbs tenfold a minute from the fault's start until
     /// it settles under the alert threshold (FEC still corrects all of it): only its trend
@@ -150,7 +151,7 @@ impl ScenarioName {
             ScenarioName::HostCpuLoad => "gpu-node-02's responders answer ~20 ms late: its rdma_probe_answer_delay_seconds ~0.02, every other host's network RTT toward it unchanged (6-12 µs), no probe lost, no counter moves",
             ScenarioName::OpticFading => "gpu-node-02 mlx5_2: rdma_transceiver_rx_power_watts of every lane sinks from ~0.7 mW to 95 µW over the first fault's first half (60-150 s) and stays there: under its module's rdma_transceiver_rx_power_threshold_watts{level=\"low_warning\"} (112.2 µW) from ~142 s, over its low alarm (89.1 µW); RdmaTransceiverRxPowerLow fires 5 minutes later; no counter moves",
             ScenarioName::PcieHalfWidth => "gpu-node-01 mlx5_1: rdma_pcie_link_width_lanes 8 of 16 (rdma_pcie_link_max_width_lanes 16 at both ends with node.pcie.detail), rdma_pcie_link_downtrained 1 from the start, RdmaPcieLinkDowntrained fires; no counter moves",
-            ScenarioName::GrayNic => "gpu-node-03 mlx5_1, from the start, against the other hosts' mlx5_1: ~3 transport errors/s (out_of_sequence, packet_seq_err, local_ack_timeout_err, each under RdmaTransportErrors), 3x their rp_cnp_handled, rx pause 3 % of the time, 6x their FEC corrected bits, every lane 2.6 dB less light; no threshold alert fires, RdmaNicPeerOutlier does (needs 3 hosts or more)",
+            ScenarioName::GrayNic => "gpu-node-03 mlx5_1, from the start, against the other hosts' mlx5_1: ~5 transport errors/s (out_of_sequence 4, packet_seq_err 0.8, local_ack_timeout_err 0.08: each under RdmaTransportErrors), 3x their rp_cnp_handled, rx pause 4.5 % of the time, 20x their FEC corrected bits, every lane 2.6 dB less light; no threshold alert fires, RdmaNicPeerOutlier does (needs 3 hosts or more)",
             ScenarioName::BerClimbing => "gpu-node-02 mlx5_4: rdma_fec_corrected_bit_errors_total over the bits received climbs from 1e-9 tenfold a minute from 60 s and settles at 3e-6 (~270 s), under RdmaHighBitErrorRate's 1e-5, and stays; rdma:link_health names ber_trend, RdmaLinkTrendingToFailure fires",
         }
     }
@@ -241,10 +242,10 @@ impl Scenario {
         }
         // A gray NIC is so from boot, and stays so.
         if self.name == ScenarioName::GrayNic && (host, nic) == GRAY_NIC {
-            c.transport_errors_per_s = 2.5;
+            c.transport_errors_per_s = 4.0;
             c.tx_ecn_mark_fraction = 2.0 * HEALTHY.ecn_mark_fraction;
-            c.paused_by_switch = 0.03;
-            c.pre_fec_ber = 6.0 * HEALTHY_PRE_FEC_BER;
+            c.paused_by_switch = 0.045;
+            c.pre_fec_ber = 20.0 * HEALTHY_PRE_FEC_BER;
             c.optic_rx_fade = 0.3;
         }
         // A degrading link does not heal either: tenfold a minute from the first fault's
