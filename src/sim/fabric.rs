@@ -19,8 +19,6 @@ pub const PFC_PRIORITY: usize = 3;
 const FRAME_BYTES: f64 = 4_160.0;
 /// A paused port refreshes XOFF every half pause quantum: 65535 quanta x 512 bit times at
 /// 400 Gb/s is 84 µs, so one frame per 42 µs while paused.
-/// Bits FEC corrects per received bit on a healthy link.
-const PRE_FEC_BER: f64 = 1e-9;
 const PAUSE_REFRESH_S: f64 = 42e-6;
 /// Mean length of one XOFF episode under congestion.
 const PAUSE_EPISODE_S: f64 = 250e-6;
@@ -218,13 +216,17 @@ impl Fabric {
                     0.0
                 };
                 let sent = sent_bytes[h][n];
-                let marks = received / FRAME_BYTES * c.ecn_mark_fraction;
+                // Marked at the receiver's queue, or on the way by a congested path of the
+                // sender's.
+                let marking =
+                    c.ecn_mark_fraction + conditions[upstream.0][upstream.1].tx_ecn_mark_fraction;
+                let marks = received / FRAME_BYTES * marking;
                 let cnps = marks * CNP_PER_MARK;
                 *cnps_to.entry(upstream).or_default() += cnps;
                 let leaf = self.hosts[h].nics[n].leaf;
                 let port_index = self.hosts[h].nics[n].leaf_port;
                 let nic = &mut self.hosts[h].nics[n];
-                nic.traffic(sent, received, marks, cnps);
+                nic.traffic(sent, received, marks, cnps, c.pre_fec_ber);
                 nic.pfc(&c, dt);
                 nic.errors(&c, dt);
                 let port = &mut self.leaves[leaf].ports[port_index];
@@ -285,7 +287,7 @@ impl Nic {
         }
     }
 
-    fn traffic(&mut self, sent: f64, received: f64, marks: f64, cnps: f64) {
+    fn traffic(&mut self, sent: f64, received: f64, marks: f64, cnps: f64, pre_fec_ber: f64) {
         let (tx_packets, rx_packets) = (sent / FRAME_BYTES, received / FRAME_BYTES);
         use Group::*;
         // The PMA data counters count 4-octet words.
@@ -308,11 +310,11 @@ impl Nic {
         self.add(Ethtool, "tx_packets_phy", tx_packets);
         self.add(Ethtool, "rx_packets_phy", rx_packets);
         self.add(Ethtool, "rx_bits_phy", received * 8.0);
-        // FEC corrects a healthy link's rare bit errors (pre-FEC BER 1e-9; sim/fec.rs).
+        // FEC corrects the link's bit errors (1e-9 of the bits on a healthy link; sim/fec.rs).
         self.add(
             Ethtool,
             "rx_corrected_bits_phy",
-            received * 8.0 * PRE_FEC_BER,
+            received * 8.0 * pre_fec_ber,
         );
         // Notification point: marked packets seen, CNPs sent (on priority 6).
         self.add(HwCounters, "np_ecn_marked_roce_packets", marks);

@@ -19,6 +19,16 @@ pub const BUSY_HOST: usize = 1;
 pub const OPTIC_FADING_NIC: (usize, usize) = (1, 2);
 /// `pcie-half-width`: the NIC whose PCIe link trained at x8 of x16 (gpu-node-01's mlx5_1).
 pub const PCIE_HALF_WIDTH_NIC: (usize, usize) = (0, 1);
+/// `gray-nic`: the NIC worse than its rail peers on several signals (gpu-node-03's mlx5_1: a
+/// third host, so that its rail has peers enough for a median).
+pub const GRAY_NIC: (usize, usize) = (2, 1);
+/// `ber-climbing`: the NIC whose link's pre-FEC bit error rate climbs (gpu-node-02's mlx5_4).
+pub const BER_CLIMBING_NIC: (usize, usize) = (1, 4);
+/// Pre-FEC bit error rate of a healthy link: FEC corrects 1 bit in 1e9 (`sim/fec.rs`).
+pub const HEALTHY_PRE_FEC_BER: f64 = 1e-9;
+/// Where `ber-climbing`'s BER stops: under RdmaHighBitErrorRate's 1e-5, so that only the trend
+/// speaks.
+pub const CLIMBED_PRE_FEC_BER: f64 = 3e-6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScenarioName {
@@ -65,10 +75,19 @@ pub enum ScenarioName {
     /// One NIC's PCIe link trained at x8 in its x16 slot (at boot, so from the start): half the
     /// host bandwidth, no error counter moves.
     PcieHalfWidth,
+    /// A gray failure: one NIC, from the start, worse than its rail peers on several signals
+    /// while every threshold stays quiet: a few transport errors a second, three times its
+    /// peers' CNPs, paused 4.5 % of the time, twenty times their FEC corrections, 2.6 dB less
+    /// light.
+    GrayNic,
+    /// One link's pre-FEC bit error rate climbs tenfold a minute from the fault's start until
+    /// it settles under the alert threshold (FEC still corrects all of it): only its trend
+    /// says the link is failing.
+    BerClimbing,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 16] = [
+    pub const ALL: [ScenarioName; 18] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -85,6 +104,8 @@ impl ScenarioName {
         ScenarioName::HostCpuLoad,
         ScenarioName::OpticFading,
         ScenarioName::PcieHalfWidth,
+        ScenarioName::GrayNic,
+        ScenarioName::BerClimbing,
     ];
 
     /// The name as given on the command line.
@@ -106,6 +127,8 @@ impl ScenarioName {
             ScenarioName::HostCpuLoad => "host-cpu-load",
             ScenarioName::OpticFading => "optic-fading",
             ScenarioName::PcieHalfWidth => "pcie-half-width",
+            ScenarioName::GrayNic => "gray-nic",
+            ScenarioName::BerClimbing => "ber-climbing",
         }
     }
 
@@ -128,6 +151,8 @@ impl ScenarioName {
             ScenarioName::HostCpuLoad => "gpu-node-02's responders answer ~20 ms late: its rdma_probe_answer_delay_seconds ~0.02, every other host's network RTT toward it unchanged (6-12 µs), no probe lost, no counter moves",
             ScenarioName::OpticFading => "gpu-node-02 mlx5_2: rdma_transceiver_rx_power_watts of every lane sinks from ~0.7 mW to 95 µW over the first fault's first half (60-150 s) and stays there: under its module's rdma_transceiver_rx_power_threshold_watts{level=\"low_warning\"} (112.2 µW) from ~142 s, over its low alarm (89.1 µW); RdmaTransceiverRxPowerLow fires 5 minutes later; no counter moves",
             ScenarioName::PcieHalfWidth => "gpu-node-01 mlx5_1: rdma_pcie_link_width_lanes 8 of 16 (rdma_pcie_link_max_width_lanes 16 at both ends with node.pcie.detail), rdma_pcie_link_downtrained 1 from the start, RdmaPcieLinkDowntrained fires; no counter moves",
+            ScenarioName::GrayNic => "gpu-node-03 mlx5_1, from the start, against the other hosts' mlx5_1: ~5 transport errors/s (out_of_sequence 4, packet_seq_err 0.8, local_ack_timeout_err 0.08: each under RdmaTransportErrors), 3x their rp_cnp_handled, rx pause 4.5 % of the time, 20x their FEC corrected bits, every lane 2.6 dB less light; no threshold alert fires, RdmaNicPeerOutlier does (needs 3 hosts or more)",
+            ScenarioName::BerClimbing => "gpu-node-02 mlx5_4: rdma_fec_corrected_bit_errors_total over the bits received climbs from 1e-9 tenfold a minute from 60 s and settles at 3e-6 (~270 s), under RdmaHighBitErrorRate's 1e-5, and stays; rdma:link_health names ber_trend, RdmaLinkTrendingToFailure fires",
         }
     }
 }
@@ -153,6 +178,12 @@ pub struct NicCondition {
     pub switch_drops_per_s: f64,
     /// How far the NIC's optic has faded (0 healthy, 1 its received power at its floor).
     pub optic_rx_fade: f64,
+    /// Share of the packets this NIC sends that queues on their way mark, besides the
+    /// receiver's own queue (`ecn_mark_fraction`): its flows cross a congested path, so it
+    /// handles more CNPs than its peers.
+    pub tx_ecn_mark_fraction: f64,
+    /// Bits FEC corrects per bit this NIC receives.
+    pub pre_fec_ber: f64,
 }
 
 const HEALTHY: NicCondition = NicCondition {
@@ -166,6 +197,8 @@ const HEALTHY: NicCondition = NicCondition {
     link_errors_per_s: 0.0,
     switch_drops_per_s: 0.0,
     optic_rx_fade: 0.0,
+    tx_ecn_mark_fraction: 0.0,
+    pre_fec_ber: HEALTHY_PRE_FEC_BER,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,6 +240,20 @@ impl Scenario {
             let half_fault = (FAULT_END_S - FAULT_START_S) / 2.0;
             c.optic_rx_fade = ((t - FAULT_START_S) / half_fault).clamp(0.0, 1.0);
         }
+        // A gray NIC is so from boot, and stays so.
+        if self.name == ScenarioName::GrayNic && (host, nic) == GRAY_NIC {
+            c.transport_errors_per_s = 4.0;
+            c.tx_ecn_mark_fraction = 2.0 * HEALTHY.ecn_mark_fraction;
+            c.paused_by_switch = 0.045;
+            c.pre_fec_ber = 20.0 * HEALTHY_PRE_FEC_BER;
+            c.optic_rx_fade = 0.3;
+        }
+        // A degrading link does not heal either: tenfold a minute from the first fault's
+        // start, then steady under the alert threshold.
+        if self.name == ScenarioName::BerClimbing && (host, nic) == BER_CLIMBING_NIC {
+            let decades = ((t - FAULT_START_S) / 60.0).max(0.0);
+            c.pre_fec_ber = (HEALTHY_PRE_FEC_BER * 10f64.powf(decades)).min(CLIMBED_PRE_FEC_BER);
+        }
         if !Scenario::in_fault(t) {
             return c;
         }
@@ -222,7 +269,10 @@ impl Scenario {
             | ScenarioName::LeafEcmpBlackhole
             | ScenarioName::HostCpuLoad
             // Fixed from boot: the fabric writes the link's width (`Fabric::new`).
-            | ScenarioName::PcieHalfWidth => {}
+            | ScenarioName::PcieHalfWidth
+            // From boot, or from the first fault on: set above.
+            | ScenarioName::GrayNic
+            | ScenarioName::BerClimbing => {}
             // The probes see the loss (`probing.rs`); the optic's errors show on the NIC.
             ScenarioName::NicOpticFailure => {
                 if me == FADING_OPTIC_NIC {

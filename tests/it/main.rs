@@ -31,6 +31,7 @@ mod fd_limit;
 mod fleet_store;
 mod fuzz_regressions;
 mod golden;
+mod gray_e2e;
 mod helm;
 mod hostile_peers;
 mod hot_unplug;
