@@ -7,8 +7,9 @@
 //! - [`rtt`]: the network round trip with the responder's own delay taken out;
 //! - [`targets`]: which peers a port probes in a round (Hostmesh's intra-host mesh, a rotating
 //!   sample of the same rail, a few ports on other rails) and with which flow labels;
-//! - [`localize`]: from failing paths to the NIC, host, leaf, uplinks or spine they share
-//!   (docs/localization.md), for the landing page.
+//! - [`vote`]: from one window's probe counts to the NICs, hosts, leaves, uplinks or spine to
+//!   blame, against the background loss, several faults at once (docs/localization.md);
+//! - [`localize`]: the vote over counts by name, for the landing page.
 
 pub mod agent;
 pub mod collector;
@@ -24,3 +25,4 @@ pub mod stats;
 pub mod targets;
 pub mod transport;
 pub mod verbs;
+pub mod vote;

@@ -533,6 +533,8 @@ mod tests {
                 failing_paths: 1,
                 explained_ratio: 1.0,
                 mean_path_loss: Some(0.1),
+                background_loss: 0.0,
+                confidence: 1.0,
                 answer_delay_seconds: None,
                 evidence: evil.into(),
             }],

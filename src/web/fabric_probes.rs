@@ -173,8 +173,12 @@ pub struct VerdictView {
     pub switch_port: Option<String>,
     pub failing_paths: usize,
     pub explained_ratio: f64,
-    /// The mean loss share of the paths that agree.
+    /// The loss share of the probes through it.
     pub mean_path_loss: Option<f64>,
+    /// The loss share of the paths that avoid it.
+    pub background_loss: f64,
+    /// 1 less the chance that background loss alone explains it.
+    pub confidence: f64,
     pub answer_delay_seconds: Option<f64>,
     pub evidence: String,
 }
@@ -287,11 +291,20 @@ pub fn view(
             failing_paths: v.failing_paths,
             explained_ratio: v.explained_ratio,
             mean_path_loss: v.mean_path_loss,
+            background_loss: v.background_loss,
+            confidence: v.confidence,
             answer_delay_seconds: v.answer_delay_seconds,
-            evidence: evidence(v, f, several_leaves),
+            evidence: evidence(v, several_leaves),
         })
         .collect();
-    let summary = summary(window, localized, ports.len(), found.paths, f);
+    let summary = summary(
+        window,
+        localized,
+        ports.len(),
+        found.paths,
+        f,
+        found.background_loss,
+    );
     Some(ProbesView {
         window_seconds: window.as_secs_f64(),
         localized,
@@ -329,7 +342,11 @@ fn answer_delay(stats: &Stats, port: &PortId, now: Instant) -> Option<f64> {
 }
 
 fn percent(share: f64) -> String {
-    if share > 0.0 && share < 0.01 {
+    if share > 0.0 && share < 1e-5 {
+        "<0.001%".into()
+    } else if share > 0.0 && share < 1e-3 {
+        format!("{:.3}%", share * 100.0)
+    } else if share > 0.0 && share < 0.01 {
         format!("{:.1}%", share * 100.0)
     } else {
         format!("{:.0}%", share * 100.0)
@@ -346,13 +363,18 @@ fn port_words(v: &Verdict) -> String {
 }
 
 /// Why the verdict stands, in the words of docs/localization.md.
-fn evidence(v: &Verdict, f: usize, several_leaves: bool) -> String {
-    let agree = format!(
-        "{} of the {f} failing paths ({})",
-        v.failing_paths,
-        percent(v.explained_ratio)
-    );
+fn evidence(v: &Verdict, several_leaves: bool) -> String {
     let loss = v.mean_path_loss.map_or("?".into(), percent);
+    let weighed = format!(
+        "{} of the {} probes through it were lost ({loss}), against {} on the paths that avoid \
+         it; {} paths through it lost probes, {} of the window's lost probes (confidence {})",
+        v.lost,
+        v.sent,
+        percent(v.background_loss),
+        v.failing_paths,
+        percent(v.explained_ratio),
+        percent(v.confidence),
+    );
     let leaf = v.switch.as_deref().unwrap_or("?");
     let both = if several_leaves {
         " With two leaves every path between them has an end under each: each is named."
@@ -367,35 +389,41 @@ fn evidence(v: &Verdict, f: usize, several_leaves: bool) -> String {
                 _ => "no switch port names it over LLDP".into(),
             };
             format!(
-                "{agree} go from or to {}, losing {loss} of their probes on average; {wired}. \
-                 The NIC, its cable or that switch port: probes cannot tell the two ends of one \
-                 link apart.",
+                "{}: {weighed}; {wired}. The NIC, its cable or that switch port: probes cannot \
+                 tell the two ends of one link apart.",
                 port_words(v)
             )
         }
-        Kind::Host => format!(
-            "{}: {agree} have an end on it, and its ports lose at least {} of their probes: the \
-             host itself (its PCIe, driver or network setup), not one NIC.",
-            v.host.as_deref().unwrap_or("?"),
-            percent(localize::HOST_PORT_LOSS)
-        ),
+        Kind::Host => {
+            let ports = v.host_ports.map_or(String::new(), |(all, losing)| {
+                format!(
+                    " {losing} of its {all} ports lose at least {}.",
+                    percent(localize::HOST_PORT_LOSS)
+                )
+            });
+            format!(
+                "{}: {weighed}. Its loss is spread over its ports, not one NIC's: the host \
+                 itself (its PCIe, driver or network setup).{ports}",
+                v.host.as_deref().unwrap_or("?"),
+            )
+        }
         Kind::Leaf => format!(
-            "{agree} cross {leaf}'s uplinks (one end under {leaf}, the other under another \
-             leaf) and lose {loss} of their probes on average, {} or more: {leaf} forwards part \
-             of its flows into an ECMP member that delivers nothing (a dead uplink it did not \
-             withdraw, a wrong forwarding entry).{both}",
+            "Paths that cross {leaf}'s uplinks (one end under {leaf}): {weighed}. One direction \
+             loses {} or more: {leaf} forwards part of its flows into an ECMP member that \
+             delivers nothing (a dead uplink it did not withdraw, a wrong forwarding entry).\
+             {both}",
             percent(localize::LEAF_LOSS)
         ),
         Kind::Uplink => format!(
-            "{agree} cross {leaf}'s uplinks (one end under {leaf}, the other under another \
-             leaf) and lose {loss} of their probes on average, less than {}: a link between \
-             {leaf} and the spine drops part of what it carries (an optic, a cable). ECMP hides \
-             which one: look at {leaf}'s uplink ports' errors and discards.{both}",
+            "Paths that cross {leaf}'s uplinks (one end under {leaf}): {weighed}. Each direction \
+             loses less than {}: a link between {leaf} and the spine drops part of what it \
+             carries (an optic, a cable). ECMP hides which one: look at {leaf}'s uplink ports' \
+             errors and discards.{both}",
             percent(localize::LEAF_LOSS)
         ),
         Kind::Spine => format!(
-            "{agree} cross between leaves, losing {loss} of their probes on average, and no \
-             one leaf explains them: the spine layer."
+            "The paths between leaves: {weighed}. The loss is spread over many leaves and ports, \
+             and no few of them explain it: the spine layer."
         ),
         Kind::Responder => format!(
             "{} took {:.1} ms on average to answer probes (more than {:.0} ms): the host is \
@@ -408,7 +436,14 @@ fn evidence(v: &Verdict, f: usize, several_leaves: bool) -> String {
     }
 }
 
-fn summary(window: Duration, localized: bool, ports: usize, paths: usize, f: usize) -> String {
+fn summary(
+    window: Duration,
+    localized: bool,
+    ports: usize,
+    paths: usize,
+    f: usize,
+    background: f64,
+) -> String {
     let seconds = window.as_secs_f64();
     if !localized {
         return format!(
@@ -419,13 +454,17 @@ fn summary(window: Duration, localized: bool, ports: usize, paths: usize, f: usi
         );
     }
     let over = format!("over the last {seconds:.0} s, between {ports} live ports");
+    let background = if background > 1e-6 {
+        format!(
+            "; the background loss, no verdict's, is {}",
+            percent(background)
+        )
+    } else {
+        String::new()
+    };
     match f {
-        0 => format!("✓ No path lost a probe {over} ({paths} paths)."),
-        f if f < localize::MIN_FAILING_PATHS => format!(
-            "{f} of {paths} paths lost probes {over}: fewer than {}, nothing is named.",
-            localize::MIN_FAILING_PATHS
-        ),
-        f => format!("{f} of {paths} paths lost probes {over}."),
+        0 => format!("✓ No path's loss stands out {over} ({paths} paths){background}."),
+        f => format!("{f} of {paths} paths lose more than the background {over}{background}."),
     }
 }
 
@@ -507,29 +546,52 @@ mod tests {
             failing_paths: 40,
             explained_ratio: 1.0,
             mean_path_loss: Some(0.021),
+            sent: 4_000,
+            lost: 84,
+            background_loss: 2e-5,
+            confidence: 0.999_999_9,
             host_ports: None,
             answer_delay_seconds: None,
         };
-        let words = evidence(&v, 40, false);
+        let words = evidence(&v, false);
         assert!(
-            words.starts_with("40 of the 40 failing paths (100%) cross leaf1's uplinks"),
+            words.starts_with(
+                "Paths that cross leaf1's uplinks (one end under leaf1): 84 of \
+                 the 4000 probes through it were lost (2%), against 0.002% on the paths that \
+                 avoid it; 40 paths through it lost probes, 100% of the window's lost probes \
+                 (confidence 100%)"
+            ),
             "{words}"
         );
-        assert!(words.contains("lose 2% of their probes on average, less than 20%"));
+        assert!(words.contains("less than 20%"), "{words}");
         v.kind = Kind::Nic;
         v.host = Some("gpu-node-02".into());
         v.device = Some("mlx5_3".into());
         v.port = Some(1);
         v.switch_port = Some("Ethernet2/1".into());
-        let words = evidence(&v, 40, false);
+        let words = evidence(&v, false);
         assert!(
-            words.contains("go from or to gpu-node-02 mlx5_3 port 1")
+            words.starts_with("gpu-node-02 mlx5_3 port 1: 84 of the 4000 probes")
                 && words.contains("it hangs off leaf1 port Ethernet2/1 (LLDP)"),
             "{words}"
         );
         v.kind = Kind::Responder;
         v.answer_delay_seconds = Some(0.0042);
-        let words = evidence(&v, 0, false);
+        let words = evidence(&v, false);
         assert!(words.contains("took 4.2 ms on average"), "{words}");
+    }
+
+    #[test]
+    fn the_summary_names_the_background() {
+        let window = Duration::from_secs(120);
+        assert_eq!(
+            summary(window, true, 32, 992, 0, 0.0),
+            "✓ No path's loss stands out over the last 120 s, between 32 live ports (992 paths)."
+        );
+        assert_eq!(
+            summary(window, true, 32, 992, 12, 2e-4),
+            "12 of 992 paths lose more than the background over the last 120 s, between 32 live \
+             ports; the background loss, no verdict's, is 0.020%."
+        );
     }
 }
