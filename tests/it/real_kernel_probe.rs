@@ -150,8 +150,10 @@ fn baseline_every_ordered_pair_of_four_devices_answers_without_loss() {
         // loses none (every run saw 0). One in 50 is let through for a guest whose vCPU the
         // loaded host deschedules for half a second; a path that does not work loses them all.
         assert!(lost * 50.0 <= sent, "{from} -> {to}: {lost} of {sent} lost");
+        // Measured, and far from the timeout: the TCG guest's RTT is 2-9 ms on an idle machine
+        // and 10-25 ms on a loaded one (seen on a 2-core machine at load 10-30).
         assert!(
-            mean > 0.0 && mean < 10.0,
+            mean > 0.0 && mean < 50.0,
             "{from} -> {to}: mean RTT {mean} ms"
         );
     }
@@ -178,11 +180,13 @@ fn netem_delay_on_one_veth_raises_the_rtt_of_exactly_the_paths_touching_its_devi
                 mean >= base + 15.0,
                 "{from} -> {to}: mean RTT {base:.2} ms -> {mean:.2} ms under 20 ms of netem on {DELAYED}"
             );
-            assert!(mean < 60.0, "{from} -> {to}: mean RTT {mean:.2} ms");
+            assert!(mean < base + 60.0, "{from} -> {to}: mean RTT {mean:.2} ms");
         } else {
+            // Against the path's own RTT before, not a fixed figure: a loaded machine slows
+            // the TCG guest's every round trip (12.7 ms seen with 20 ms of netem elsewhere).
             assert!(
-                mean < 10.0,
-                "{from} -> {to}: mean RTT {mean:.2} ms, not touching {DELAYED}"
+                mean < base + 10.0,
+                "{from} -> {to}: mean RTT {base:.2} ms -> {mean:.2} ms, not touching {DELAYED}"
             );
         }
     }
