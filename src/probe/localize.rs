@@ -177,8 +177,8 @@ pub struct FailingPath {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Localization {
     pub verdicts: Vec<Verdict>,
-    /// The paths whose loss stands out from the background (a lost probe now and then does
-    /// not).
+    /// The failing paths: those through a verdict that lost probes, and those whose loss
+    /// stands out from the background alone (a lost probe now and then does not).
     pub failing: Vec<FailingPath>,
     /// Paths between live ports that sent or lost in the window.
     pub paths: usize,

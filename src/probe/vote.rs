@@ -383,7 +383,8 @@ pub struct Outcome {
     /// Loss verdicts in the order named (best explanation first), then `host` (down), then
     /// `responder`.
     pub verdicts: Vec<Found>,
-    /// The paths whose loss stands out from the background, in path order.
+    /// The failing paths, in path order: those through a verdict that lost probes, and those
+    /// whose loss stands out from the background alone.
     pub failing: Vec<LossyPath>,
     /// The probes of the paths taken into account.
     pub total: Counts,
@@ -796,13 +797,17 @@ pub fn vote(topology: &Topology, states: &[PortState], window: &Window) -> Outco
             });
         }
     }
+    // A path fails when a verdict explains its loss, or when its loss stands out alone.
     let failing = ballot
         .lossy
         .iter()
-        .filter(|p| {
-            p.lost >= PATH_MIN_LOST && log_tail(p.lost, p.sent, residual) <= PATH_ALPHA.ln()
+        .zip(&ballot.explained)
+        .filter(|(p, explained)| {
+            **explained
+                || (p.lost >= PATH_MIN_LOST
+                    && log_tail(p.lost, p.sent, residual) <= PATH_ALPHA.ln())
         })
-        .copied()
+        .map(|(p, _)| *p)
         .collect();
     Outcome {
         verdicts,
