@@ -285,6 +285,12 @@ fn no_other_scenario_fires_the_gray_alerts() {
         );
         assert_eq!(medians.len(), batch.len(), "{medians:?}");
         let fired_new = fired(&address, &selector, "1h");
-        assert_eq!(fired_new, vec![], "{batch:?}");
+        // On failure, the signals that made the outliers.
+        let outliers: Vec<String> =
+            prometheus::query(&address, "max_over_time(rdma:nic_peer_outlier:score5m[1h])")
+                .iter()
+                .map(|(l, score)| format!("{l:?} {score:.1}"))
+                .collect();
+        assert_eq!(fired_new, vec![], "{batch:?}; outliers seen: {outliers:#?}");
     }
 }
