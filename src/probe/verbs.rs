@@ -938,6 +938,14 @@ impl VerbsEndpoint {
             let Some(ah) = ah else {
                 continue; // not resolved: a later send asks again
             };
+            self.note_resolved(key.0);
+            if self.ahs.entries.contains_key(&key) {
+                // A peer's send made the same handle on the loop meanwhile, and sends may be in
+                // flight on it: the resolver's copy goes.
+                // SAFETY: made by the resolver, never handed out; destroyed once.
+                unsafe { (self.verbs.destroy_ah)(ah.0) };
+                continue;
+            }
             self.ahs.evict(self.verbs);
             self.ahs.stamp += 1;
             let entry = AhEntry {
@@ -945,12 +953,7 @@ impl VerbsEndpoint {
                 used: self.ahs.stamp,
                 in_flight: 0,
             };
-            if let Some(old) = self.ahs.entries.insert(key, entry) {
-                // SAFETY: a duplicate of a handle made meanwhile on the loop; nothing in flight
-                // uses the old one yet (it was made since the last send), destroyed once.
-                unsafe { (self.verbs.destroy_ah)(old.ah) };
-            }
-            self.note_resolved(key.0);
+            self.ahs.entries.insert(key, entry);
         }
     }
 
@@ -977,11 +980,6 @@ impl VerbsEndpoint {
             if let Some(at) = self.resolved.get_mut(&key.0) {
                 *at = Instant::now();
             }
-            return Ok(entry.ah);
-        }
-        self.take_resolved();
-        if let Some(entry) = self.ahs.entries.get_mut(&key) {
-            entry.used = stamp;
             return Ok(entry.ah);
         }
         let mut attr = self.ah_attr(key);
@@ -1259,6 +1257,8 @@ impl Endpoint for VerbsEndpoint {
             self.check_device(false)?;
             self.recover()?;
             events.extend(self.resets.drain(..).map(|reason| Event::Reset { reason }));
+            // Handles the resolver made since: the next send to them finds them cached.
+            self.take_resolved();
             for slot in std::mem::take(&mut self.unposted) {
                 if self.post_recv(slot).is_err() {
                     self.unposted.push(slot);
