@@ -676,8 +676,19 @@ mod tests {
         gid
     }
 
-    /// Host `host`'s `ports` ports on `fabric`, device n on rail n, answering at GID (host,n).
+    /// Host `host`'s `ports` ports on `fabric`, device n on rail n, answering at GID (host,n),
+    /// its endpoints the demo's model.
     fn host(fabric: &MemoryFabric, host: u8, ports: u8) -> Vec<LocalPort> {
+        host_with(host, ports, |gid, qpn| fabric.endpoint(gid, qpn, QKEY))
+    }
+
+    /// [`host`], each endpoint made by `endpoint(gid, qpn)` (responders on QPN 100, probers on
+    /// 200).
+    fn host_with(
+        host: u8,
+        ports: u8,
+        endpoint: impl Fn([u8; 16], u32) -> crate::probe::memory::MemoryEndpoint,
+    ) -> Vec<LocalPort> {
         (0..ports)
             .map(|n| LocalPort {
                 port: Port {
@@ -687,8 +698,8 @@ mod tests {
                     rail: u32::from(n),
                 },
                 netdev: format!("veth{n}"),
-                responder: Box::new(fabric.endpoint(gid(host * 16 + n), 100, QKEY)),
-                prober: Box::new(fabric.endpoint(gid(host * 16 + n), 200, QKEY)),
+                responder: Box::new(endpoint(gid(host * 16 + n), 100)),
+                prober: Box::new(endpoint(gid(host * 16 + n), 200)),
             })
             .collect()
     }
@@ -990,29 +1001,14 @@ mod tests {
             let fabric = MemoryFabric::new(Box::new(|_, _, _| Some(100_000)))
                 .with_lag(Box::new(|to| if to.qpn == 100 { 200_000_000 } else { 0 }));
             let host_n = host_n as u8 + 1;
-            let ports: Vec<LocalPort> = (0..2)
-                .map(|n| LocalPort {
-                    port: Port {
-                        host: format!("host-{host_n}"),
-                        device: format!("rxe{n}"),
-                        port: 1,
-                        rail: u32::from(n),
-                    },
-                    netdev: String::new(),
-                    responder: Box::new(fabric.endpoint_with_clock(
-                        gid(host_n * 16 + n),
-                        100,
-                        QKEY,
-                        responder_clock,
-                    )),
-                    prober: Box::new(fabric.endpoint_with_clock(
-                        gid(host_n * 16 + n),
-                        200,
-                        QKEY,
-                        prober_clock,
-                    )),
-                })
-                .collect();
+            let ports = host_with(host_n, 2, |gid, qpn| {
+                let clock = if qpn == 100 {
+                    responder_clock
+                } else {
+                    prober_clock
+                };
+                fabric.endpoint_with_clock(gid, qpn, QKEY, clock)
+            });
             let settings = Settings {
                 timeout: Duration::from_secs(2),
                 ..fast()
