@@ -976,10 +976,6 @@ impl VerbsEndpoint {
         let stamp = self.ahs.stamp;
         if let Some(entry) = self.ahs.entries.get_mut(&key) {
             entry.used = stamp;
-            // In use, so its neighbour is current: new flow labels to it need no resolver.
-            if let Some(at) = self.resolved.get_mut(&key.0) {
-                *at = Instant::now();
-            }
             return Ok(entry.ah);
         }
         let mut attr = self.ah_attr(key);
