@@ -45,6 +45,10 @@ pub enum Command {
     /// NIC's and switch port's ECN threshold is too high, too low or healthy (exit 0 none
     /// misconfigured, 1 misconfigured, 2 could not query).
     EcnTune(crate::diag::ecn_tune::EcnTuneArgs),
+    /// The cluster's probe localization, run once per cluster: reads the agents' probe counts
+    /// and the LLDP wiring from Prometheus every round, votes, and serves the verdicts on
+    /// /metrics for the alerts and boards.
+    Localize(crate::localizer::LocalizeArgs),
     /// Judge one nccl-tests run (all_reduce_perf, ...): data errors, and busbw against the NIC
     /// line rate (exit 0 healthy, 1 below or errors, 2 unreadable, 3 not nccl-tests output).
     NcclTests(crate::diag::nccl_tests::NcclTestsArgs),

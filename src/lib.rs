@@ -26,6 +26,7 @@ pub mod host;
 pub mod ib;
 #[cfg(test)]
 mod layering;
+pub mod localizer;
 #[cfg(test)]
 mod metric_docs;
 pub mod node;
@@ -33,6 +34,7 @@ pub mod periodic;
 pub mod pods;
 pub mod probe;
 pub mod process_metrics;
+pub mod prom_query;
 pub mod reload;
 pub mod server;
 pub mod sim;

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Demo(args)) => demo(&args),
+        Some(Command::Localize(args)) => localize(&args),
         Some(Command::Doctor(args)) => Ok(rdma_fabric_exporter::diag::doctor::main(&args)),
         Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::diag::nccl::main(&args)),
         Some(Command::EcnTune(args)) => Ok(rdma_fabric_exporter::diag::ecn_tune::main(&args)),
@@ -248,6 +249,49 @@ fn demo(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         );
         tracing::info!("scenario {}: {}", args.scenario.as_str(), args.scenario.signature());
         let app = demo.router();
+        serve_http(listener, app, web, shutdown).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The once-per-cluster localizer: rounds on their own thread, the verdicts on /metrics.
+fn localize(args: &rdma_fabric_exporter::localizer::LocalizeArgs) -> anyhow::Result<ExitCode> {
+    use rdma_fabric_exporter::localizer::{serve, Localizer};
+    if let Err(e) = config::check_telemetry_path(&args.telemetry_path, &["/", "/healthz"]) {
+        eprintln!("error: --web.telemetry-path: {e}");
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let web = match web_config(args.web_config_file.as_deref()) {
+        Ok(web) => web,
+        Err(code) => return Ok(code),
+    };
+    let localizer = match Localizer::start(args) {
+        Ok(localizer) => localizer,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let listen_address = args
+        .listen_address
+        .clone()
+        .unwrap_or_else(config::default_listen_address);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = rdma_fabric_exporter::server::bind(&listen_address)
+            .await
+            .with_context(|| format!("listening on {listen_address}"))?;
+        let shutdown = shutdown_signal(true);
+        tracing::info!(
+            address = %listener.local_addr()?,
+            prometheus = %localizer.prometheus,
+            "rdma-fabric-exporter localize listening"
+        );
+        let app = serve::router(localizer, &args.telemetry_path);
         serve_http(listener, app, web, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })

@@ -456,13 +456,13 @@ async fn ib_switch(
     }
 }
 
-fn negotiated_format(headers: &HeaderMap) -> Format {
+pub fn negotiated_format(headers: &HeaderMap) -> Format {
     negotiate::format(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
 }
 
 /// An encoded exposition as the client asked for it: gzipped when it accepts gzip, and marked
 /// as varying by both headers so that no cache hands one client's answer to another.
-async fn exposition(format: Format, body: Arc<Body>, request: &HeaderMap) -> Response {
+pub async fn exposition(format: Format, body: Arc<Body>, request: &HeaderMap) -> Response {
     let accept_encoding = request
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok());

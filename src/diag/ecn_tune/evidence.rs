@@ -229,39 +229,7 @@ pub struct Evidence {
     pub rule_series: usize,
 }
 
-/// `{a="b",c=~"d"}` from fixed matchers and the user's selector.
-pub fn selector(fixed: &str, user: &str) -> String {
-    let parts: Vec<&str> = [fixed, user]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", parts.join(","))
-    }
-}
-
-/// `--selector '{cluster="a"}'` or `cluster="a"`: the matchers, without braces.
-pub fn user_matchers(text: &str) -> Result<String, String> {
-    let t = text.trim();
-    let inner = t
-        .strip_prefix('{')
-        .and_then(|rest| rest.strip_suffix('}'))
-        .unwrap_or(t)
-        .trim();
-    if inner.contains(['{', '}']) {
-        return Err(format!(
-            "--selector {text:?}: give label matchers only, e.g. '{{cluster=\"a\",instance=~\"gpu-.*\"}}'"
-        ));
-    }
-    if !inner.is_empty() && !inner.contains(['=', '!']) {
-        return Err(format!(
-            "--selector {text:?}: no matcher in it (label=\"value\", label=~\"regex\")"
-        ));
-    }
-    Ok(inner.trim_end_matches(',').to_string())
-}
+pub use crate::prom_query::{selector, user_matchers};
 
 fn key(labels: &Labels, detail: &[&str]) -> Labels {
     labels

@@ -12,7 +12,7 @@ pub mod classify;
 pub mod evidence;
 pub mod nccl_window;
 pub mod nic_settings;
-pub mod query;
+pub use crate::prom_query as query;
 pub mod report;
 pub mod thresholds;
 pub mod window;

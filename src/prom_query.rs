@@ -1,6 +1,7 @@
 //! A small blocking client for Prometheus' instant-query API (`GET /api/v1/query`), on the
-//! hyper the exporter already serves with (`crate::bounded_get`): one HTTP/1.1 connection per query, a deadline per
-//! query, a bound on the answer. Answers are decoded into instant vectors; every other shape
+//! hyper the exporter already serves with (`crate::bounded_get`): one HTTP/1.1 connection per
+//! query, a deadline per query, a bound on the answer. `ecn-tune`, `doctor` and the `localize`
+//! role read Prometheus with it. Answers are decoded into instant vectors; every other shape
 //! or an error envelope is a [`QueryError`] that says which query and why.
 //!
 //! `http://[user:password@]host[:port][/prefix]` only: the password is sent as basic auth and
@@ -292,6 +293,40 @@ impl Client {
             }),
         }
     }
+}
+
+/// `{a="b",c=~"d"}` from fixed matchers and the user's selector.
+pub fn selector(fixed: &str, user: &str) -> String {
+    let parts: Vec<&str> = [fixed, user]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+/// `--selector '{cluster="a"}'` or `cluster="a"`: the matchers, without braces.
+pub fn user_matchers(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let inner = t
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or(t)
+        .trim();
+    if inner.contains(['{', '}']) {
+        return Err(format!(
+            "--selector {text:?}: give label matchers only, e.g. '{{cluster=\"a\",instance=~\"gpu-.*\"}}'"
+        ));
+    }
+    if !inner.is_empty() && !inner.contains(['=', '!']) {
+        return Err(format!(
+            "--selector {text:?}: no matcher in it (label=\"value\", label=~\"regex\")"
+        ));
+    }
+    Ok(inner.trim_end_matches(',').to_string())
 }
 
 #[derive(Debug, PartialEq)]

@@ -1,0 +1,452 @@
+//! What a round reads from Prometheus, and the vote's input made of it, per `cluster`.
+//!
+//! The agents' per-target series exist only for targets that lost a probe lately (a 10 000-host
+//! fleet cannot serve 10^8 paths), but the vote weighs every candidate against all it carries.
+//! So the paths with series are taken as they are, and each port's other probes (its
+//! `rdma_probe_sent_total` by path kind, less those) are spread evenly over the live ports that
+//! kind of path reaches, as `probe::targets` plans them: they lost nothing, only their number
+//! matters.
+//!
+//! The liveness, busy-responder and young-series rules stay recording rules
+//! (`alerts/rdma-rules.yml`, group `rdma-probe-localization`): they are the vote's inputs, and
+//! `RdmaProbePathLoss` reads them too.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId};
+use crate::prom_query::{self, Labels, QueryError, Sample};
+
+/// The recording rules' window.
+pub const WINDOW: &str = "2m";
+
+/// Answers instant queries: Prometheus' client, or a fixture in tests.
+pub trait Source {
+    fn query(&self, expr: &str, time: f64) -> Result<Vec<Sample>, QueryError>;
+}
+
+impl Source for prom_query::Client {
+    fn query(&self, expr: &str, time: f64) -> Result<Vec<Sample>, QueryError> {
+        prom_query::Client::query(self, expr, time)
+    }
+}
+
+/// The queries of one round, each with the user's matchers.
+#[derive(Debug, Clone)]
+pub struct Queries {
+    live: String,
+    wiring: String,
+    rail: String,
+    port_sent: String,
+    path_sent: String,
+    path_lost: String,
+    delay: String,
+}
+
+/// `instance`'s host part as `host`, as the rules and `target_host` name a host.
+fn with_host(expr: &str) -> String {
+    format!(r#"label_replace({expr}, "host", "$1", "instance", "([^:]+).*")"#)
+}
+
+impl Queries {
+    /// `matchers`: label matchers without braces (`cluster="a"`), or empty.
+    pub fn new(matchers: &str) -> Queries {
+        let s = prom_query::selector("", matchers);
+        Queries {
+            live: format!("rdma:probe_port_live:info{s}"),
+            wiring: format!("rdma:probe_port_switch:info{s}"),
+            rail: format!(
+                "max by (cluster, host, device, port, rail) ({})",
+                with_host(&format!("rdma_probe_port_info{s}"))
+            ),
+            port_sent: format!(
+                "sum by (cluster, host, device, port, path) ({})",
+                with_host(&format!("increase(rdma_probe_sent_total{s}[{WINDOW}])"))
+            ),
+            path_sent: format!("rdma:probe_path_sent:increase2m{s}"),
+            path_lost: format!("rdma:probe_path_lost:increase2m{s}"),
+            delay: format!(
+                "max by (cluster, host, device, port) ({})",
+                with_host(&format!(
+                    "max_over_time(rdma_probe_answer_delay_seconds{s}[{WINDOW}])"
+                ))
+            ),
+        }
+    }
+
+    /// Every query, in the order a round asks them.
+    pub fn all(&self) -> [&str; 7] {
+        [
+            &self.live,
+            &self.wiring,
+            &self.rail,
+            &self.port_sent,
+            &self.path_sent,
+            &self.path_lost,
+            &self.delay,
+        ]
+    }
+
+    /// Asks every query at `time`; the first error ends the round (a half-read cluster would
+    /// be voted on wrong counts).
+    pub fn read(&self, source: &dyn Source, time: f64) -> Result<Answers, QueryError> {
+        Ok(Answers {
+            live: source.query(&self.live, time)?,
+            wiring: source.query(&self.wiring, time)?,
+            rail: source.query(&self.rail, time)?,
+            port_sent: source.query(&self.port_sent, time)?,
+            path_sent: source.query(&self.path_sent, time)?,
+            path_lost: source.query(&self.path_lost, time)?,
+            delay: source.query(&self.delay, time)?,
+        })
+    }
+}
+
+/// The answers of one round.
+#[derive(Debug, Clone, Default)]
+pub struct Answers {
+    pub live: Vec<Sample>,
+    pub wiring: Vec<Sample>,
+    pub rail: Vec<Sample>,
+    pub port_sent: Vec<Sample>,
+    pub path_sent: Vec<Sample>,
+    pub path_lost: Vec<Sample>,
+    pub delay: Vec<Sample>,
+}
+
+/// The vote's input for one cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterInput {
+    pub ports: Vec<LivePort>,
+    pub paths: Vec<PathCounts>,
+}
+
+/// The path kinds of `rdma_probe_sent_total`.
+const HOST: &str = "host";
+const RAIL: &str = "rail";
+const CROSS_RAIL: &str = "cross_rail";
+
+fn label<'l>(labels: &'l Labels, name: &str) -> &'l str {
+    labels.get(name).map_or("", String::as_str)
+}
+
+fn cluster(labels: &Labels) -> String {
+    label(labels, "cluster").to_string()
+}
+
+fn port_id(labels: &Labels, prefix: &str) -> Option<PortId> {
+    let get = |name: &str| labels.get(&format!("{prefix}{name}"));
+    Some(PortId {
+        host: get("host")?.clone(),
+        device: get("device")?.clone(),
+        port: get("port")?.parse().ok()?,
+    })
+}
+
+/// A count from an extrapolated `increase()`: whole probes, never negative.
+fn count(value: Option<f64>) -> u64 {
+    value.filter(|v| *v > 0.0).map_or(0, |v| v.round() as u64)
+}
+
+/// One cluster's ports and what is known of each.
+#[derive(Default)]
+struct Cluster {
+    live: Vec<PortId>,
+    /// (from, to, kind) -> (sent, lost) of the paths with per-target series.
+    paths: BTreeMap<(PortId, PortId, String), (u64, u64)>,
+}
+
+/// Samples keyed by their cluster and port (those without a port left out).
+fn keyed(samples: &[Sample]) -> Vec<((String, PortId), &Sample)> {
+    samples
+        .iter()
+        .filter_map(|s| Some(((cluster(&s.labels), port_id(&s.labels, "")?), s)))
+        .collect()
+}
+
+/// Per cluster, the vote's input (clusters without a live port left out).
+pub fn assemble(answers: &Answers) -> BTreeMap<String, ClusterInput> {
+    type Keyed<T> = HashMap<(String, PortId), T>;
+    let mut clusters: BTreeMap<String, Cluster> = BTreeMap::new();
+    let mut seen: HashSet<(String, PortId)> = HashSet::new();
+    for (key, _) in keyed(&answers.live) {
+        if seen.insert(key.clone()) {
+            clusters.entry(key.0).or_default().live.push(key.1);
+        }
+    }
+    let leaves: Keyed<Leaf> = keyed(&answers.wiring)
+        .into_iter()
+        .filter_map(|(key, s)| {
+            let switch = s.labels.get("switch").filter(|v| !v.is_empty())?;
+            Some((
+                key,
+                Leaf {
+                    switch: switch.clone(),
+                    switch_port: s.labels.get("switch_port").cloned(),
+                },
+            ))
+        })
+        .collect();
+    let rails: Keyed<String> = keyed(&answers.rail)
+        .into_iter()
+        .map(|(key, s)| (key, label(&s.labels, "rail").to_string()))
+        .collect();
+    let delays: Keyed<f64> = keyed(&answers.delay)
+        .into_iter()
+        .filter_map(|(key, s)| Some((key, s.value?)))
+        .collect();
+    let mut port_sent: HashMap<(String, PortId, String), u64> = HashMap::new();
+    for (key, s) in keyed(&answers.port_sent) {
+        *port_sent
+            .entry((key.0, key.1, label(&s.labels, "path").to_string()))
+            .or_default() += count(s.value);
+    }
+    for (samples, lost) in [(&answers.path_sent, false), (&answers.path_lost, true)] {
+        for s in samples {
+            let (Some(from), Some(to)) = (port_id(&s.labels, ""), port_id(&s.labels, "target_"))
+            else {
+                continue;
+            };
+            let Some(c) = clusters.get_mut(label(&s.labels, "cluster")) else {
+                continue;
+            };
+            let kind = label(&s.labels, "path").to_string();
+            let entry = c.paths.entry((from, to, kind)).or_default();
+            if lost {
+                entry.1 += count(s.value);
+            } else {
+                entry.0 += count(s.value);
+            }
+        }
+    }
+    clusters
+        .into_iter()
+        .map(|(name, c)| {
+            let at = |id: &PortId| (name.clone(), id.clone());
+            let rail = |id: &PortId| rails.get(&at(id)).map_or("", String::as_str);
+            let input = spread(&c, rail, |id, kind| {
+                port_sent
+                    .get(&(name.clone(), id.clone(), kind.to_string()))
+                    .copied()
+                    .unwrap_or(0)
+            });
+            let ports = c
+                .live
+                .iter()
+                .map(|id| {
+                    let sent: u64 = [HOST, RAIL, CROSS_RAIL]
+                        .iter()
+                        .map(|kind| {
+                            port_sent
+                                .get(&(name.clone(), id.clone(), kind.to_string()))
+                                .copied()
+                                .unwrap_or(0)
+                        })
+                        .sum();
+                    let lost = input.lost_from.get(id).copied().unwrap_or(0);
+                    LivePort {
+                        id: id.clone(),
+                        leaf: leaves.get(&at(id)).cloned(),
+                        sent: sent.max(input.sent_from.get(id).copied().unwrap_or(0)),
+                        lost,
+                        answer_delay_seconds: delays.get(&at(id)).copied(),
+                    }
+                })
+                .collect();
+            (
+                name,
+                ClusterInput {
+                    ports,
+                    paths: input.paths,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The paths of one cluster: those with series, and each port's other probes spread.
+struct Spread {
+    paths: Vec<PathCounts>,
+    sent_from: HashMap<PortId, u64>,
+    lost_from: HashMap<PortId, u64>,
+}
+
+fn spread<'r>(
+    c: &Cluster,
+    rail: impl Fn(&PortId) -> &'r str,
+    port_sent: impl Fn(&PortId, &str) -> u64,
+) -> Spread {
+    let live: HashSet<&PortId> = c.live.iter().collect();
+    let mut out = Spread {
+        paths: Vec::new(),
+        sent_from: HashMap::new(),
+        lost_from: HashMap::new(),
+    };
+    // Per source and kind: the probes the named paths account for, and their targets.
+    let mut named: HashMap<(&PortId, &str), u64> = HashMap::new();
+    let mut named_targets: HashSet<(&PortId, &PortId)> = HashSet::new();
+    for ((from, to, kind), (sent, lost)) in &c.paths {
+        if !live.contains(from) || !live.contains(to) {
+            continue;
+        }
+        *named.entry((from, kind.as_str())).or_default() += sent;
+        named_targets.insert((from, to));
+        *out.sent_from.entry(from.clone()).or_default() += sent;
+        *out.lost_from.entry(from.clone()).or_default() += lost;
+        out.paths.push(PathCounts {
+            from: from.clone(),
+            to: to.clone(),
+            sent: *sent,
+            lost: *lost,
+        });
+    }
+    for from in &c.live {
+        for kind in [HOST, RAIL, CROSS_RAIL] {
+            let rest = port_sent(from, kind)
+                .saturating_sub(named.get(&(from, kind)).copied().unwrap_or(0));
+            if rest == 0 {
+                continue;
+            }
+            let reaches = |to: &PortId| match kind {
+                HOST => to.host == from.host,
+                RAIL => to.host != from.host && rail(to) == rail(from),
+                _ => to.host != from.host && rail(to) != rail(from),
+            };
+            let targets: Vec<&PortId> = c
+                .live
+                .iter()
+                .filter(|to| *to != from && reaches(to) && !named_targets.contains(&(from, *to)))
+                .collect();
+            if targets.is_empty() {
+                continue;
+            }
+            let n = targets.len() as u64;
+            for (i, to) in targets.into_iter().enumerate() {
+                let sent = rest / n + u64::from((i as u64) < rest % n);
+                if sent > 0 {
+                    out.paths.push(PathCounts {
+                        from: from.clone(),
+                        to: to.clone(),
+                        sent,
+                        lost: 0,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pairs: &[(&str, &str)], value: f64) -> Sample {
+        Sample {
+            labels: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value: Some(value),
+        }
+    }
+
+    fn port(host: &str, device: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("cluster", "c".to_string()),
+            ("host", host.to_string()),
+            ("device", device.to_string()),
+            ("port", "1".to_string()),
+        ]
+    }
+
+    fn s(pairs: Vec<(&'static str, String)>, value: f64) -> Sample {
+        let borrowed: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        sample(&borrowed, value)
+    }
+
+    /// Two hosts of two NICs, rail n on leaf n; h1 mlx5_0 lost 6 of 30 probes toward h2 mlx5_0.
+    fn answers() -> Answers {
+        let mut a = Answers::default();
+        for h in ["h1", "h2"] {
+            for (d, rail) in [("mlx5_0", "0"), ("mlx5_1", "1")] {
+                a.live.push(s(port(h, d), 1.0));
+                let mut w = port(h, d);
+                w.push(("switch", format!("leaf{rail}")));
+                w.push(("switch_port", format!("Ethernet{h}")));
+                a.wiring.push(s(w, 1.0));
+                let mut r = port(h, d);
+                r.push(("rail", rail.to_string()));
+                a.rail.push(s(r, 1.0));
+                for (kind, sent) in [(HOST, 30.0), (RAIL, 30.0), (CROSS_RAIL, 30.0)] {
+                    let mut p = port(h, d);
+                    p.push(("path", kind.to_string()));
+                    a.port_sent.push(s(p, sent));
+                }
+                a.delay.push(s(port(h, d), 4e-5));
+            }
+        }
+        let mut path = port("h1", "mlx5_0");
+        path.extend([
+            ("path", RAIL.to_string()),
+            ("target_host", "h2".to_string()),
+            ("target_device", "mlx5_0".to_string()),
+            ("target_port", "1".to_string()),
+        ]);
+        a.path_sent.push(s(path.clone(), 29.6));
+        a.path_lost.push(s(path, 6.0));
+        a
+    }
+
+    #[test]
+    fn named_paths_are_kept_and_the_other_probes_spread_over_the_kind_s_targets() {
+        let inputs = assemble(&answers());
+        let input = &inputs["c"];
+        assert_eq!(input.ports.len(), 4);
+        let id = |h: &str, d: &str| PortId {
+            host: h.to_string(),
+            device: d.to_string(),
+            port: 1,
+        };
+        let from = id("h1", "mlx5_0");
+        let of = |to: &PortId| -> Vec<(u64, u64)> {
+            input
+                .paths
+                .iter()
+                .filter(|p| p.from == from && &p.to == to)
+                .map(|p| (p.sent, p.lost))
+                .collect()
+        };
+        // The named rail path as it is; the rail had no other target, so nothing spreads.
+        assert_eq!(of(&id("h2", "mlx5_0")), vec![(30, 6)]);
+        // Its host's other port and the other rail's port on h2 get the other kinds.
+        assert_eq!(of(&id("h1", "mlx5_1")), vec![(30, 0)]);
+        assert_eq!(of(&id("h2", "mlx5_1")), vec![(30, 0)]);
+        let p = input.ports.iter().find(|p| p.id == from).unwrap();
+        assert_eq!((p.sent, p.lost), (90, 6));
+        assert_eq!(p.leaf.as_ref().unwrap().switch, "leaf0");
+        assert_eq!(p.answer_delay_seconds, Some(4e-5));
+    }
+
+    #[test]
+    fn paths_toward_ports_that_are_not_live_are_left_out() {
+        let mut a = answers();
+        a.live
+            .retain(|s| !(s.labels["host"] == "h2" && s.labels["device"] == "mlx5_0"));
+        let input = &assemble(&a)["c"];
+        assert_eq!(input.ports.len(), 3);
+        assert!(input.paths.iter().all(|p| p.lost == 0));
+        assert!(input
+            .paths
+            .iter()
+            .all(|p| p.to.host != "h2" || p.to.device != "mlx5_0"));
+    }
+
+    #[test]
+    fn queries_carry_the_selector() {
+        let q = Queries::new(r#"cluster="a""#);
+        for expr in q.all() {
+            assert!(expr.contains(r#"{cluster="a"}"#), "{expr}");
+        }
+        assert!(Queries::new("").all().iter().all(|e| !e.contains('{')));
+    }
+}
