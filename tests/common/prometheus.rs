@@ -94,6 +94,13 @@ pub fn start(dir: &Path, scrape_configs: &str) -> (ChildGuard, String) {
 /// Starts Prometheus with the whole configuration `config` (YAML) on a free loopback port;
 /// returns the process and its address.
 pub fn launch(dir: &Path, config: &str) -> (ChildGuard, String) {
+    let address = format!("127.0.0.1:{}", free_port());
+    (launch_at(dir, config, &address), address)
+}
+
+/// [`launch`] on `address`: for a client that must know it before Prometheus starts (the
+/// localizer, which Prometheus scrapes in turn).
+pub fn launch_at(dir: &Path, config: &str, address: &str) -> ChildGuard {
     if Command::new("prometheus")
         .arg("--version")
         .output()
@@ -103,7 +110,6 @@ pub fn launch(dir: &Path, config: &str) -> (ChildGuard, String) {
     }
     let path = dir.join("prometheus.yml");
     std::fs::write(&path, config).unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
     let child = Command::new("prometheus")
         .arg(format!("--config.file={}", path.display()))
         .arg(format!(
@@ -115,7 +121,7 @@ pub fn launch(dir: &Path, config: &str) -> (ChildGuard, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (ChildGuard(child), address)
+    ChildGuard(child)
 }
 
 /// Polls `expr` until `done` holds for its result or `within` passes; returns the last result.
@@ -176,4 +182,16 @@ pub fn rule_file_list(rule_files: &[&Path]) -> String {
             format!("  - {}\n", quoted.unwrap())
         })
         .collect()
+}
+
+/// A scrape job for a `localize` at `address`: its verdicts keep the `cluster` they name
+/// (`honor_labels`), its own health takes `cluster` when given.
+pub fn localizer_job(job: &str, address: &str, cluster: Option<&str>) -> String {
+    let mut job = format!(
+        "  - job_name: {job}\n    honor_labels: true\n    static_configs:\n      - targets: ['{address}']\n"
+    );
+    if let Some(cluster) = cluster {
+        job.push_str(&format!("        labels:\n          cluster: {cluster}\n"));
+    }
+    job
 }

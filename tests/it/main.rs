@@ -45,6 +45,7 @@ mod ib_report;
 mod image;
 mod landing;
 mod landing_browser;
+mod localizer_e2e;
 mod nccl;
 mod nccl_corpus;
 mod nccl_tests;

@@ -1,6 +1,6 @@
 //! Localization end to end (docs/localization.md): the demo's probe scenarios, a real
-//! Prometheus evaluating the shipped rules, a real Alertmanager routing to a webhook receiver in
-//! this test. Each fault must be named by its verdict and its alert, and no other verdict may
+//! Prometheus evaluating the shipped rules, one `localize` reading it back for every cluster and
+//! scraped by it, a real Alertmanager routing to a webhook receiver in this test. Each fault must be named by its verdict and its alert, and no other verdict may
 //! appear in its fabric. A second test measures the time from a fault to its page with the
 //! shipped intervals (15 s scrapes and evaluations, `for: 15s`).
 
@@ -13,7 +13,25 @@ use common::alerting::{alertmanager, webhook};
 use common::prometheus;
 use common::*;
 
-use super::alerts_e2e::{alerts_without_long_waits, prometheus};
+use super::alerts_e2e::alerts_without_long_waits;
+use super::localizer_e2e::localizer;
+
+/// Prometheus on `address` with `rule_files`, sending to `alertmanager`, scraping and
+/// evaluating every `interval`.
+fn prometheus_at(
+    dir: &std::path::Path,
+    address: &str,
+    interval: &str,
+    rule_files: &[&std::path::Path],
+    alertmanager: &str,
+    scrape_configs: &str,
+) -> ChildGuard {
+    let config = format!(
+        "global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\nrule_files:\n{}alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nscrape_configs:\n{scrape_configs}",
+        prometheus::rule_file_list(rule_files)
+    );
+    prometheus::launch_at(dir, &config, address)
+}
 
 /// A small fabric of 2 hosts of 6 NICs on three leaves: with two leaves every path between them
 /// has an end on each, and the uplinks of neither could be told apart.
@@ -101,7 +119,10 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let (hook, received) = webhook();
     let (_am, am_address) = alertmanager(dir.path(), &hook);
-    let scrape_configs: String = EXPECTED
+    // One localizer for the four clusters, started first: Prometheus scrapes it.
+    let address = format!("127.0.0.1:{}", prometheus::free_port());
+    let localize = localizer(&address, "2s");
+    let mut scrape_configs: String = EXPECTED
         .iter()
         .zip(&demos)
         .map(|(e, d)| {
@@ -112,10 +133,12 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
             )
         })
         .collect();
+    scrape_configs += &prometheus::localizer_job("rdma-localizer", &localize.address, None);
     let fast = alerts_without_long_waits(dir.path());
     let rules = project_root().join("alerts/rdma-rules.yml");
-    let (_prometheus, address) = prometheus(
+    let _prometheus = prometheus_at(
         dir.path(),
+        &address,
         "2s",
         &[&rules, &fast],
         &am_address,
@@ -169,7 +192,7 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
             d.labels
         );
     }
-    // The recorded verdicts now: in each fabric the expected one, and no other verdict that
+    // The localizer's verdicts now: in each fabric the expected one, and no other verdict that
     // names the network. `responder` verdicts of other hosts are allowed: on a machine this
     // loaded (four demos and Prometheus on two cores) a healthy host's probe loop can be kept
     // off the CPU too, and saying so is right.
@@ -177,7 +200,7 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
         let verdicts = prometheus::query(
             &address,
             &format!(
-                "count by (kind, host, device, switch) (rdma:probe_suspect:failing_paths{{cluster=\"{}\"}})",
+                "count by (kind, host, device, switch) (rdma_localization_verdict{{cluster=\"{}\"}})",
                 e.scenario
             ),
         );
@@ -197,8 +220,8 @@ fn each_probe_fault_is_localized_and_no_other_suspect_is_named() {
             );
         }
     }
-    // The landing page votes again, in Rust (src/probe/localize.rs), over the same demo: it
-    // must name the rules' suspect and no other network suspect, or the two votes have drifted
+    // The landing page runs the same vote over the demo's own counts, not Prometheus': it must
+    // name the localizer's suspect and no other network suspect, or the inputs have drifted
     // apart.
     // The page names nothing in its first 30 s of probing: wait for its first window.
     let page_verdicts = |demo: &Exporter| -> (bool, Vec<BTreeMap<String, String>>) {
@@ -261,7 +284,10 @@ fn probe_faults_page_with_the_shipped_intervals() {
     let faults = [&EXPECTED[0], &EXPECTED[1], &EXPECTED[2]];
     let demos: Vec<Exporter> = faults.iter().map(|e| demo(e.scenario, "35")).collect();
     let fault_starts = Instant::now() + Duration::from_secs(25);
-    let scrape_configs: String = faults
+    // The shipped localizer interval: a round every 15 s, as the rules are evaluated.
+    let address = format!("127.0.0.1:{}", prometheus::free_port());
+    let localize = localizer(&address, "15s");
+    let mut scrape_configs: String = faults
         .iter()
         .zip(&demos)
         .map(|(e, d)| {
@@ -272,9 +298,17 @@ fn probe_faults_page_with_the_shipped_intervals() {
             )
         })
         .collect();
+    scrape_configs += &prometheus::localizer_job("rdma-localizer", &localize.address, None);
     let rules = common::alerting::shipped_rule_files();
     let rule_refs: Vec<&std::path::Path> = rules.iter().map(|p| p.as_path()).collect();
-    let _prometheus = prometheus(dir.path(), "15s", &rule_refs, &am_address, &scrape_configs);
+    let _prometheus = prometheus_at(
+        dir.path(),
+        &address,
+        "15s",
+        &rule_refs,
+        &am_address,
+        &scrape_configs,
+    );
     // The fault lasts 180 s.
     let deadline = fault_starts + Duration::from_secs(180);
     let page = |e: &Expected| {

@@ -3,8 +3,9 @@
 //! namespace joins, and the exporter probing between them over real UD queue pairs as an
 //! unprivileged user, through real faults: netem loss on `rxe2`'s veth, netem delay on
 //! `rxe3`'s, `rdma link delete rxe1` while it probes, and `rmmod rdma_rxe`. The loss phase is
-//! scraped every 5 s and replayed through the localization rules of `alerts/rdma-rules.yml`
-//! with promtool: they must name `rxe2`'s link and nothing else.
+//! scraped every 5 s: the vote (the localizer's) over its counts must name `rxe2`'s link and
+//! nothing else, and its replay through `alerts/rdma-rules.yml` with promtool must record the
+//! failing paths the vote reads.
 //!
 //! The guest boots once for the module (its own boot, apart from `real_kernel`'s):
 //! `tests/real_kernel/probe.sh` runs every phase and scrapes `/metrics` around each into a
@@ -406,7 +407,7 @@ fn input_series_keeps_every_probe_sample_and_its_labels_one_value_a_step() {
 }
 
 #[test]
-fn the_localization_rules_name_the_link_of_the_device_whose_veth_loses_and_nothing_else() {
+fn the_vote_names_the_device_whose_veth_loses_and_nothing_else() {
     let _exclusive = common::exclusive(module_path!());
     let Some(run) = run() else { return };
     // The scrapes' cadence: each taken after its 5 s mark and before the next (a loaded host
@@ -462,28 +463,69 @@ fn the_localization_rules_name_the_link_of_the_device_whose_veth_loses_and_nothi
         failing.len()
     );
 
+    // The vote (the localizer's, src/probe/vote.rs) over the loss series' counts: the lossy
+    // device's port alone. The VM's ports have no LLDP neighbour: no leaf is known.
+    {
+        use rdma_fabric_exporter::probe::localize::{self, Kind, LivePort, PathCounts, PortId};
+        let id = |device: &str| PortId {
+            host: host.to_string(),
+            device: device.to_string(),
+            port: 1,
+        };
+        let paths: Vec<PathCounts> = pairs()
+            .map(|(from, to)| {
+                let (sent, _, lost, _) = window(&first, &last, from, to);
+                PathCounts {
+                    from: id(from),
+                    to: id(to),
+                    sent: sent.max(0.0) as u64,
+                    lost: lost.max(0.0) as u64,
+                }
+            })
+            .collect();
+        let ports: Vec<LivePort> = DEVICES
+            .iter()
+            .map(|device| {
+                let own = paths.iter().filter(|p| p.from.device == *device);
+                let (sent, lost) = own.fold((0, 0), |(s, l), p| (s + p.sent, l + p.lost));
+                LivePort {
+                    id: id(device),
+                    leaf: None,
+                    sent,
+                    lost,
+                    answer_delay_seconds: None,
+                }
+            })
+            .collect();
+        let found = localize::localize(&ports, &paths);
+        let named: Vec<(Kind, Option<String>)> = found
+            .verdicts
+            .iter()
+            .filter(|v| v.kind != Kind::Responder)
+            .map(|v| (v.kind, v.device.clone()))
+            .collect();
+        assert_eq!(
+            named,
+            vec![(Kind::Nic, Some(LOSSY.to_string()))],
+            "netem loss on {LOSSY}'s veth; failing paths {failing:?}; before {earlier:?}"
+        );
+    }
+
+    // The replay through the shipped rules: promtool sees the failing paths the scrapes show,
+    // and the vote's recorded inputs count them.
     let rules = common::project_root().join("alerts/rdma-rules.yml");
-    let verdict = format!(r#"{{kind="nic", host="{host}", device="{LOSSY}"}}"#);
-    // Its full label set: no switch or switch_port, as the VM's ports have no LLDP neighbour.
-    let verdict_full =
-        format!(r#"{{cluster="vm", kind="nic", host="{host}", device="{LOSSY}", port="1"}}"#);
     let file = loss_rules_test(
         run,
         &rules,
         host,
         &[
             (
-                "count by (kind, host, device) (rdma:probe_suspect:explained_ratio)",
-                vec![(verdict, 1.0)],
-            ),
-            (
-                "rdma:probe_suspect:failing_paths >= bool 3",
-                vec![(verdict_full, 1.0)],
-            ),
-            // The replay itself: promtool sees the failing paths the scrapes show.
-            (
                 "count(increase(rdma_probe_target_lost_total[2m]) > 0)",
                 vec![("{}".into(), failing.len() as f64)],
+            ),
+            (
+                "count(rdma:probe_path_lost:increase2m > 0) >= bool 3",
+                vec![("{}".into(), 1.0)],
             ),
         ],
     );
@@ -514,11 +556,8 @@ fn the_localization_rules_name_the_link_of_the_device_whose_veth_loses_and_nothi
         // expected to be empty, so that promtool prints what it got.
         let steps: Vec<(&str, Vec<(String, f64)>)> = [
             "rdma:probe_path_lost:increase2m",
-            "rdma:probe_failing_paths:count2m",
-            "rdma:probe_port_failing_paths:count2m",
+            "rdma:probe_path_sent:increase2m",
             "rdma:probe_port_loss:ratio_rate2m",
-            "rdma:probe_suspect:failing_paths",
-            "rdma:probe_suspect:explained_ratio",
         ]
         .into_iter()
         .map(|record| (record, vec![]))
@@ -527,7 +566,7 @@ fn the_localization_rules_name_the_link_of_the_device_whose_veth_loses_and_nothi
         std::fs::write(&debug, loss_rules_test(run, &rules, host, &steps)).unwrap();
         let (_, steps) = promtool(&debug);
         panic!(
-            "the localization rules on the VM's loss phase (netem loss on {LOSSY}'s veth; \
+            "the localization inputs on the VM's loss phase (netem loss on {LOSSY}'s veth; \
              paths that lost probes in it: {failing:?}; before it: {earlier:?}):\n{out}\n\
              What the rules computed at the last step:\n{steps}"
         );
