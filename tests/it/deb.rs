@@ -208,6 +208,21 @@ fn the_deb_installs_into_a_scratch_root_and_its_unit_verifies() {
         "{text}"
     );
 
+    // The localizer's unit, shipped beside it, on /usr/bin as well.
+    let localizer = std::fs::read_to_string(
+        root.join("lib/systemd/system")
+            .join(format!("{PACKAGE}-localizer.service")),
+    )
+    .unwrap();
+    let original = std::fs::read_to_string(
+        project_root().join("deploy/systemd/rdma-fabric-exporter-localizer.service"),
+    )
+    .unwrap();
+    assert_eq!(
+        body(&localizer),
+        body(&original).replace("/usr/local/bin/", "/usr/bin/")
+    );
+
     // Purged: every file of the package, the conffile included, is gone.
     let out = dpkg(&root, &["--purge", PACKAGE]);
     assert!(out.status.success(), "dpkg --purge: {}", text_of(&out));

@@ -426,7 +426,9 @@ fn the_sharded_poller_overlay_covers_every_switch_once() {
         .find(|o| o["kind"] == "StatefulSet")
         .expect("a StatefulSet");
     assert!(
-        !objects.iter().any(|o| o["kind"] == "Deployment"),
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rdma-switch-poller"),
         "the single poller is replaced"
     );
     let replicas = statefulset["spec"]["replicas"].as_u64().unwrap();
@@ -575,6 +577,57 @@ fn systemd_accepts_the_unit() {
     );
 }
 
+/// The localizer's unit: hardened as the agent's, no /sys, no netlink; systemd accepts it.
+#[test]
+fn systemd_accepts_the_localizer_unit() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return common::skip_or_fail("systemd-analyze not installed (Debian package `systemd`)");
+    }
+    let unit = std::fs::read_to_string(
+        project_root().join("deploy/systemd/rdma-fabric-exporter-localizer.service"),
+    )
+    .unwrap();
+    for setting in [
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=\n",
+        "PrivateDevices=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n",
+        " localize --prometheus=${RFE_PROMETHEUS} ",
+    ] {
+        assert!(unit.contains(setting), "{setting}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rdma-fabric-exporter-localizer.service");
+    std::fs::write(
+        &path,
+        unit.replace(
+            "/usr/local/bin/rdma-fabric-exporter",
+            common::binary().to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.contains("rdma-fabric-exporter-localizer.service:"),
+        "{text}"
+    );
+}
+
 /// The InfiniBand scanner: one replica on chosen hosts only, never two at once, unprivileged,
 /// the umad device through a device plugin resource rather than a privileged hostPath.
 #[test]
@@ -626,4 +679,57 @@ fn the_ib_fabric_scanner_runs_once_per_subnet_unprivileged_on_chosen_hosts() {
         .unwrap()
         .keys()
         .any(|k| k.as_str().is_some_and(|k| k.starts_with("rdma/"))));
+}
+
+/// The localizer: one replica, no privilege, reading the cluster's Prometheus, scraped with
+/// its verdicts' own `cluster`; in every kustomization that ships the alerts reading it.
+#[test]
+fn the_localizer_runs_once_unprivileged_and_is_scraped_with_its_labels() {
+    for kustomization in [
+        kube_dir(),
+        kube_dir().join("overlays/sharded-switch-poller"),
+    ] {
+        let objects = render(&kustomization);
+        let deployment = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rdma-localizer")
+            .unwrap_or_else(|| panic!("{}: no localizer", kustomization.display()));
+        let spec = &deployment["spec"];
+        assert_eq!(spec["replicas"], 1);
+        assert_eq!(spec["strategy"]["type"], "Recreate");
+        let pod = &spec["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert!(pod["hostNetwork"].is_null() && pod["volumes"].is_null());
+        let container = &pod["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(args[0], "localize");
+        assert!(
+            args.iter().any(|a| a.starts_with("--prometheus=http://")),
+            "{args:?}"
+        );
+        let security = &container["securityContext"];
+        assert_eq!(security["allowPrivilegeEscalation"], false);
+        assert_eq!(security["capabilities"]["drop"][0], "ALL");
+        assert!(security["capabilities"]["add"].is_null());
+        let monitor = objects
+            .iter()
+            .find(|o| o["kind"] == "PodMonitor" && o["metadata"]["name"] == "rdma-localizer")
+            .unwrap_or_else(|| panic!("{}: no localizer PodMonitor", kustomization.display()));
+        let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+        assert_eq!(endpoint["honorLabels"], true);
+        assert_eq!(
+            monitor["spec"]["selector"]["matchLabels"],
+            spec["selector"]["matchLabels"]
+        );
+    }
+    // Without the operator the pod is there, for pod discovery.
+    let objects = render(&kube_dir().join("overlays/without-operator"));
+    assert!(objects
+        .iter()
+        .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "rdma-localizer"));
 }

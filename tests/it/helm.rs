@@ -661,7 +661,8 @@ fn without_the_operator_no_custom_resource_and_pods_carry_scrape_annotations() {
         .iter()
         .filter(|o| matches!(o["kind"].as_str(), Some("DaemonSet" | "Deployment")))
         .collect();
-    assert_eq!(workloads.len(), 3);
+    // The node agent, the switch poller, the InfiniBand scanner and the localizer.
+    assert_eq!(workloads.len(), 4);
     for workload in workloads {
         let annotations = &workload["spec"]["template"]["metadata"]["annotations"];
         assert_eq!(annotations["prometheus.io/scrape"], "true", "{workload:?}");
@@ -682,7 +683,12 @@ fn the_ib_fabric_values_render_one_scanner_per_shard() {
     let objects = template(&helm, &[ci_values("ib-fabric-values.yaml")], &[]).unwrap();
     let scanners: Vec<&Value> = objects
         .iter()
-        .filter(|o| o["kind"] == "Deployment")
+        .filter(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("rdma-ib-fabric"))
+        })
         .collect();
     assert_eq!(scanners.len(), 3, "{:?}", kinds_and_names(&objects));
     let mut selectors = Vec::new();
@@ -731,6 +737,50 @@ fn the_ib_fabric_values_render_one_scanner_per_shard() {
             &scanner["spec"]["template"]["metadata"]["labels"]
         ));
     }
+}
+
+/// The localizer: on by default, one unprivileged replica reading the Prometheus given, its
+/// PodMonitor keeping the verdicts' `cluster`; one value turns it off.
+#[test]
+fn the_localizer_is_one_replica_reading_the_prometheus_given() {
+    let Some(helm) = helm_or_skip() else { return };
+    let objects = template(
+        &helm,
+        &[],
+        &[
+            "localizer.prometheusUrl=http://prometheus.obs:9090",
+            "localizer.selector=cluster=\"a\"",
+        ],
+    )
+    .unwrap();
+    let localizer = find(&objects, "Deployment", "rdma-localizer");
+    assert_eq!(localizer["spec"]["replicas"], 1);
+    let container = &localizer["spec"]["template"]["spec"]["containers"][0];
+    let args = strings(&container["args"]);
+    assert_eq!(args[0], "localize");
+    assert!(
+        args.contains(&"--prometheus=http://prometheus.obs:9090"),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--selector=cluster=\"a\""), "{args:?}");
+    assert!(container["securityContext"]["capabilities"]["add"].is_null());
+    let monitor = find(&objects, "PodMonitor", "rdma-localizer");
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"],
+        true
+    );
+    assert!(selects(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &localizer["spec"]["template"]["metadata"]["labels"]
+    ));
+    let off = template(&helm, &[], &["localizer.enabled=false"]).unwrap();
+    assert!(
+        !kinds_and_names(&off)
+            .iter()
+            .any(|n| n.contains("localizer")),
+        "{:?}",
+        kinds_and_names(&off)
+    );
 }
 
 /// TLS and basic auth: the web config names the mounted certificate files, every component
