@@ -108,8 +108,8 @@ impl Kind {
     }
 }
 
-/// One verdict, labelled as the rules label `rdma:probe_suspect:*` (`None` where the rules
-/// leave a label empty), with its evidence.
+/// One verdict, labelled as `localize` serves `rdma_localization_verdict` (`None` where a
+/// label is empty), with its evidence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     pub kind: Kind,

@@ -3,7 +3,7 @@
 //! probe counts are seen, so every host's ports are live; under `serve`, this node's own ports
 //! and the paths between them.
 //!
-//! The rules count over 2 minutes; the page keeps each host's counts as it reads them
+//! The localizer reads 2-minute counts; the page keeps each host's counts as it reads them
 //! ([`ProbeMemory`], one copy every 5 s at most, as [`super::fabric_json::RateMemory`] keeps
 //! walks) and localizes between the newest copy at least [`WINDOW`] old and now, or since the
 //! probing began when that is more recent. Under [`MIN_WINDOW`], it names nothing: a path that
@@ -162,7 +162,7 @@ pub struct FailingPathView {
     pub loss_share: f64,
 }
 
-/// A verdict as the rules label `rdma:probe_suspect:*`, with its evidence in words.
+/// A verdict labelled as `rdma_localization_verdict`, with its evidence in words.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerdictView {
     pub kind: Kind,

@@ -843,7 +843,8 @@ fn the_tls_values_serve_https_with_basic_auth_everywhere() {
             assert!(container[probe]["httpGet"].is_null());
         }
     }
-    assert_eq!(workloads, 3);
+    // The node agent, the switch poller, the InfiniBand scanner and the localizer.
+    assert_eq!(workloads, 4);
     for object in &objects {
         let endpoints = match object["kind"].as_str() {
             Some("ServiceMonitor") => &object["spec"]["endpoints"],

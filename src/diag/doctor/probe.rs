@@ -314,7 +314,7 @@ fn judge_port(
             ),
         )
         .with_fix(
-            "a path from this port drops packets: rdma:probe_suspect:failing_paths and RdmaProbeSuspect name the NIC, leaf, uplink or spine the failing paths share (docs/localization.md), rdma_probe_target_lost_total the targets",
+            "a path from this port drops packets: the localizer's rdma_localization_verdict and RdmaProbeSuspect name the NIC, host, leaf, uplink or spine the lost probes point at (docs/localization.md), rdma_probe_target_lost_total the targets",
         )
     } else if sent <= 0.0 {
         finding(
