@@ -408,7 +408,13 @@ fn is_nic_metric(metric: &str) -> bool {
     metric.starts_with("rdma:nic_")
         || (metric.starts_with("rdma_")
             && !is_switch_metric(metric)
-            && !metric.starts_with("rdma_exporter_"))
+            && !metric.starts_with("rdma_exporter_")
+            && !is_cluster_metric(metric))
+}
+
+/// The localizer's: one per cluster, its `instance` the localizer's own, not a host's.
+fn is_cluster_metric(metric: &str) -> bool {
+    metric.starts_with("rdma_localization_")
 }
 
 /// Per-host aggregates of the NIC series (`instance`, no `device`).
