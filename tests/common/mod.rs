@@ -245,7 +245,9 @@ impl Exporter {
             }
             let _ = sender.send(Err(log));
         });
-        match receiver.recv_timeout(Duration::from_secs(30)) {
+        // A deadline, not a measure: a demo writes its trees before it listens, which takes
+        // long on a machine loaded many times over.
+        match receiver.recv_timeout(Duration::from_secs(120)) {
             Ok(Ok(address)) => Exporter {
                 child,
                 address,
