@@ -8,6 +8,7 @@ pub mod gnmi_target;
 pub mod prometheus;
 pub mod series;
 pub mod snmp_agent;
+pub mod stall;
 pub mod victoria_metrics;
 pub mod vm;
 
