@@ -175,6 +175,8 @@ impl Restarts {
         let restarted = entry.epoch != 0 && entry.epoch != epoch;
         entry.epoch = epoch;
         if restarted {
+            // The old start's life says nothing of the new one's.
+            entry.alive = None;
             for (gid, port) in self.ports.iter_mut() {
                 if port.host == host && *gid != speaker {
                     port.stale = true;
