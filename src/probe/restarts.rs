@@ -96,10 +96,20 @@ impl Restarts {
     /// The peer set as published (this host's own ports left out). An address that differs
     /// from the one published before is news and wins over what was learned; one published
     /// again unchanged leaves a newer learned one in place.
+    ///
+    /// A GID two peer ports share (two agents on one device) is left out: a probe from it
+    /// could not say which of them it speaks for, so their probes are timed as before.
     pub fn set_peers(&mut self, peers: &[Peer]) {
+        let mut seen: HashMap<[u8; 16], usize> = HashMap::with_capacity(peers.len());
+        for peer in peers {
+            *seen.entry(peer.address.gid).or_default() += 1;
+        }
         let mut ports = HashMap::with_capacity(peers.len());
         for peer in peers {
             let gid = peer.address.gid;
+            if seen[&gid] > 1 {
+                continue;
+            }
             let port = match self.ports.remove(&gid) {
                 Some(old) if old.published == peer.address && old.host == peer.port.host => old,
                 _ => PeerPort {
@@ -445,6 +455,25 @@ mod tests {
             to: port("gpu-1", 0),
         };
         let fate = restarts.expired(own_path, own, ms(t0, 300), 0);
+        assert_eq!(fate.map(|f| f.1), Some(Fate::Lost));
+    }
+
+    /// Two agents answering on one GID (one device shared by two pods): neither is learned
+    /// nor held, as before restarts were told apart.
+    #[test]
+    fn a_gid_two_peers_share_is_left_alone() {
+        let t0 = Instant::now();
+        let first = peer(4, 0, 10);
+        let second = Peer {
+            port: port("gpu-5", 0),
+            address: address(4, 0, 20),
+        };
+        let mut restarts = Restarts::new(GRACE);
+        restarts.set_peers(&[first.clone(), second.clone()]);
+        restarts.heard_probe(first.address.gid, 30, 7, t0);
+        assert_eq!(restarts.address(first.address), first.address);
+        assert_eq!(restarts.address(second.address), second.address);
+        let fate = restarts.expired(path(&second), second.address, t0, 0);
         assert_eq!(fate.map(|f| f.1), Some(Fate::Lost));
     }
 
