@@ -61,6 +61,10 @@ pub struct ProbeConfig {
     /// Time between two refreshes of the peers' addresses.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub peers_refresh: Duration,
+    /// How long probes to a peer whose agent went wholly silent wait to be told a restart's
+    /// (not lost) from a fault's (lost): longer than the agents take to restart.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub restart_grace: Duration,
 }
 
 impl Default for ProbeConfig {
@@ -89,6 +93,7 @@ impl Default for ProbeConfig {
             peers_file: None,
             peers_dns: None,
             peers_refresh: Duration::from_secs(60),
+            restart_grace: agent::Settings::default().restart_grace,
         }
     }
 }
@@ -120,6 +125,7 @@ impl ProbeConfig {
                 total: self.answers_total,
                 ..Limits::default()
             },
+            restart_grace: self.restart_grace,
         }
     }
 
