@@ -235,6 +235,7 @@ pub const SERVE_PATHS: &[&str] = &[
     "/probe",
     "/ib/switch",
     "/probe-address",
+    "/probe-ping",
     "/api/v1/fabric",
     "/assets",
 ];
@@ -247,6 +248,9 @@ pub const DEMO_PATHS: &[&str] = &[
     "/sd",
     "/hosts",
     "/ib",
+    // Below `/hosts/<host>` beside the telemetry path.
+    "/probe-address",
+    "/probe-ping",
     // The demo serves its subnet at `/ib<telemetry path>`: `/switch` would be `/ib/switch`.
     "/switch",
 ];

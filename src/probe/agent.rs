@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::packet::{Kind, Mode, Packet};
+use super::ping;
 use super::responder::{Limits, Responder, Verdict};
 use super::rtt::{round_trip, Clock, ProberTimes};
 use super::stats::{PathKey, PortIdentity, Stats};
@@ -84,6 +85,8 @@ struct Pending {
     /// The `Ack`'s arrival, and the responder's delay once known.
     t5: Option<u64>,
     delay: Option<u64>,
+    /// An operator's on-demand probe: its outcome goes to the asker, not to the stats.
+    ping: Option<ping::Ticket>,
 }
 
 /// An answer whose `Delay` follows the `Ack`'s send completion (hardware clock).
@@ -115,6 +118,8 @@ struct PortState {
 pub struct Agent {
     stats: Arc<Mutex<Stats>>,
     peers: Arc<Mutex<Vec<Peer>>>,
+    /// On-demand pings for the loop to take up at its next pass.
+    pings: Mutex<std::sync::mpsc::Sender<ping::Session>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -135,15 +140,17 @@ impl Agent {
         )));
         let peers = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
+        let (pings, asked) = std::sync::mpsc::channel();
         let thread = {
             let (stats, peers, stop) = (stats.clone(), peers.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("rfe-probe".into())
-                .spawn(move || run(ports, settings, &stats, &peers, &stop))?
+                .spawn(move || run(ports, settings, &stats, &peers, &asked, &stop))?
         };
         Ok(Agent {
             stats,
             peers,
+            pings: Mutex::new(pings),
             stop,
             thread: Some(thread),
         })
@@ -164,6 +171,35 @@ impl Agent {
     pub fn stats(&self) -> Stats {
         self.stats.lock().unwrap().clone()
     }
+
+    /// The peers the loop probes (other hosts' ports).
+    pub fn peers(&self) -> Vec<Peer> {
+        self.peers.lock().unwrap().clone()
+    }
+
+    /// This host's ports that still probe, each with its index in the loop.
+    pub fn local_ports(&self) -> Vec<(usize, Peer)> {
+        let stats = self.stats.lock().unwrap();
+        stats
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.gone)
+            .map(|(index, p)| {
+                let peer = Peer {
+                    port: p.port.clone(),
+                    address: p.address,
+                };
+                (index, peer)
+            })
+            .collect()
+    }
+
+    /// Hands an on-demand ping to the loop; its report comes through the session's receiver.
+    /// False when the loop has ended.
+    pub fn ping(&self, session: ping::Session) -> bool {
+        self.pings.lock().unwrap().send(session).is_ok()
+    }
 }
 
 impl Drop for Agent {
@@ -180,6 +216,7 @@ fn run(
     settings: Settings,
     stats: &Mutex<Stats>,
     peers: &Mutex<Vec<Peer>>,
+    asked: &std::sync::mpsc::Receiver<ping::Session>,
     stop: &AtomicBool,
 ) {
     let start = ports.first().map(|p| p.prober.now_ns()).unwrap_or_default();
@@ -200,6 +237,7 @@ fn run(
     let mut next_seq: u64 = random_start();
     let mut round: u64 = 0;
     let mut events = Vec::new();
+    let mut pings: Vec<ping::Session> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         // One round: the plan, its sends spread evenly over the round's length.
         let mut known: Vec<Peer> = peers.lock().unwrap().clone();
@@ -265,12 +303,15 @@ fn run(
                                 t2: None,
                                 t5: None,
                                 delay: None,
+                                ping: None,
                             },
                         );
                     }
                     Err(e) => fail(state, stats, &e),
                 }
             }
+            pings.extend(asked.try_iter());
+            send_pings(&mut states, &mut pings, &mut next_seq, &settings, stats);
             for state in states.iter_mut().filter(|s| !s.gone) {
                 serve(state, &settings, &known_gids, stats, &mut events);
                 collect(state, stats, &mut events);
@@ -629,6 +670,10 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
         };
         if let Some((times, delay)) = times {
             let pending = state.pending.remove(&seq).unwrap();
+            if let Some(ticket) = pending.ping {
+                ticket.record(ping::Outcome::of(round_trip(times, delay)));
+                continue;
+            }
             let mut stats = stats.lock().unwrap();
             match round_trip(times, delay) {
                 Ok(rtt) => stats.answered(&pending.path, rtt),
@@ -654,8 +699,65 @@ fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>) {
     let mut stats = stats.lock().unwrap();
     for seq in lost {
         let pending = state.pending.remove(&seq).unwrap();
-        stats.lost(&pending.path, now);
+        match pending.ping {
+            Some(ticket) => ticket.record(ping::Outcome::Lost),
+            None => stats.lost(&pending.path, now),
+        }
     }
+}
+
+/// Sends the on-demand probes that are due, from the same prober endpoints as the rounds (so
+/// they are matched and timed the same way); forgets the sessions with nothing more to send.
+fn send_pings(
+    states: &mut [PortState],
+    sessions: &mut Vec<ping::Session>,
+    next_seq: &mut u64,
+    settings: &Settings,
+    stats: &Mutex<Stats>,
+) {
+    let now = std::time::Instant::now();
+    for session in sessions.iter_mut() {
+        while let Some(due) = session.due(now, settings.targets.flow_labels) {
+            let Some(state) = states.get_mut(session.from).filter(|s| !s.gone) else {
+                due.ticket.record(ping::Outcome::NotSent {
+                    reason: TransportError::Gone.reason().to_string(),
+                });
+                continue;
+            };
+            let seq = *next_seq;
+            *next_seq += 1;
+            let options = SendOptions {
+                flow_label: due.flow_label,
+                peer: session.listed,
+                ..settings.send
+            };
+            let to = session.to.address;
+            let payload = Packet::probe(seq).encode();
+            match state.local.prober.send(to, options, &payload, seq) {
+                Ok(t1) => {
+                    state.pending.insert(
+                        seq,
+                        Pending {
+                            path: session.path.clone(),
+                            to,
+                            t1,
+                            t2: None,
+                            t5: None,
+                            delay: None,
+                            ping: Some(due.ticket),
+                        },
+                    );
+                }
+                Err(e) => {
+                    due.ticket.record(ping::Outcome::NotSent {
+                        reason: e.reason().to_string(),
+                    });
+                    fail(state, stats, &e);
+                }
+            }
+        }
+    }
+    sessions.retain(|s| !s.done());
 }
 
 #[cfg(test)]

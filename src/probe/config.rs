@@ -61,6 +61,9 @@ pub struct ProbeConfig {
     /// Time between two refreshes of the peers' addresses.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub peers_refresh: Duration,
+    /// `/probe-ping` may probe a GID and QPN outside the peer set (off: on-demand probes reach
+    /// only the ports this agent already probes).
+    pub ping_unlisted: bool,
 }
 
 impl Default for ProbeConfig {
@@ -89,6 +92,7 @@ impl Default for ProbeConfig {
             peers_file: None,
             peers_dns: None,
             peers_refresh: Duration::from_secs(60),
+            ping_unlisted: false,
         }
     }
 }

@@ -19,6 +19,8 @@ pub mod memory;
 pub mod metrics;
 pub mod packet;
 pub mod peers;
+pub mod ping;
+pub mod ping_target;
 pub mod responder;
 pub mod rtt;
 pub mod stats;
