@@ -59,6 +59,8 @@ pub struct LocalPort {
     /// The port's network device (RoCE: the netdev its probe GID belongs to); empty where
     /// there is none or it is unknown.
     pub netdev: String,
+    /// The GRH traffic class its probes and answers ride ([`super::class`]).
+    pub traffic_class: u8,
     pub responder: Box<dyn Endpoint>,
     pub prober: Box<dyn Endpoint>,
 }
@@ -68,6 +70,7 @@ impl std::fmt::Debug for LocalPort {
         f.debug_struct("LocalPort")
             .field("port", &self.port)
             .field("netdev", &self.netdev)
+            .field("traffic_class", &self.traffic_class)
             .field("responder", &self.responder.address())
             .field("prober", &self.prober.address())
             .finish()
@@ -133,6 +136,7 @@ impl Agent {
                 .map(|p| PortIdentity {
                     port: p.port.clone(),
                     netdev: p.netdev.clone(),
+                    traffic_class: p.traffic_class,
                     address: p.responder.address(),
                     clock: p.prober.clock(),
                 })
@@ -287,6 +291,7 @@ fn run(
                 };
                 let options = SendOptions {
                     flow_label,
+                    traffic_class: state.local.traffic_class,
                     peer: true,
                     ..settings.send
                 };
@@ -483,6 +488,7 @@ fn serve(
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
+                    traffic_class: state.local.traffic_class,
                     peer: from_peer,
                     ..settings.send
                 };
@@ -534,6 +540,7 @@ fn serve(
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
+                    traffic_class: state.local.traffic_class,
                     peer: answer.peer,
                     ..settings.send
                 };
@@ -728,6 +735,7 @@ fn send_pings(
             *next_seq += 1;
             let options = SendOptions {
                 flow_label: due.flow_label,
+                traffic_class: state.local.traffic_class,
                 peer: session.listed,
                 ..settings.send
             };
@@ -800,6 +808,7 @@ mod tests {
                     rail: u32::from(n),
                 },
                 netdev: format!("veth{n}"),
+                traffic_class: 104,
                 responder: Box::new(endpoint(gid(host * 16 + n), 100)),
                 prober: Box::new(endpoint(gid(host * 16 + n), 200)),
             })

@@ -21,6 +21,8 @@ use super::transport::TransportError;
 
 /// How long one peer agent has to answer for its addresses.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the kernel has to answer for one netdev's DCB settings, at startup.
+const DCB_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct ProbeCollector {
     agent: Mutex<Option<Arc<Agent>>>,
@@ -75,7 +77,6 @@ impl ProbeCollector {
                 qkey: config.qkey,
                 unlisted_allowed: config.ping_unlisted,
                 timeout: settings.timeout,
-                traffic_class: settings.send.traffic_class,
             },
             pings_running: Arc::default(),
             started,
@@ -179,7 +180,11 @@ impl ProbeCollector {
             count: request.count,
             interval_ns: request.interval.as_nanos() as u64,
             timeout_ns: self.ping.timeout.as_nanos() as u64,
-            traffic_class: self.ping.traffic_class,
+            traffic_class: agent
+                .stats()
+                .ports
+                .get(path.from)
+                .map_or(0, |p| p.traffic_class),
             probes: Vec::new(),
         };
         // The last probe's answer may come a timeout after it was sent, and the loop's pass
@@ -206,7 +211,6 @@ struct PingSettings {
     qkey: u32,
     unlisted_allowed: bool,
     timeout: Duration,
-    traffic_class: u8,
 }
 
 /// One of [`ping::MAX_SESSIONS`] places, given back when dropped.
@@ -290,6 +294,7 @@ fn local_ports(
         .filter(|name| include.as_ref().is_none_or(|re| re.is_match(name)))
         .collect();
     devices.sort();
+    let dcb = crate::node::dcb::KernelDcb::new(DCB_TIMEOUT);
     let mut ports = Vec::new();
     for (index, device) in devices.iter().enumerate() {
         let rail = config.rails.get(device).copied().unwrap_or(index as u32);
@@ -302,17 +307,35 @@ fn local_ports(
         for number in numbers {
             let open = || super::verbs::open(device, number, config.qkey);
             match (open(), open()) {
-                (Ok(responder), Ok(prober)) => ports.push(LocalPort {
-                    port: Port {
-                        host: host.to_string(),
-                        device: device.clone(),
-                        port: u32::from(number),
-                        rail,
-                    },
-                    netdev: gid_netdev(&class, device, number, responder.gid_index()),
-                    responder: Box::new(responder),
-                    prober: Box::new(prober),
-                }),
+                (Ok(responder), Ok(prober)) => {
+                    let netdev = gid_netdev(&class, device, number, responder.gid_index());
+                    let chosen = super::class::of_port(
+                        config.traffic_class,
+                        &class,
+                        device,
+                        number,
+                        &netdev,
+                        &dcb,
+                    );
+                    tracing::info!(
+                        "probes on {device} port {number} ride traffic class {} (DSCP {}): {}",
+                        chosen.traffic_class,
+                        chosen.traffic_class >> 2,
+                        chosen.source.as_str()
+                    );
+                    ports.push(LocalPort {
+                        port: Port {
+                            host: host.to_string(),
+                            device: device.clone(),
+                            port: u32::from(number),
+                            rail,
+                        },
+                        netdev,
+                        traffic_class: chosen.traffic_class,
+                        responder: Box::new(responder),
+                        prober: Box::new(prober),
+                    });
+                }
                 (Err(e), _) | (_, Err(e)) => {
                     tracing::warn!("no probing on {device} port {number}: {e}");
                 }

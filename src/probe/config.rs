@@ -41,8 +41,10 @@ pub struct ProbeConfig {
     /// The shortest round: a path is probed at most once a round.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub min_round: Duration,
-    /// The GRH traffic class of probes and answers (DSCP << 2): set it to ride the RDMA priority.
-    pub traffic_class: u8,
+    /// The GRH traffic class of probes and answers (DSCP << 2). Unset: each port's RoCE class,
+    /// as MLNX_OFED's global class or the NIC's DSCP trust and PFC priorities say, else DSCP 26
+    /// (104), so that probes ride the RDMA priority ([`super::class`]).
+    pub traffic_class: Option<u8>,
     /// The service level of probes and answers.
     pub service_level: u8,
     /// Answers a second to one source, and in total.
@@ -83,7 +85,7 @@ impl Default for ProbeConfig {
             per_port_rate: targets.per_port_rate,
             total_rate: targets.total_rate,
             min_round: targets.min_round,
-            traffic_class: 0,
+            traffic_class: None,
             service_level: 0,
             answers_per_source: limits.per_source,
             answers_total: limits.total,
@@ -115,7 +117,9 @@ impl ProbeConfig {
             timeout: self.timeout,
             send: SendOptions {
                 flow_label: 0,
-                traffic_class: self.traffic_class,
+                traffic_class: self
+                    .traffic_class
+                    .unwrap_or(super::class::DEFAULT_TRAFFIC_CLASS),
                 service_level: self.service_level,
                 peer: false,
             },

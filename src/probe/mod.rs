@@ -12,6 +12,7 @@
 //! - [`localize`]: the vote over counts by name, for the landing page.
 
 pub mod agent;
+pub mod class;
 pub mod collector;
 pub mod config;
 pub mod localize;

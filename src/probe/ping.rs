@@ -486,6 +486,7 @@ mod tests {
                 rail: 0,
             },
             netdev: String::new(),
+            traffic_class: 104,
             responder: Box::new(fabric.endpoint(gid, 100, 9)),
             prober: Box::new(fabric.endpoint(gid, 200, 9)),
         }]

@@ -123,6 +123,8 @@ pub struct PortStats {
     pub port: Port,
     /// The port's network device (RoCE), empty where there is none or it is unknown.
     pub netdev: String,
+    /// The GRH traffic class it probes and answers on.
+    pub traffic_class: u8,
     /// Where this port answers probes.
     pub address: Address,
     pub clock: Clock,
@@ -171,6 +173,7 @@ pub struct Stats {
 pub struct PortIdentity {
     pub port: Port,
     pub netdev: String,
+    pub traffic_class: u8,
     pub address: Address,
     pub clock: Clock,
 }
@@ -184,6 +187,7 @@ impl Stats {
                 .map(|identity| PortStats {
                     port: identity.port,
                     netdev: identity.netdev,
+                    traffic_class: identity.traffic_class,
                     address: identity.address,
                     clock: identity.clock,
                     gone: false,

@@ -220,7 +220,15 @@ impl Demo {
             config.probe.host = Some(name.clone());
             let probe_ports = {
                 let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
-                super::probing::local_ports(&probes, &fabric, index, config.probe.qkey)
+                // No DCB in the simulation: the class a host without one probes on.
+                let class = crate::probe::class::choose(config.probe.traffic_class, None, None);
+                super::probing::local_ports(
+                    &probes,
+                    &fabric,
+                    index,
+                    config.probe.qkey,
+                    class.traffic_class,
+                )
             };
             let simulated = crate::app::Simulated {
                 netlink: Some(Arc::new(SimNetlink {
