@@ -294,10 +294,11 @@ fn local_ports(
         .filter(|name| include.as_ref().is_none_or(|re| re.is_match(name)))
         .collect();
     devices.sort();
+    let rails = device_rails(config, sysfs, &devices);
     let dcb = crate::node::dcb::KernelDcb::new(DCB_TIMEOUT);
     let mut ports = Vec::new();
-    for (index, device) in devices.iter().enumerate() {
-        let rail = config.rails.get(device).copied().unwrap_or(index as u32);
+    for device in &devices {
+        let rail = rails.get(device).map_or(0, |(rail, _)| *rail);
         let mut numbers: Vec<u8> = std::fs::read_dir(class.join(device).join("ports"))
             .into_iter()
             .flatten()
@@ -343,6 +344,30 @@ fn local_ports(
         }
     }
     Ok(ports)
+}
+
+/// Each device's rail ([`super::rails`]), said once in the log. The node agent has no LLDP of
+/// its own (the switches' neighbour tables are the switch poller's, in Prometheus), so the
+/// config and the PCI placement decide.
+fn device_rails(
+    config: &ProbeConfig,
+    sysfs: &Path,
+    devices: &[String],
+) -> std::collections::BTreeMap<String, (u32, super::rails::Source)> {
+    use super::rails;
+    let nics: Vec<rails::Nic> = devices
+        .iter()
+        .map(|device| rails::Nic {
+            device: device.clone(),
+            lldp_leaf: None,
+            pci_path: rails::nic_pci_path(sysfs, device),
+        })
+        .collect();
+    let assigned = rails::assign(&nics, &config.rails, &rails::accelerators(sysfs));
+    for (device, (rail, source)) in &assigned {
+        tracing::info!("probe rail of {device}: {rail} ({source:?})");
+    }
+    assigned
 }
 
 /// The network device of GID `gid_index` of `device`'s port `port`, as the kernel binds it

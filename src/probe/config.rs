@@ -20,8 +20,10 @@ pub struct ProbeConfig {
     pub host: Option<String>,
     /// The RDMA devices that probe (anchored regex on the device name); every device when unset.
     pub device_include: Option<String>,
-    /// The rail of each device by name; unset, a device's rail is its place in the sorted list
-    /// of this host's probing devices (NIC i on rail i, as rail-optimized fabrics cable them).
+    /// The rail of each device by name. Unset, a device's rail is the index of the accelerator
+    /// beside it in the PCI tree (NIC i beside GPU i, as rail-optimized servers pair them); a
+    /// device beside none is off the rails (100 and on); without accelerators, its place in
+    /// the sorted device list ([`super::rails`]).
     pub rails: std::collections::BTreeMap<String, u32>,
     /// The Q_Key every probe endpoint uses: peers must agree on it.
     pub qkey: u32,

@@ -22,6 +22,7 @@ pub mod packet;
 pub mod peers;
 pub mod ping;
 pub mod ping_target;
+pub mod rails;
 pub mod responder;
 pub mod rtt;
 pub mod stats;
