@@ -441,6 +441,18 @@ mod tests {
                 "node:\n  devices:\n    exclude: 'mlx5_('\n",
                 "c.yml:3:14: node.devices.exclude: invalid regular expression",
             ),
+            (
+                "probe:\n  ping_unlisted: maybe\n",
+                "c.yml:2:18: probe.ping_unlisted: invalid type",
+            ),
+            (
+                "probe:\n  traffic_class: 300\n",
+                "c.yml:2:18: probe.traffic_class: invalid value",
+            ),
+            (
+                "probe:\n  ping_unlisetd: true\n",
+                "c.yml:2:3: probe: unknown field `ping_unlisetd`",
+            ),
         ] {
             let err = parse_err(text);
             assert!(err.starts_with(expected), "{text}: {err}");
