@@ -119,9 +119,24 @@ fn placement(nics: &[&Nic], accelerators: &[Vec<String>]) -> BTreeMap<String, u3
     placed
 }
 
-/// PCI device classes of accelerators: VGA and 3D controllers (NVIDIA, AMD), display
+/// PCI device classes of accelerators: 3D controllers (NVIDIA's datacenter GPUs), display
 /// controllers (AMD Instinct) and processing accelerators (Gaudi and others).
-const ACCELERATOR_CLASSES: [&str; 4] = ["0x0300", "0x0302", "0x0380", "0x1200"];
+const ACCELERATOR_CLASSES: [&str; 3] = ["0x0302", "0x0380", "0x1200"];
+/// VGA controllers count only from these vendors (NVIDIA, AMD): a server's BMC has a VGA
+/// controller too (ASPEED, Matrox), which is no GPU.
+const VGA_CLASS: &str = "0x0300";
+const GPU_VENDORS: [&str; 2] = ["0x10de", "0x1002"];
+
+fn is_accelerator(device: &Path) -> bool {
+    let read = |file: &str| crate::bounded_read::read_to_string(&device.join(file), 64);
+    let Ok(class) = read("class") else {
+        return false;
+    };
+    if ACCELERATOR_CLASSES.iter().any(|c| class.starts_with(c)) {
+        return true;
+    }
+    class.starts_with(VGA_CLASS) && read("vendor").is_ok_and(|v| GPU_VENDORS.contains(&v.trim()))
+}
 
 /// A device's path below `devices/`, from a sysfs link to it.
 fn pci_path(link: &Path) -> Vec<String> {
@@ -155,10 +170,7 @@ pub fn accelerators(sysfs: &Path) -> Vec<Vec<String>> {
     };
     entries
         .flatten()
-        .filter(|entry| {
-            crate::bounded_read::read_to_string(&entry.path().join("class"), 64)
-                .is_ok_and(|class| ACCELERATOR_CLASSES.iter().any(|c| class.starts_with(c)))
-        })
+        .filter(|entry| is_accelerator(&entry.path()))
         .map(|entry| pci_path(&entry.path()))
         .filter(|path| !path.is_empty())
         .collect()
@@ -287,9 +299,17 @@ mod tests {
         let gpu = "devices/pci0000:00/0000:00:01.0/0000:10:00.0/0000:11:00.0";
         let nic = "devices/pci0000:00/0000:00:01.0/0000:10:00.0/0000:12:00.0";
         let storage = "devices/pci0000:80/0000:80:01.0/0000:81:00.0";
-        for (dir, class) in [(gpu, "0x030200"), (nic, "0x020700"), (storage, "0x020700")] {
+        // The BMC's VGA, first in PCI order and no GPU.
+        let bmc = "devices/pci0000:00/0000:00:00.5/0000:01:00.0";
+        for (dir, class, vendor) in [
+            (gpu, "0x030200", "0x10de"),
+            (nic, "0x020700", "0x15b3"),
+            (storage, "0x020700", "0x15b3"),
+            (bmc, "0x030000", "0x1a03"),
+        ] {
             std::fs::create_dir_all(root.join(dir)).unwrap();
             std::fs::write(root.join(dir).join("class"), format!("{class}\n")).unwrap();
+            std::fs::write(root.join(dir).join("vendor"), format!("{vendor}\n")).unwrap();
             let bdf = dir.rsplit('/').next().unwrap();
             std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
             std::os::unix::fs::symlink(root.join(dir), root.join("bus/pci/devices").join(bdf))

@@ -96,8 +96,8 @@ pub fn main(args: &PingArgs) -> ExitCode {
 /// The agent's report, or why there is none.
 fn ask(args: &PingArgs) -> Result<Report, String> {
     let endpoint = Endpoint::parse_flag("--agent", &args.agent).map_err(|e| e.to_string())?;
-    // The agent answers once the last probe is answered or lost.
-    let timeout = args.interval.saturating_mul(args.count) + Duration::from_secs(15);
+    // The agent answers once the last probe is answered or lost (its own wait is bounded).
+    let timeout = args.interval.saturating_mul(args.count) + Duration::from_secs(30);
     let client = Client::new(endpoint, timeout)
         .map_err(|e| e.to_string())?
         .with_tool("ping");
