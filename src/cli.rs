@@ -91,6 +91,11 @@ pub struct DemoArgs {
     /// How often the switch poller walks the simulated leaves (as in a config: 5s, 500ms).
     #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub switch_interval: std::time::Duration,
+    /// How often the simulated counters move and the trees are rewritten (100ms to 5s). Each
+    /// tick rewrites every counter file; a longer tick is lighter for many demos on one
+    /// machine, and rates over a scrape interval stay the same.
+    #[arg(long, default_value = "100ms", value_parser = tick)]
+    pub tick: std::time::Duration,
     /// Seed of the fabric's counters (same seed, same fabric).
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
@@ -122,6 +127,16 @@ fn start_offset(text: &str) -> Result<f64, String> {
     }
 }
 
+fn tick(text: &str) -> Result<std::time::Duration, String> {
+    let tick = crate::yaml::parse_duration(text)?;
+    let range = std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(5);
+    if range.contains(&tick) {
+        Ok(tick)
+    } else {
+        Err(format!("{text:?} is not between 100ms and 5s"))
+    }
+}
+
 fn positive_speed(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 10_000.0 => Ok(v),
@@ -143,6 +158,7 @@ impl DemoArgs {
             start_at_s: self.start_at,
             switch_interval: self.switch_interval,
             stopped_agents: self.stop_agent.clone(),
+            tick: self.tick,
             ..Default::default()
         }
     }

@@ -10,15 +10,21 @@
 //! each start, so a blind forger cannot guess them); a send that fails costs that one answer,
 //! not the rest of the batch; a queue pair rebuilt by its endpoint is counted, logged once and
 //! published with its new QPN; sources outside the peer set are answered at a small shared rate.
+//!
+//! A peer that restarts is not a fault ([`super::restarts`]): its first probe or answer moves
+//! the probes to its new address, and the probes it missed while restarting are counted apart.
+//! Timeouts and restarts are timed with the host's monotonic clock; a round trip, and each
+//! port's counts, with that port's own clock (NIC clocks are unrelated to each other).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::packet::{Kind, Mode, Packet};
 use super::ping;
 use super::responder::{Limits, Responder, Verdict};
+use super::restarts::{Fate, Restarts};
 use super::rtt::{round_trip, Clock, ProberTimes};
 use super::stats::{PathKey, PortIdentity, Stats};
 use super::targets::{self, PathKind, Port};
@@ -40,6 +46,9 @@ pub struct Settings {
     /// Traffic class and service level of every probe and answer.
     pub send: SendOptions,
     pub responder: Limits,
+    /// How long probes to a peer whose agent went wholly silent wait to be told a restart's
+    /// (it comes back as a new start) or lost (it does not, or was up all along).
+    pub restart_grace: Duration,
 }
 
 impl Default for Settings {
@@ -49,6 +58,7 @@ impl Default for Settings {
             timeout: Duration::from_millis(500),
             send: SendOptions::default(),
             responder: Limits::default(),
+            restart_grace: Duration::from_secs(30),
         }
     }
 }
@@ -82,6 +92,10 @@ struct Pending {
     path: PathKey,
     /// Where it went: only an answer from there counts.
     to: Address,
+    /// When it left, by the host's clock (timeouts, restarts), and the start of the target's
+    /// agent then.
+    sent: Instant,
+    epoch: u32,
     t1: u64,
     /// The send completion (device clock), awaited with hardware timestamps only.
     t2: Option<u64>,
@@ -115,6 +129,21 @@ struct PortState {
     gone: bool,
     /// A rebuild of this port's queue pairs was logged (later ones go to the debug log).
     reset_logged: bool,
+    /// The prober's clock at its last reading, and when that was: a gone port's clock is
+    /// not read again, but its counts still age.
+    clock_read: (u64, Instant),
+}
+
+/// What the loop knows of this host and its peers, beyond each port.
+struct Probing {
+    /// This start of the agent, sent in every packet (never 0: 0 is "not said").
+    epoch: u32,
+    /// The peers' current addresses, and probes held while their agent was silent.
+    restarts: Restarts,
+    /// The peer set as last handed to `restarts`.
+    peers: Vec<Peer>,
+    settled: Vec<(PathKey, Fate)>,
+    next_settle: Instant,
 }
 
 /// The probing loop: spawn it, hand it peers, read its stats, stop it.
@@ -223,13 +252,14 @@ fn run(
     asked: &std::sync::mpsc::Receiver<ping::Session>,
     stop: &AtomicBool,
 ) {
-    let start = ports.first().map(|p| p.prober.now_ns()).unwrap_or_default();
+    // Each responder's buckets in its own clock: another port's may be days ahead.
     let mut states: Vec<PortState> = ports
         .into_iter()
         .enumerate()
         .map(|(index, local)| PortState {
             index,
-            policy: Responder::new(settings.responder, start),
+            policy: Responder::new(settings.responder, local.responder.now_ns()),
+            clock_read: (local.prober.now_ns(), Instant::now()),
             local,
             pending: HashMap::new(),
             answered: HashMap::new(),
@@ -239,12 +269,24 @@ fn run(
         })
         .collect();
     let mut next_seq: u64 = random_start();
+    let mut probing = Probing {
+        // Drawn apart from the sequence numbers, which it must not give away.
+        epoch: random_start() as u32 | 1,
+        restarts: Restarts::new(settings.restart_grace),
+        peers: Vec::new(),
+        settled: Vec::new(),
+        next_settle: Instant::now(),
+    };
     let mut round: u64 = 0;
     let mut events = Vec::new();
     let mut pings: Vec<ping::Session> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         // One round: the plan, its sends spread evenly over the round's length.
         let mut known: Vec<Peer> = peers.lock().unwrap().clone();
+        if known != probing.peers {
+            probing.restarts.set_peers(&known);
+            probing.peers = known.clone();
+        }
         for state in states.iter().filter(|s| !s.gone) {
             known.push(Peer {
                 port: state.local.port.clone(),
@@ -276,8 +318,10 @@ fn run(
                 ((elapsed.as_secs_f64() / length.as_secs_f64()) * plan.len() as f64).ceil() as usize
             };
             while sent < due.min(plan.len()) {
-                let (from, kind, ref to, address, flow_label) = plan[sent];
+                let (from, kind, ref to, planned, flow_label) = plan[sent];
                 sent += 1;
+                // Where the target answers now: its own packets may have said since the plan.
+                let address = probing.restarts.address(planned);
                 let state = &mut states[from];
                 if state.gone {
                     continue;
@@ -295,15 +339,18 @@ fn run(
                     peer: true,
                     ..settings.send
                 };
-                let payload = Packet::probe(seq).encode();
+                let answers_on = state.local.responder.address().qpn;
+                let payload = Packet::probe_from(seq, answers_on, probing.epoch).encode();
                 match state.local.prober.send(address, options, &payload, seq) {
                     Ok(t1) => {
-                        stats.lock().unwrap().sent(&path);
+                        stats.lock().unwrap().sent(&path, t1);
                         state.pending.insert(
                             seq,
                             Pending {
                                 path,
                                 to: address,
+                                sent: Instant::now(),
+                                epoch: probing.restarts.epoch(&address),
                                 t1,
                                 t2: None,
                                 t5: None,
@@ -316,23 +363,75 @@ fn run(
                 }
             }
             pings.extend(asked.try_iter());
-            send_pings(&mut states, &mut pings, &mut next_seq, &settings, stats);
+            send_pings(
+                &mut states,
+                &mut pings,
+                &mut next_seq,
+                &settings,
+                stats,
+                &probing,
+            );
             for state in states.iter_mut().filter(|s| !s.gone) {
-                serve(state, &settings, &known_gids, stats, &mut events);
-                collect(state, stats, &mut events);
-                expire(state, &settings, stats);
+                serve(
+                    state,
+                    &settings,
+                    &known_gids,
+                    stats,
+                    &mut probing,
+                    &mut events,
+                );
+                collect(state, stats, &mut probing, &mut events);
+                expire(state, &settings, stats, &mut probing);
             }
+            settle(&mut states, stats, &mut probing);
             if elapsed >= length {
                 break;
             }
             std::thread::sleep(pause(&states, &plan, sent, length, round_start.elapsed()));
         }
         round += 1;
-        let now = states.first().map(|s| s.local.prober.now_ns()).unwrap_or(0);
         for state in &mut states {
-            state.policy.forget_idle(now, 60_000_000_000);
+            // Each by its own clocks; a gone port's are not read again, its counts age by the
+            // host's.
+            let now = if state.gone {
+                state.clock_read.0 + state.clock_read.1.elapsed().as_nanos() as u64
+            } else {
+                state.clock_read = (state.local.prober.now_ns(), Instant::now());
+                let responder_now = state.local.responder.now_ns();
+                state.policy.forget_idle(responder_now, 60_000_000_000);
+                state.clock_read.0
+            };
+            stats.lock().unwrap().forget_old_losses(state.index, now);
         }
-        stats.lock().unwrap().forget_old_losses(now);
+    }
+}
+
+/// The probes held for silent peers that are settled by now: lost, or a restart's. Looked at
+/// every 10 ms at most: the loop wakes far more often, and thousands may be held.
+fn settle(states: &mut [PortState], stats: &Mutex<Stats>, probing: &mut Probing) {
+    let now = Instant::now();
+    if now < probing.next_settle {
+        return;
+    }
+    probing.next_settle = now + Duration::from_millis(10);
+    probing.restarts.settle(now, &mut probing.settled);
+    if probing.settled.is_empty() {
+        return;
+    }
+    let mut stats = stats.lock().unwrap();
+    for (path, fate) in probing.settled.drain(..) {
+        match fate {
+            Fate::Lost => {
+                let state = &states[path.from];
+                let now = if state.gone {
+                    state.clock_read.0
+                } else {
+                    state.local.prober.now_ns()
+                };
+                stats.lost(&path, now);
+            }
+            Fate::Restart => stats.restart_unanswered(&path),
+        }
     }
 }
 
@@ -444,6 +543,7 @@ fn serve(
     settings: &Settings,
     known: &HashSet<[u8; 16]>,
     stats: &Mutex<Stats>,
+    probing: &mut Probing,
     events: &mut Vec<Event>,
 ) {
     events.clear();
@@ -459,6 +559,23 @@ fn serve(
                 at_ns,
             } => {
                 let from_peer = known.contains(&source.0);
+                if from_peer {
+                    // A peer's probe says where its port answers and which start it is: a
+                    // restarted peer is probed at its new address from now on.
+                    if let Ok(probe) = Packet::decode(&payload) {
+                        if probe.kind == Kind::Probe {
+                            let alive = Instant::now()
+                                .checked_sub(settings.timeout)
+                                .unwrap_or_else(Instant::now);
+                            probing.restarts.heard_probe(
+                                source.0,
+                                probe.answers_on,
+                                probe.epoch,
+                                alive,
+                            );
+                        }
+                    }
+                }
                 let seq = match state.policy.receive(&payload, source, at_ns, from_peer) {
                     Verdict::Answer(seq) => seq,
                     Verdict::Drop(reason) => {
@@ -476,15 +593,11 @@ fn serve(
                     Clock::Software => state.local.responder.now_ns().saturating_sub(at_ns),
                     Clock::Hardware => 0,
                 };
-                let ack = Packet {
-                    kind: Kind::Ack,
-                    seq,
-                    responder_delay_ns: delay,
-                    mode: match clock {
-                        Clock::Software => Mode::DelayInAck,
-                        Clock::Hardware => Mode::DelayFollows,
-                    },
+                let mode = match clock {
+                    Clock::Software => Mode::DelayInAck,
+                    Clock::Hardware => Mode::DelayFollows,
                 };
+                let ack = Packet::answer(Kind::Ack, seq, delay, mode, probing.epoch);
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
@@ -531,12 +644,13 @@ fn serve(
                     continue;
                 }
                 let held = at_ns.saturating_sub(answer.t3);
-                let delay = Packet {
-                    kind: Kind::Delay,
-                    seq: answer.seq,
-                    responder_delay_ns: held,
-                    mode: Mode::DelayFollows,
-                };
+                let delay = Packet::answer(
+                    Kind::Delay,
+                    answer.seq,
+                    held,
+                    Mode::DelayFollows,
+                    probing.epoch,
+                );
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
@@ -582,7 +696,12 @@ fn answer_failed(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportE
 }
 
 /// The prober side: matches answers to probes in flight and records their round trips.
-fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>) {
+fn collect(
+    state: &mut PortState,
+    stats: &Mutex<Stats>,
+    probing: &mut Probing,
+    events: &mut Vec<Event>,
+) {
     events.clear();
     if let Err(e) = state.local.prober.poll(events, Duration::ZERO) {
         return fail(state, stats, &e);
@@ -625,6 +744,9 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
                             .dropped(&state.local.port, "wrong_source");
                         continue;
                     }
+                    probing
+                        .restarts
+                        .heard_answer(source.0, packet.epoch, pending.sent);
                     match packet.kind {
                         Kind::Ack => {
                             pending.t5 = Some(at_ns);
@@ -690,25 +812,35 @@ fn collect(state: &mut PortState, stats: &Mutex<Stats>, events: &mut Vec<Event>)
     }
 }
 
-/// Probes past the timeout are lost.
-fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>) {
-    let now = state.local.prober.now_ns();
-    let timeout = settings.timeout.as_nanos() as u64;
-    let lost: Vec<u64> = state
+/// Probes past the timeout (by the host's clock: a NIC's may restart under them) are lost,
+/// or held for a silent peer, or a restarting peer's.
+fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>, probing: &mut Probing) {
+    let now = Instant::now();
+    let expired: Vec<u64> = state
         .pending
         .iter()
-        .filter(|(_, p)| now.saturating_sub(p.t1) > timeout)
+        .filter(|(_, p)| now.saturating_duration_since(p.sent) > settings.timeout)
         .map(|(seq, _)| *seq)
         .collect();
-    if lost.is_empty() {
+    if expired.is_empty() {
         return;
     }
+    let now_ns = state.local.prober.now_ns();
     let mut stats = stats.lock().unwrap();
-    for seq in lost {
+    for seq in expired {
         let pending = state.pending.remove(&seq).unwrap();
-        match pending.ping {
-            Some(ticket) => ticket.record(ping::Outcome::Lost),
-            None => stats.lost(&pending.path, now),
+        if let Some(ticket) = pending.ping {
+            // The asker is told at once: a ping is not held for a silent peer.
+            ticket.record(ping::Outcome::Lost);
+            continue;
+        }
+        let fate = probing
+            .restarts
+            .expired(pending.path, pending.to, pending.sent, pending.epoch);
+        match fate {
+            Some((path, Fate::Lost)) => stats.lost(&path, now_ns),
+            Some((path, Fate::Restart)) => stats.restart_unanswered(&path),
+            None => {}
         }
     }
 }
@@ -721,8 +853,9 @@ fn send_pings(
     next_seq: &mut u64,
     settings: &Settings,
     stats: &Mutex<Stats>,
+    probing: &Probing,
 ) {
-    let now = std::time::Instant::now();
+    let now = Instant::now();
     for session in sessions.iter_mut() {
         while let Some(due) = session.due(now, settings.targets.flow_labels) {
             let Some(state) = states.get_mut(session.from).filter(|s| !s.gone) else {
@@ -739,8 +872,10 @@ fn send_pings(
                 peer: session.listed,
                 ..settings.send
             };
-            let to = session.to.address;
-            let payload = Packet::probe(seq).encode();
+            // Where the target answers now: a restarted peer's own packets may have said.
+            let to = probing.restarts.address(session.to.address);
+            let answers_on = state.local.responder.address().qpn;
+            let payload = Packet::probe_from(seq, answers_on, probing.epoch).encode();
             match state.local.prober.send(to, options, &payload, seq) {
                 Ok(t1) => {
                     state.pending.insert(
@@ -748,6 +883,8 @@ fn send_pings(
                         Pending {
                             path: session.path.clone(),
                             to,
+                            sent: Instant::now(),
+                            epoch: probing.restarts.epoch(&to),
                             t1,
                             t2: None,
                             t5: None,
@@ -770,8 +907,6 @@ fn send_pings(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use super::*;
     use crate::probe::memory::MemoryFabric;
 
@@ -822,6 +957,8 @@ mod tests {
                 ..targets::Settings::default()
             },
             timeout: Duration::from_millis(100),
+            // A peer silent as a whole is lost soon (tests of restarts set their own).
+            restart_grace: Duration::from_millis(300),
             ..Settings::default()
         }
     }
@@ -1036,12 +1173,7 @@ mod tests {
                             let Ok(probe) = Packet::decode(&payload) else {
                                 continue;
                             };
-                            let ack = Packet {
-                                kind: Kind::Ack,
-                                seq: probe.seq,
-                                responder_delay_ns: 0,
-                                mode: Mode::DelayInAck,
-                            };
+                            let ack = Packet::answer(Kind::Ack, probe.seq, 0, Mode::DelayInAck, 0);
                             let to = Address {
                                 gid: source.0,
                                 qpn: source.1,

@@ -68,6 +68,10 @@ pub struct ProbeConfig {
     /// `/probe-ping` may probe a GID and QPN outside the peer set (off: on-demand probes reach
     /// only the ports this agent already probes).
     pub ping_unlisted: bool,
+    /// How long probes to a peer whose agent went wholly silent wait to be told a restart's
+    /// (not lost) from a fault's (lost): longer than the agents take to restart.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub restart_grace: Duration,
 }
 
 impl Default for ProbeConfig {
@@ -97,6 +101,7 @@ impl Default for ProbeConfig {
             peers_dns: None,
             peers_refresh: Duration::from_secs(60),
             ping_unlisted: false,
+            restart_grace: agent::Settings::default().restart_grace,
         }
     }
 }
@@ -130,6 +135,7 @@ impl ProbeConfig {
                 total: self.answers_total,
                 ..Limits::default()
             },
+            restart_grace: self.restart_grace,
         }
     }
 

@@ -169,12 +169,7 @@ mod tests {
             responder.receive(&probe(5), source(1), 0, true),
             Verdict::Answer(5)
         );
-        let ack = Packet {
-            kind: Kind::Ack,
-            seq: 5,
-            responder_delay_ns: 0,
-            mode: Default::default(),
-        };
+        let ack = Packet::answer(Kind::Ack, 5, 0, Default::default(), 0);
         assert_eq!(
             responder.receive(&ack.encode(), source(1), 0, true),
             Verdict::Drop("not_a_probe")

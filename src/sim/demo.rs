@@ -179,8 +179,8 @@ impl Demo {
             config.node.sysfs_path = root.join("sys");
             config.node.ethtool.source = EthtoolSourceKind::Files;
             config.node.ethtool.stats_dir = Some(root.join("ethtool"));
-            // Simulated counters move in tick-sized steps: judge storms over a longer window.
-            config.node.pfc_storm.detection_time = Duration::from_secs(1);
+            // Simulated counters move in tick-sized steps: judge storms over ten of them.
+            config.node.pfc_storm.detection_time = options.tick * 10;
             config.node.pfc_storm.min_paused_ratio = 0.8;
             config.node.proc_path = root.join("proc");
             config.pods.enabled = true;

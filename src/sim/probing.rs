@@ -211,6 +211,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::probe::agent::{Agent, Peer};
+    use crate::probe::stats::Stats;
     use crate::probe::transport::{Endpoint, Event};
     use crate::sim::fabric::Shape;
 
@@ -567,5 +569,218 @@ mod tests {
             assert_eq!(events.len(), 2_000);
             no_nic_notices(shape, ScenarioName::HostCpuLoad);
         }
+    }
+
+    /// Host `host`'s probing ports, as [`local_ports`] makes them but at the queue pairs a
+    /// start of its agent gets: `start` 0 is the demo's, each later start new ones.
+    fn ports_of_start(
+        memory: &MemoryFabric,
+        fabric: &Fabric,
+        host: usize,
+        start: u32,
+    ) -> Vec<LocalPort> {
+        let mut ports = local_ports(memory, fabric, host, QKEY, 104);
+        if start > 0 {
+            for (n, port) in ports.iter_mut().enumerate() {
+                let qpn = 100 * start + 2 * n as u32;
+                port.responder = Box::new(memory.endpoint(gid(host, n), qpn, QKEY));
+                port.prober = Box::new(memory.endpoint(gid(host, n), qpn + 1, QKEY));
+            }
+        }
+        ports
+    }
+
+    const QKEY: u32 = 0x5246_4550;
+
+    /// The peers of `host`: every other agent's ports, as their `/probe-address` says now.
+    fn peers_of(agents: &[Option<Agent>], host: usize) -> Vec<Peer> {
+        agents
+            .iter()
+            .enumerate()
+            .filter(|(h, _)| *h != host)
+            .filter_map(|(_, a)| a.as_ref())
+            .flat_map(Agent::addresses)
+            .collect()
+    }
+
+    /// Probes answered by `host`'s ports, as `stats` counts them.
+    fn answered_by(stats: &Stats, host: &str) -> u64 {
+        stats
+            .all_targets()
+            .filter(|(k, _)| k.to.host == host)
+            .map(|(_, t)| t.answered)
+            .sum()
+    }
+
+    /// Waits for `done` to hold, for at most 30 s; whether it did.
+    fn wait_for(done: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Issue 60, item 4: a rolling restart of half the demo's agents, one after the other, each
+    /// silent for 3 s and back on new queue pairs, while the others' peer sets still name
+    /// the old ones (their refresh is a minute away). Each is answered again within seconds
+    /// (its first probes say where it answers), nothing is counted lost, what went unanswered
+    /// while it restarted is counted apart, and localization names no path and no verdict.
+    #[test]
+    fn a_rolling_restart_of_half_the_agents_is_no_loss_and_no_verdict() {
+        use crate::probe::agent::Settings;
+        use crate::probe::localize::{localize, Leaf, LivePort, PathCounts, PortId};
+
+        let shape = Shape {
+            hosts: 4,
+            nics_per_host: 4,
+            leaves: 2,
+            ..Shape::default()
+        };
+        let fabric = Fabric::new(shape, Scenario::new(ScenarioName::Healthy));
+        let memory = memory_fabric(Arc::new(Mutex::new(fabric.clone())));
+        let settings = Settings {
+            targets: crate::probe::targets::Settings {
+                min_round: Duration::from_millis(200),
+                ..Default::default()
+            },
+            // Long enough that a loaded test machine's late answers are not lost (no
+            // timeouts but the restarts'); the grace is the default's.
+            timeout: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
+        let mut agents: Vec<Option<Agent>> = (0..shape.hosts)
+            .map(|h| Some(Agent::spawn(ports_of_start(&memory, &fabric, h, 0), settings).unwrap()))
+            .collect();
+        for h in 0..shape.hosts {
+            let peers = peers_of(&agents, h);
+            agents[h].as_ref().unwrap().set_peers(peers);
+        }
+        let stats = |agents: &[Option<Agent>]| -> Vec<Stats> {
+            agents.iter().flatten().map(Agent::stats).collect()
+        };
+        // Every agent answers every other before the first restart.
+        let all_answer = |agents: &[Option<Agent>]| {
+            stats(agents).iter().all(|s| {
+                let own = &s.ports[0].port.host;
+                names
+                    .iter()
+                    .filter(|n| *n != own)
+                    .all(|n| answered_by(s, n) >= 10)
+            })
+        };
+        assert!(wait_for(|| all_answer(&agents)), "the fabric never settled");
+
+        // Counts of the agents that restarted, as they were when they stopped.
+        let mut stopped: Vec<Stats> = Vec::new();
+        for (start, h) in (0..shape.hosts / 2).enumerate() {
+            let before: Vec<u64> = stats(&agents)
+                .iter()
+                .map(|s| answered_by(s, &names[h]))
+                .collect();
+            let old = agents[h].take().unwrap();
+            stopped.push(old.stats());
+            drop(old);
+            // Down for longer than the probe timeout (probes to it time out meanwhile), then
+            // back on new QPNs, with its peers' addresses as its start reads them; theirs of
+            // it stay old.
+            std::thread::sleep(settings.timeout + Duration::from_secs(1));
+            let new = Agent::spawn(
+                ports_of_start(&memory, &fabric, h, start as u32 + 1),
+                settings,
+            )
+            .unwrap();
+            new.set_peers(peers_of(&agents, h));
+            agents[h] = Some(new);
+            let answered_again = || {
+                stats(&agents)
+                    .iter()
+                    .zip(&before)
+                    .filter(|(s, _)| s.ports[0].port.host != names[h])
+                    .all(|(s, before)| answered_by(s, &names[h]) >= before + 10)
+            };
+            assert!(
+                wait_for(answered_again),
+                "{} was not answered again at its new QPNs",
+                names[h]
+            );
+        }
+        // Every probe in flight has settled.
+        let settled = |agents: &[Option<Agent>]| {
+            let before: Vec<u64> = stats(agents)
+                .iter()
+                .map(|s| s.ports.iter().map(|p| p.answered.iter().sum::<u64>()).sum())
+                .collect();
+            std::thread::sleep(settings.timeout * 2);
+            stats(agents).iter().zip(before).all(|(s, before)| {
+                s.ports
+                    .iter()
+                    .map(|p| p.answered.iter().sum::<u64>())
+                    .sum::<u64>()
+                    > before
+            })
+        };
+        assert!(settled(&agents));
+        let last = stats(&agents);
+        let everything: Vec<&Stats> = last.iter().chain(&stopped).collect();
+        // Localization over every agent's paths, counted since the start.
+        let id = |p: &crate::probe::targets::Port| PortId {
+            host: p.host.clone(),
+            device: p.device.clone(),
+            port: p.port,
+        };
+        let ports: Vec<LivePort> = last
+            .iter()
+            .flat_map(|s| &s.ports)
+            .map(|p| {
+                let (h, n) = (
+                    names.iter().position(|n| *n == p.port.host).unwrap(),
+                    p.port.rail as usize,
+                );
+                LivePort {
+                    id: id(&p.port),
+                    leaf: Some(Leaf {
+                        switch: format!("leaf{}", fabric.hosts[h].nics[n].leaf + 1),
+                        switch_port: None,
+                    }),
+                    sent: p.sent.iter().sum(),
+                    lost: p.lost.iter().sum(),
+                    answer_delay_seconds: None,
+                }
+            })
+            .collect();
+        let paths: Vec<PathCounts> = everything
+            .iter()
+            .flat_map(|s| {
+                s.all_targets().map(|(k, t)| PathCounts {
+                    from: id(&s.ports[k.from].port),
+                    to: id(&k.to),
+                    sent: t.sent,
+                    lost: t.lost,
+                })
+            })
+            .collect();
+        let found = localize(&ports, &paths);
+        assert!(found.failing.is_empty(), "{:?}", found.failing);
+        assert!(found.verdicts.is_empty(), "{:?}", found.verdicts);
+        for s in &everything {
+            for port in &s.ports {
+                assert_eq!(port.lost, [0; 3], "{}/{}", port.port.host, port.port.device);
+            }
+            assert_eq!(s.losing_targets().count(), 0);
+        }
+        let restart_unanswered: u64 = everything
+            .iter()
+            .flat_map(|s| &s.ports)
+            .map(|p| p.restart_unanswered.iter().sum::<u64>())
+            .sum();
+        assert!(
+            restart_unanswered > 0,
+            "no probe went to a restarting agent: the test restarted nothing"
+        );
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use super::fabric_peers::{outliers, PeerOutlier};
 use super::fabric_probes::{ProbeFeed, ProbeMemory, ProbesView};
 use super::fabric_rates::{port_rates, PortRates};
 use crate::direction::Direction;
@@ -86,6 +87,8 @@ pub struct FabricView {
     pub hosts: Vec<HostView>,
     pub switches: Vec<SwitchView>,
     pub storm_sources: Vec<StormSource>,
+    /// NICs far worse than the other NICs of their rail (`fabric_peers.rs`): gray failures.
+    pub peer_outliers: Vec<PeerOutlier>,
     /// The probes between NICs: failing paths and verdicts; `None` where no host probes.
     pub probes: Option<ProbesView>,
 }
@@ -314,6 +317,7 @@ pub async fn build(
         host_views.push(view);
     }
     let probes = probes_view(hosts, &host_views, memory);
+    let peer_outliers = outliers(&host_views);
     FabricView {
         version: crate::build::VERSION,
         mode,
@@ -321,6 +325,7 @@ pub async fn build(
         hosts: host_views,
         switches: switch_views,
         storm_sources,
+        peer_outliers,
         probes,
     }
 }

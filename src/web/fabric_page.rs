@@ -112,6 +112,9 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
     html.push_str("<section id=\"storm\" aria-live=\"polite\">");
     html.push_str(&storm_sources(view));
     html.push_str("</section>");
+    html.push_str("<section id=\"outliers\" aria-live=\"polite\">");
+    html.push_str(&peer_outliers(view));
+    html.push_str("</section>");
     html.push_str("<section id=\"probes\" aria-live=\"polite\">");
     html.push_str(&probe_suspects(view));
     html.push_str("</section>");
@@ -130,6 +133,11 @@ pub fn render(view: &FabricView, links: &Links<'_>) -> String {
             escape(status.legend())
         );
     }
+    let _ = write!(
+        html,
+        "<li><span class=\"swatch outlier\" aria-hidden=\"true\"></span>{}</li>",
+        escape(OUTLIER_LEGEND)
+    );
     if view.probes.is_some() {
         for (class, words) in PROBE_LEGEND {
             let _ = write!(
@@ -181,6 +189,33 @@ pub fn storm_sources(view: &FabricView) -> String {
             escape(&source.host),
             escape(&source.device),
             escape(&source.evidence)
+        );
+    }
+    html.push_str("</ul>");
+    html
+}
+
+/// What the gray-failure mark means (the legend's line and the section's calm line).
+pub const OUTLIER_LEGEND: &str = "◆ peer outlier: far worse than the other NICs of its rail on retransmissions, CNPs handled, rx pause, FEC corrections or bytes sent (a gray failure; RdmaNicPeerOutlier holds it for 30 minutes)";
+
+/// The NICs that stand out from their rail, with the signals they stand out on.
+pub fn peer_outliers(view: &FabricView) -> String {
+    let mut html = String::from("<h2>Peer outliers</h2>");
+    if view.peer_outliers.is_empty() {
+        html.push_str(
+            "<p class=\"calm\">✓ None: no NIC stands out from the other NICs of its rail.</p>",
+        );
+        return html;
+    }
+    html.push_str("<ul class=\"outliers\">");
+    for outlier in &view.peer_outliers {
+        let _ = write!(
+            html,
+            "<li data-host=\"{host}\" data-device=\"{device}\"><strong>◆ {host} {device} port {port}</strong>: {}</li>",
+            escape(&outlier.evidence),
+            host = escape(&outlier.host),
+            device = escape(&outlier.device),
+            port = escape(&outlier.port),
         );
     }
     html.push_str("</ul>");
@@ -282,6 +317,10 @@ pub fn tables(view: &FabricView) -> String {
         );
         for nic in &host.nics {
             let rates = nic.rates.as_ref();
+            let outlier = view
+                .peer_outliers
+                .iter()
+                .any(|o| o.host == host.name && o.device == nic.device && o.port == nic.port);
             let pause = rates.map_or("–".into(), |r| {
                 if r.pause.is_empty() {
                     "none".to_string()
@@ -331,7 +370,7 @@ pub fn tables(view: &FabricView) -> String {
                 rate(nic.rate_bytes_per_second),
                 escape(nic.netdev.as_deref().unwrap_or("")),
                 escape(nic.firmware.as_deref().unwrap_or("")),
-                escape(&nic.label),
+                escape(&nic.label) + if outlier { " ◆ peer outlier" } else { "" },
                 gbps(rates.and_then(|r| r.rx_bytes_per_second)),
                 gbps(rates.and_then(|r| r.tx_bytes_per_second)),
                 per_second(rates.and_then(|r| r.ecn_marked_per_second)),
@@ -500,6 +539,7 @@ mod tests {
             }],
             switches: Vec::new(),
             storm_sources: Vec::new(),
+            peer_outliers: Vec::new(),
             probes: Some(hostile_probes(evil)),
         }
     }

@@ -7,6 +7,15 @@ use crate::node::counters::Counters;
 use crate::node::ethtool_map::{classify_for, TypedStat};
 use crate::node::sysfs::Port;
 
+/// `hw_counters/` that count retransmissions and sequence errors: the peer comparison's
+/// `transport_errors` signal (`rdma:nic_peer_signal:rate5m` sums the same four).
+const RETRANSMISSION_HW_COUNTERS: &[&str] = &[
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "implied_nak_seq_err",
+];
+
 /// Port counters that count link or receive errors (kernel names, `counters/`).
 const ERROR_COUNTERS: &[&str] = &[
     "symbol_error",
@@ -52,6 +61,10 @@ pub struct PortRates {
     pub cnp_ignored_per_second: Option<f64>,
     /// Link, receive and transport errors summed.
     pub errors_per_second: Option<f64>,
+    /// Retransmissions and sequence errors (`RETRANSMISSION_HW_COUNTERS` summed).
+    pub transport_errors_per_second: Option<f64>,
+    /// Bits the PHY's FEC corrected (`rx_corrected_bits_phy`).
+    pub fec_corrected_bits_per_second: Option<f64>,
     /// Only priorities and directions that paused at all, highest share first.
     pub pause: Vec<PauseShare>,
 }
@@ -118,6 +131,21 @@ pub fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates
         ),
     ];
     let errors = (errors.iter().any(Option::is_some)).then(|| errors.iter().flatten().sum());
+    let transport_errors = sum_per_second(
+        &before.hw_counters,
+        &after.hw_counters,
+        RETRANSMISSION_HW_COUNTERS,
+        seconds,
+    );
+    let fec_rates: Vec<f64> = after
+        .ethtool
+        .iter()
+        .filter(|(name, _)| {
+            classify_for(after.netdev_driver.as_deref(), name) == Some(TypedStat::FecCorrectedBits)
+        })
+        .filter_map(|(name, value)| per_second(before.ethtool.get(name), Some(value), seconds))
+        .collect();
+    let fec_corrected = (!fec_rates.is_empty()).then(|| fec_rates.iter().sum());
     let mut pause: Vec<PauseShare> = after
         .ethtool
         .iter()
@@ -151,6 +179,8 @@ pub fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates
         cnp_handled_per_second: hw_rate("rp_cnp_handled"),
         cnp_ignored_per_second: hw_rate("rp_cnp_ignored"),
         errors_per_second: errors,
+        transport_errors_per_second: transport_errors,
+        fec_corrected_bits_per_second: fec_corrected,
         pause,
     })
 }
@@ -221,6 +251,28 @@ mod tests {
         assert_eq!((tx.priority, tx.direction), (3, "tx"));
         assert!((tx.share - 0.95).abs() < 1e-9, "{tx:?}");
         assert!(rates.max_pause(Direction::Rx).is_none());
+    }
+
+    #[test]
+    fn retransmissions_and_fec_corrections_per_second() {
+        let before = port(
+            &[],
+            &[("out_of_sequence", 10), ("local_ack_timeout_err", 1)],
+            &[("rx_corrected_bits_phy", 1_000)],
+        );
+        let after = port(
+            &[],
+            &[("out_of_sequence", 18), ("local_ack_timeout_err", 3)],
+            &[("rx_corrected_bits_phy", 9_000)],
+        );
+        let rates = port_rates(&before, &after, 2.0).unwrap();
+        assert_eq!(rates.transport_errors_per_second, Some(5.0));
+        assert_eq!(rates.fec_corrected_bits_per_second, Some(4_000.0));
+        // Neither counter on a port: no rate, not 0.
+        let bare = port(&[], &[], &[]);
+        let rates = port_rates(&bare, &bare, 2.0).unwrap();
+        assert_eq!(rates.transport_errors_per_second, None);
+        assert_eq!(rates.fec_corrected_bits_per_second, None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod client_share;
 pub mod fabric_json;
 pub mod fabric_page;
+pub mod fabric_peers;
 pub mod fabric_probes;
 pub mod fabric_rates;
 pub mod negotiate;

@@ -315,3 +315,105 @@ fn the_fabric_json_names_a_lossy_uplink_and_nothing_when_healthy() {
     let probes = probes_until(&healthy, deadline, |_| true);
     assert_eq!(verdicts(&probes), [], "{probes:#}");
 }
+
+/// A demo of four hosts of six NICs in `scenario`, from boot.
+fn six_nic_demo(scenario: &str) -> Exporter {
+    Exporter::start_subcommand(
+        "demo",
+        &[
+            "--scenario",
+            scenario,
+            "--hosts",
+            "4",
+            "--nics-per-host",
+            "6",
+            "--switch-interval",
+            "2s",
+        ],
+    )
+}
+
+/// The page's peer outliers as (host, device), once every NIC has a rate.
+fn peer_outliers(demo: &Exporter) -> Option<(Vec<(String, String)>, serde_json::Value)> {
+    let view = json(demo);
+    let rated = view["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|h| h["nics"].as_array().unwrap())
+        .all(|n| n["rates"].is_object());
+    let named = view["peer_outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let text = |k: &str| o[k].as_str().unwrap().to_string();
+            (text("host"), text("device"))
+        })
+        .collect();
+    rated.then(|| (named, view["peer_outliers"].clone()))
+}
+
+/// In `gray-nic`, the page marks gpu-node-03's mlx5_1 as worse than its rail on the signals
+/// its walks carry, and nothing else; in `healthy`, nothing, over several windows.
+#[test]
+fn the_page_marks_the_gray_nic_and_nothing_when_healthy() {
+    let _exclusive = exclusive(module_path!());
+    let gray = six_nic_demo("gray-nic");
+    let healthy = six_nic_demo("healthy");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (named, outliers) = loop {
+        if let Some((named, outliers)) = peer_outliers(&gray).filter(|(n, _)| !n.is_empty()) {
+            break (named, outliers);
+        }
+        assert!(Instant::now() < deadline, "no outlier: {:#}", json(&gray));
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert_eq!(
+        named,
+        [("gpu-node-03".to_string(), "mlx5_1".to_string())],
+        "{outliers:#}"
+    );
+    let signals: Vec<&str> = outliers[0]["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["signal"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        "transport_errors",
+        "cnp_handled",
+        "pfc_paused",
+        "fec_corrected_bits",
+    ] {
+        assert!(signals.contains(&wanted), "{wanted}: {outliers:#}");
+    }
+    assert_eq!(outliers[0]["rail"], "mlx5_1");
+    assert_eq!(outliers[0]["peers"], 4);
+    // The page says it in words, in its section and on the NIC's row.
+    let (status, _, page) = gray.get("/");
+    assert_eq!(status, 200);
+    let section = &page[page.find("id=\"outliers\"").expect("an outliers section")..];
+    assert!(
+        section.contains(
+            "◆ gpu-node-03 mlx5_1 port 1</strong>: stands out from the 4 NICs of rail mlx5_1"
+        ),
+        "{section}"
+    );
+    assert_eq!(page.matches(" ◆ peer outlier</td>").count(), 1, "{page}");
+
+    // Healthy: three windows with every NIC rated, none marked (the page walks again when its
+    // last walk is 5 s old).
+    let mut windows = 0;
+    while windows < 3 {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "healthy never rated"
+        );
+        if let Some((named, outliers)) = peer_outliers(&healthy) {
+            assert_eq!(named, [] as [(String, String); 0], "{outliers:#}");
+            windows += 1;
+        }
+        std::thread::sleep(Duration::from_secs(6));
+    }
+}

@@ -1,7 +1,8 @@
 // The landing page's drawing: reads /api/v1/fabric (the path is the body's data-api) every
 // 2 s and draws hosts, their NICs, the leaf switches and the LLDP wiring as inline SVG, and,
 // where hosts probe, the failing probe paths between NICs and the suspect the localization
-// names (a NIC, a host, a leaf, a leaf's uplinks, the spine layer, a slow responder). Every
+// names (a NIC, a host, a leaf, a leaf's uplinks, the spine layer, a slow responder), and a
+// diamond on each NIC that stands out from its rail's other NICs (a gray failure). Every
 // name goes in through textContent or attributes, never as markup: names come from outside.
 "use strict";
 (function () {
@@ -12,6 +13,7 @@
   // The spine layer, drawn under the leaves where hosts probe: the probes see it, not the poller.
   var SPINE_Y = LEAF_Y + LEAF_H + 44, SPINE_H = 28;
   var SUSPECT = "◎";
+  var OUTLIER = "◆";
   var SYMBOL = { "down": "✕", "storm-source": "⚠", "paused": "‖", "errors": "!",
     "cnp-ignored": "↯", "ecn-heavy": "≈", "no-rate": "…", "ok": "✓" };
 
@@ -187,6 +189,16 @@
         hostAt[host.name].label = HOST_Y + 36;
       }
     });
+    // Gray failures: a diamond on each NIC far worse than its rail's other NICs.
+    view.peer_outliers.forEach(function (o) {
+      var nic = nicAt[portKey(o.host, o.device, o.port)];
+      if (!nic) { return; }
+      addClass(nic.g, "peer-outlier");
+      var mark = el("text", { x: nic.x + NIC_W - 3, y: NIC_Y + 12, "text-anchor": "end",
+        "class": "outlier-mark" }, OUTLIER);
+      mark.appendChild(el("title", {}, OUTLIER + " " + o.host + " " + o.device + " " + o.evidence));
+      nic.g.appendChild(mark);
+    });
     if (probes) { drawProbes(probes, svg, paths, boxes, nicAt, hostAt, leafAt, width); }
     return svg;
   }
@@ -317,6 +329,28 @@
     box.appendChild(list);
   }
 
+  // The NICs that stand out from their rail, as the storm sources.
+  function outliers(view) {
+    var box = document.getElementById("outliers");
+    if (!box) { return; }
+    box.textContent = "";
+    box.appendChild(html("h2", "Peer outliers"));
+    if (!view.peer_outliers.length) {
+      box.appendChild(html("p", "✓ None: no NIC stands out from the other NICs of its rail.", "calm"));
+      return;
+    }
+    var list = html("ul", undefined, "outliers");
+    view.peer_outliers.forEach(function (o) {
+      var item = html("li");
+      item.setAttribute("data-host", o.host);
+      item.setAttribute("data-device", o.device);
+      item.appendChild(html("strong", OUTLIER + " " + o.host + " " + o.device + " port " + o.port));
+      item.appendChild(document.createTextNode(": " + o.evidence));
+      list.appendChild(item);
+    });
+    box.appendChild(list);
+  }
+
   // The probes' verdicts with their evidence, as the storm sources'.
   function probeSuspects(view) {
     var box = document.getElementById("probes");
@@ -352,6 +386,7 @@
     drawing.appendChild(draw(view));
     scenario(view);
     storm(view);
+    outliers(view);
     probeSuspects(view);
     status("Live: redrawn every " + POLL_MS / 1000 + " s from " + api +
       " (last " + new Date().toLocaleTimeString() + "). The tables below are as of the page's load.");
