@@ -159,7 +159,6 @@ impl DemoArgs {
             switch_interval: self.switch_interval,
             stopped_agents: self.stop_agent.clone(),
             tick: self.tick,
-            ..Default::default()
         }
     }
 }
