@@ -52,6 +52,10 @@ pub enum Command {
     /// links, ports with errors, congested ports (exit 0 none, 1 found, 2 unreadable, 3 not
     /// infiniband-diags output).
     IbReport(crate::diag::ib_report::IbReportArgs),
+    /// Probe one path now through the running agent: N probes from one of its ports to a peer's
+    /// port, loss and RTT percentiles (network and responder delay apart) (exit 0 loss within
+    /// --max-loss, 1 above, 2 could not ping).
+    Ping(crate::diag::ping::PingArgs),
     /// Every RDMA port's hardware counters over RDMA netlink or from sysfs, or both readers
     /// timed (`--bench ROUNDS`): for the real-kernel suite and BENCHMARKS.md.
     #[command(hide = true)]
@@ -95,6 +99,10 @@ pub struct DemoArgs {
     /// Seed of the fabric's counters (same seed, same fabric).
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Start with HOST's probe agent stopped (repeatable): its ports stay in the other hosts'
+    /// peer sets and answer nothing, as a stopped agent's do until the next peer refresh.
+    #[arg(long = "stop-agent", value_name = "HOST")]
+    pub stop_agent: Vec<String>,
     /// Address to listen on: `host:port` or `:port`.
     #[arg(long = "web.listen-address", value_name = "ADDRESS")]
     pub listen_address: Option<String>,
@@ -149,8 +157,8 @@ impl DemoArgs {
             },
             start_at_s: self.start_at,
             switch_interval: self.switch_interval,
+            stopped_agents: self.stop_agent.clone(),
             tick: self.tick,
-            ..Default::default()
         }
     }
 }

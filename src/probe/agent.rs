@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::packet::{Kind, Mode, Packet};
+use super::ping;
 use super::responder::{Limits, Responder, Verdict};
 use super::restarts::{Fate, Restarts};
 use super::rtt::{round_trip, Clock, ProberTimes};
@@ -68,6 +69,8 @@ pub struct LocalPort {
     /// The port's network device (RoCE: the netdev its probe GID belongs to); empty where
     /// there is none or it is unknown.
     pub netdev: String,
+    /// The GRH traffic class its probes and answers ride ([`super::class`]).
+    pub traffic_class: u8,
     pub responder: Box<dyn Endpoint>,
     pub prober: Box<dyn Endpoint>,
 }
@@ -77,6 +80,7 @@ impl std::fmt::Debug for LocalPort {
         f.debug_struct("LocalPort")
             .field("port", &self.port)
             .field("netdev", &self.netdev)
+            .field("traffic_class", &self.traffic_class)
             .field("responder", &self.responder.address())
             .field("prober", &self.prober.address())
             .finish()
@@ -98,6 +102,8 @@ struct Pending {
     /// The `Ack`'s arrival, and the responder's delay once known.
     t5: Option<u64>,
     delay: Option<u64>,
+    /// An operator's on-demand probe: its outcome goes to the asker, not to the stats.
+    ping: Option<ping::Ticket>,
 }
 
 /// An answer whose `Delay` follows the `Ack`'s send completion (hardware clock).
@@ -144,6 +150,8 @@ struct Probing {
 pub struct Agent {
     stats: Arc<Mutex<Stats>>,
     peers: Arc<Mutex<Vec<Peer>>>,
+    /// On-demand pings for the loop to take up at its next pass.
+    pings: Mutex<std::sync::mpsc::Sender<ping::Session>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -157,6 +165,7 @@ impl Agent {
                 .map(|p| PortIdentity {
                     port: p.port.clone(),
                     netdev: p.netdev.clone(),
+                    traffic_class: p.traffic_class,
                     address: p.responder.address(),
                     clock: p.prober.clock(),
                 })
@@ -164,15 +173,17 @@ impl Agent {
         )));
         let peers = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
+        let (pings, asked) = std::sync::mpsc::channel();
         let thread = {
             let (stats, peers, stop) = (stats.clone(), peers.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("rfe-probe".into())
-                .spawn(move || run(ports, settings, &stats, &peers, &stop))?
+                .spawn(move || run(ports, settings, &stats, &peers, &asked, &stop))?
         };
         Ok(Agent {
             stats,
             peers,
+            pings: Mutex::new(pings),
             stop,
             thread: Some(thread),
         })
@@ -193,6 +204,35 @@ impl Agent {
     pub fn stats(&self) -> Stats {
         self.stats.lock().unwrap().clone()
     }
+
+    /// The peers the loop probes (other hosts' ports).
+    pub fn peers(&self) -> Vec<Peer> {
+        self.peers.lock().unwrap().clone()
+    }
+
+    /// This host's ports that still probe, each with its index in the loop.
+    pub fn local_ports(&self) -> Vec<(usize, Peer)> {
+        let stats = self.stats.lock().unwrap();
+        stats
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.gone)
+            .map(|(index, p)| {
+                let peer = Peer {
+                    port: p.port.clone(),
+                    address: p.address,
+                };
+                (index, peer)
+            })
+            .collect()
+    }
+
+    /// Hands an on-demand ping to the loop; its report comes through the session's receiver.
+    /// False when the loop has ended.
+    pub fn ping(&self, session: ping::Session) -> bool {
+        self.pings.lock().unwrap().send(session).is_ok()
+    }
 }
 
 impl Drop for Agent {
@@ -209,6 +249,7 @@ fn run(
     settings: Settings,
     stats: &Mutex<Stats>,
     peers: &Mutex<Vec<Peer>>,
+    asked: &std::sync::mpsc::Receiver<ping::Session>,
     stop: &AtomicBool,
 ) {
     // Each responder's buckets in its own clock: another port's may be days ahead.
@@ -238,6 +279,7 @@ fn run(
     };
     let mut round: u64 = 0;
     let mut events = Vec::new();
+    let mut pings: Vec<ping::Session> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         // One round: the plan, its sends spread evenly over the round's length.
         let mut known: Vec<Peer> = peers.lock().unwrap().clone();
@@ -293,6 +335,7 @@ fn run(
                 };
                 let options = SendOptions {
                     flow_label,
+                    traffic_class: state.local.traffic_class,
                     peer: true,
                     ..settings.send
                 };
@@ -312,12 +355,22 @@ fn run(
                                 t2: None,
                                 t5: None,
                                 delay: None,
+                                ping: None,
                             },
                         );
                     }
                     Err(e) => fail(state, stats, &e),
                 }
             }
+            pings.extend(asked.try_iter());
+            send_pings(
+                &mut states,
+                &mut pings,
+                &mut next_seq,
+                &settings,
+                stats,
+                &probing,
+            );
             for state in states.iter_mut().filter(|s| !s.gone) {
                 serve(
                     state,
@@ -548,6 +601,7 @@ fn serve(
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
+                    traffic_class: state.local.traffic_class,
                     peer: from_peer,
                     ..settings.send
                 };
@@ -600,6 +654,7 @@ fn serve(
                 let wr = state.next_wr;
                 state.next_wr += 1;
                 let options = SendOptions {
+                    traffic_class: state.local.traffic_class,
                     peer: answer.peer,
                     ..settings.send
                 };
@@ -744,6 +799,10 @@ fn collect(
         };
         if let Some((times, delay)) = times {
             let pending = state.pending.remove(&seq).unwrap();
+            if let Some(ticket) = pending.ping {
+                ticket.record(ping::Outcome::of(round_trip(times, delay)));
+                continue;
+            }
             let mut stats = stats.lock().unwrap();
             match round_trip(times, delay) {
                 Ok(rtt) => stats.answered(&pending.path, rtt),
@@ -770,6 +829,11 @@ fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>, prob
     let mut stats = stats.lock().unwrap();
     for seq in expired {
         let pending = state.pending.remove(&seq).unwrap();
+        if let Some(ticket) = pending.ping {
+            // The asker is told at once: a ping is not held for a silent peer.
+            ticket.record(ping::Outcome::Lost);
+            continue;
+        }
         let fate = probing
             .restarts
             .expired(pending.path, pending.to, pending.sent, pending.epoch);
@@ -779,6 +843,66 @@ fn expire(state: &mut PortState, settings: &Settings, stats: &Mutex<Stats>, prob
             None => {}
         }
     }
+}
+
+/// Sends the on-demand probes that are due, from the same prober endpoints as the rounds (so
+/// they are matched and timed the same way); forgets the sessions with nothing more to send.
+fn send_pings(
+    states: &mut [PortState],
+    sessions: &mut Vec<ping::Session>,
+    next_seq: &mut u64,
+    settings: &Settings,
+    stats: &Mutex<Stats>,
+    probing: &Probing,
+) {
+    let now = Instant::now();
+    for session in sessions.iter_mut() {
+        while let Some(due) = session.due(now, settings.targets.flow_labels) {
+            let Some(state) = states.get_mut(session.from).filter(|s| !s.gone) else {
+                due.ticket.record(ping::Outcome::NotSent {
+                    reason: TransportError::Gone.reason().to_string(),
+                });
+                continue;
+            };
+            let seq = *next_seq;
+            *next_seq += 1;
+            let options = SendOptions {
+                flow_label: due.flow_label,
+                traffic_class: state.local.traffic_class,
+                peer: session.listed,
+                ..settings.send
+            };
+            // Where the target answers now: a restarted peer's own packets may have said.
+            let to = probing.restarts.address(session.to.address);
+            let answers_on = state.local.responder.address().qpn;
+            let payload = Packet::probe_from(seq, answers_on, probing.epoch).encode();
+            match state.local.prober.send(to, options, &payload, seq) {
+                Ok(t1) => {
+                    state.pending.insert(
+                        seq,
+                        Pending {
+                            path: session.path.clone(),
+                            to,
+                            sent: Instant::now(),
+                            epoch: probing.restarts.epoch(&to),
+                            t1,
+                            t2: None,
+                            t5: None,
+                            delay: None,
+                            ping: Some(due.ticket),
+                        },
+                    );
+                }
+                Err(e) => {
+                    due.ticket.record(ping::Outcome::NotSent {
+                        reason: e.reason().to_string(),
+                    });
+                    fail(state, stats, &e);
+                }
+            }
+        }
+    }
+    sessions.retain(|s| !s.done());
 }
 
 #[cfg(test)]
@@ -819,6 +943,7 @@ mod tests {
                     rail: u32::from(n),
                 },
                 netdev: format!("veth{n}"),
+                traffic_class: 104,
                 responder: Box::new(endpoint(gid(host * 16 + n), 100)),
                 prober: Box::new(endpoint(gid(host * 16 + n), 200)),
             })

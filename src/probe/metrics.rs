@@ -35,13 +35,14 @@ pub fn encode_at<'s>(
         let labels = port_labels(port);
         families.info(
             "rdma_probe_port_info",
-            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, and where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock).",
+            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock), and the GRH traffic class its probes and answers ride (DSCP x 4).",
             labels.iter().cloned().chain([
                 ("netdev", Cow::Borrowed(port.netdev.as_str())),
                 ("rail", Cow::Owned(port.port.rail.to_string())),
                 ("gid", Cow::Owned(gid_text::format(&port.address.gid))),
                 ("qpn", Cow::Owned(port.address.qpn.to_string())),
                 ("clock", Cow::Borrowed(port.clock.as_str())),
+                ("traffic_class", Cow::Owned(port.traffic_class.to_string())),
             ]),
         );
         families.gauge(
@@ -204,6 +205,7 @@ mod tests {
                     PortIdentity {
                         port: port(n),
                         netdev: format!("ens{}f0np0", n + 1),
+                        traffic_class: 104,
                         address,
                         clock: Clock::Software,
                     }
@@ -301,5 +303,25 @@ mod tests {
             .collect();
         assert_eq!(netdevs.len(), 8);
         assert_eq!(netdevs[3], "ens4f0np0");
+    }
+
+    /// The info says which traffic class each port probes on.
+    #[test]
+    fn the_info_names_the_class_a_port_probes_on() {
+        let mut stats = eight_ports();
+        stats.ports[1].traffic_class = 96;
+        let mut families = Families::default();
+        encode(&stats, false, &mut families);
+        let classes: Vec<String> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_probe_port_info")
+            .filter_map(|(_, labels, _)| {
+                labels
+                    .iter()
+                    .find(|(k, _)| *k == "traffic_class")
+                    .map(|(_, v)| v.to_string())
+            })
+            .collect();
+        assert_eq!(classes[..3], ["104", "96", "104"]);
     }
 }

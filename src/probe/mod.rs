@@ -14,6 +14,7 @@
 //! - [`localize`]: the vote over counts by name, for the landing page.
 
 pub mod agent;
+pub mod class;
 pub mod collector;
 pub mod config;
 pub mod localize;
@@ -21,6 +22,9 @@ pub mod memory;
 pub mod metrics;
 pub mod packet;
 pub mod peers;
+pub mod ping;
+pub mod ping_target;
+pub mod rails;
 pub mod responder;
 pub mod restarts;
 pub mod rtt;

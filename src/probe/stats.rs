@@ -129,6 +129,8 @@ pub struct PortStats {
     pub port: Port,
     /// The port's network device (RoCE), empty where there is none or it is unknown.
     pub netdev: String,
+    /// The GRH traffic class it probes and answers on.
+    pub traffic_class: u8,
     /// Where this port answers probes.
     pub address: Address,
     pub clock: Clock,
@@ -181,6 +183,7 @@ pub struct Stats {
 pub struct PortIdentity {
     pub port: Port,
     pub netdev: String,
+    pub traffic_class: u8,
     pub address: Address,
     pub clock: Clock,
 }
@@ -194,6 +197,7 @@ impl Stats {
                 .map(|identity| PortStats {
                     port: identity.port,
                     netdev: identity.netdev,
+                    traffic_class: identity.traffic_class,
                     address: identity.address,
                     clock: identity.clock,
                     gone: false,
@@ -361,6 +365,7 @@ mod tests {
                 rail: 0,
             },
             netdev: String::new(),
+            traffic_class: 104,
             address: Address {
                 gid: [0; 16],
                 qpn: 1,

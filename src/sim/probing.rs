@@ -175,12 +175,14 @@ pub fn memory_fabric(fabric: Arc<Mutex<Fabric>>) -> MemoryFabric {
     .with_lag(Box::new(lag))
 }
 
-/// Host `host`'s probing ports on `memory`: each NIC port 1, rail = its index.
+/// Host `host`'s probing ports on `memory`: each NIC port 1, rail = its index, its probes on
+/// `traffic_class`.
 pub fn local_ports(
     memory: &MemoryFabric,
     fabric: &Fabric,
     host: usize,
     qkey: u32,
+    traffic_class: u8,
 ) -> Vec<LocalPort> {
     let Some(h) = fabric.hosts.get(host) else {
         return Vec::new();
@@ -197,6 +199,7 @@ pub fn local_ports(
             },
             // The NIC's own netdev: the one its leaf port's LLDP neighbour names.
             netdev: nic.spec.netdev.clone().unwrap_or_default(),
+            traffic_class,
             responder: Box::new(memory.endpoint(gid(host, n), RESPONDER_QPN, qkey)),
             prober: Box::new(memory.endpoint(gid(host, n), PROBER_QPN, qkey)),
         })
@@ -576,7 +579,7 @@ mod tests {
         host: usize,
         start: u32,
     ) -> Vec<LocalPort> {
-        let mut ports = local_ports(memory, fabric, host, QKEY);
+        let mut ports = local_ports(memory, fabric, host, QKEY, 104);
         if start > 0 {
             for (n, port) in ports.iter_mut().enumerate() {
                 let qpn = 100 * start + 2 * n as u32;

@@ -53,6 +53,7 @@ mod netlink_pods;
 mod node_exporter_crosscheck;
 mod optics;
 mod pcie;
+mod ping;
 mod pods;
 mod probe_localization_e2e;
 mod prometheus_scrape;
