@@ -478,6 +478,14 @@ fn monotonic_ns() -> u64 {
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
+/// The device clock's reading, or the last one when the read failed: a failed read repeats
+/// the last rather than mixing in another clock. A clock that went back (a NIC reset, a
+/// firmware reload) reads as back, so that the stats see the restart and age that port's
+/// targets from it (a `max` here once froze such a port at its old peak).
+fn device_now(read: Option<u64>, last: u64) -> u64 {
+    read.unwrap_or(last)
+}
+
 /// A device clock value in nanoseconds.
 fn device_ns(ticks: u64, khz: u64) -> u64 {
     let ns = u128::from(ticks) * 1_000_000 / u128::from(khz.max(1));
@@ -1276,10 +1284,9 @@ impl Endpoint for VerbsEndpoint {
     fn now_ns(&self) -> u64 {
         match self.cq {
             Cq::Stamped { .. } => {
-                // A failed read repeats the last one rather than mixing in another clock.
-                let ns = self.device_clock().unwrap_or(self.last_hw_ns.get());
-                self.last_hw_ns.set(ns.max(self.last_hw_ns.get()));
-                self.last_hw_ns.get()
+                let ns = device_now(self.device_clock(), self.last_hw_ns.get());
+                self.last_hw_ns.set(ns);
+                ns
             }
             _ => monotonic_ns(),
         }
@@ -1352,6 +1359,12 @@ mod tests {
         assert_eq!(source_gid(&grh).unwrap()[..2], [0xf0, 0xf1]);
         // Neither: no source.
         assert_eq!(source_gid(&[0u8; GRH]), None);
+    }
+
+    #[test]
+    fn a_device_clock_that_went_back_reads_as_back() {
+        assert_eq!(device_now(Some(5_000), 9_000_000), 5_000);
+        assert_eq!(device_now(None, 9_000_000), 9_000_000);
     }
 
     #[test]
