@@ -54,6 +54,11 @@ fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     matching(samples, name, labels).map(|s| s.value).sum()
 }
 
+/// How much `name` grew from `before` to `after`.
+fn grown(before: &[Sample], after: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    total(after, name, labels) - total(before, name, labels)
+}
+
 /// How much each metric grew between two scrapes `window` apart, and the simulated seconds
 /// between the two reads of each host. A loaded machine stretches the requests, so the window is
 /// timed per host between its reads, not around the whole scrape (that overstated the time and
@@ -484,17 +489,14 @@ fn the_simulated_hosts_probe_and_a_silent_uplink_loses_only_its_probes() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let after = loop {
             let (after, _) = scrape(&healthy);
-            let answered = total(&after, "rdma_probe_network_rtt_seconds_count", &[])
-                - total(&before, "rdma_probe_network_rtt_seconds_count", &[]);
+            let answered = grown(&before, &after, "rdma_probe_network_rtt_seconds_count", &[]);
             if answered > 500.0 || Instant::now() > deadline {
                 break after;
             }
             std::thread::sleep(Duration::from_millis(500));
         };
         let stall = watch.take();
-        let grown = |name: &str, labels: &[(&str, &str)]| {
-            total(&after, name, labels) - total(&before, name, labels)
-        };
+        let grown = |name: &str, labels: &[(&str, &str)]| grown(&before, &after, name, labels);
         let answered = grown("rdma_probe_network_rtt_seconds_count", &[]);
         let on_time = grown(
             "rdma_probe_network_rtt_seconds_bucket",
@@ -506,9 +508,7 @@ fn the_simulated_hosts_probe_and_a_silent_uplink_loses_only_its_probes() {
         }
         stalls.push(stall);
     };
-    let grown = |name: &str, labels: &[(&str, &str)]| {
-        total(&after, name, labels) - total(&before, name, labels)
-    };
+    let grown = |name: &str, labels: &[(&str, &str)]| grown(&before, &after, name, labels);
     let answered = grown("rdma_probe_network_rtt_seconds_count", &[]);
     assert!(
         answered > 500.0,
