@@ -2,7 +2,9 @@
 //! sends its own from its prober endpoint to the round's targets ([`super::targets::plan`]).
 //! One thread runs all ports: every verbs call it makes returns at once (completion queues are
 //! polled, never waited on; address handles for GIDs not met lately are made off the loop), so
-//! a wedged or vanished device costs only its own probes. The loop writes [`Stats`]; a scrape
+//! a wedged or vanished device costs only its own probes. Between passes it sleeps on the
+//! ports' completion channels until a completion or its next send or timeout
+//! ([`super::sleep`]), so an idle host's loop wakes for work only. The loop writes [`Stats`]; a scrape
 //! copies them and never sends a probe.
 //!
 //! What the fabric sends cannot fool or silence it: an answer counts only when it comes from the
@@ -26,6 +28,7 @@ use super::ping;
 use super::responder::{Limits, Responder, Verdict};
 use super::restarts::{Fate, Restarts};
 use super::rtt::{round_trip, Clock, ProberTimes};
+use super::sleep::Sleeper;
 use super::stats::{PathKey, PortIdentity, Stats};
 use super::targets::{self, PathKind, Port};
 use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
@@ -132,6 +135,8 @@ struct PortState {
     /// The prober's clock at its last reading, and when that was: a gone port's clock is
     /// not read again, but its counts still age.
     clock_read: (u64, Instant),
+    /// Whether this pass polls the responder and the prober: they may have completions.
+    ready: [bool; 2],
 }
 
 /// What the loop knows of this host and its peers, beyond each port.
@@ -266,6 +271,7 @@ fn run(
             next_wr: 1,
             gone: false,
             reset_logged: false,
+            ready: [true; 2],
         })
         .collect();
     let mut next_seq: u64 = random_start();
@@ -280,6 +286,7 @@ fn run(
     let mut round: u64 = 0;
     let mut events = Vec::new();
     let mut pings: Vec<ping::Session> = Vec::new();
+    let mut sleeper = Sleeper::default();
     while !stop.load(Ordering::Relaxed) {
         // One round: the plan, its sends spread evenly over the round's length.
         let mut known: Vec<Peer> = peers.lock().unwrap().clone();
@@ -311,6 +318,8 @@ fn run(
             if stop.load(Ordering::Relaxed) {
                 return;
             }
+            // Armed before the polls below: a completion after them wakes the sleep.
+            arm(&mut states, &mut sleeper, stats);
             let elapsed = round_start.elapsed();
             let due = if plan.is_empty() {
                 0
@@ -387,7 +396,17 @@ fn run(
             if elapsed >= length {
                 break;
             }
-            std::thread::sleep(pause(&states, &plan, sent, length, round_start.elapsed()));
+            let mut until = wake_at(&states, &settings, &pings, &probing);
+            until = until.min(round_start + next_send(plan.len(), sent, length));
+            if states.iter().any(|s| !s.gone && !s.waitable()) {
+                let polled = pause(&states, &plan, sent, length, round_start.elapsed());
+                until = until.min(Instant::now() + polled);
+            }
+            let fds = states.iter().filter(|s| !s.gone).flat_map(|s| {
+                let responder = (2 * s.index, s.local.responder.wait_fd());
+                [responder, (2 * s.index + 1, s.local.prober.wait_fd())]
+            });
+            sleeper.sleep(fds, until);
         }
         round += 1;
         for state in &mut states {
@@ -404,6 +423,74 @@ fn run(
             stats.lock().unwrap().forget_old_losses(state.index, now);
         }
     }
+}
+
+/// The longest the loop sleeps: it looks at its stop flag, its on-demand pings and the peers'
+/// held probes at least this often.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+impl PortState {
+    /// Both endpoints give a descriptor to sleep on.
+    fn waitable(&self) -> bool {
+        self.local.responder.wait_fd().is_some() && self.local.prober.wait_fd().is_some()
+    }
+}
+
+/// Marks which endpoints this pass polls (those the sleeper finds ready) and arms them,
+/// taking the wake-ups they gave.
+fn arm(states: &mut [PortState], sleeper: &mut Sleeper, stats: &Mutex<Stats>) {
+    let now = Instant::now();
+    for state in states.iter_mut().filter(|s| !s.gone) {
+        let (responder, prober) = (2 * state.index, 2 * state.index + 1);
+        state.ready = [sleeper.ready(responder, now), sleeper.ready(prober, now)];
+        let mut armed = Ok(());
+        if state.ready[0] {
+            armed = sleeper.arm(responder, state.local.responder.as_mut(), now);
+        }
+        if state.ready[1] && armed.is_ok() {
+            armed = sleeper.arm(prober, state.local.prober.as_mut(), now);
+        }
+        if let Err(e) = armed {
+            fail(state, stats, &e);
+        }
+    }
+}
+
+/// When the round's send number `sent` of `planned` is due, from the round's start (the sends
+/// are spread evenly; the last is followed by the round's end).
+fn next_send(planned: usize, sent: usize, length: Duration) -> Duration {
+    if sent >= planned {
+        return length;
+    }
+    // A microsecond past the instant, where the due count's `ceil` takes it in.
+    length.mul_f64(sent as f64 / planned as f64) + Duration::from_micros(1)
+}
+
+/// When the loop must wake at the latest for what it keeps: a probe's timeout, an on-demand
+/// ping's next probe, and [`MAX_SLEEP`] (the endpoints' own times are the sleeper's).
+fn wake_at(
+    states: &[PortState],
+    settings: &Settings,
+    pings: &[ping::Session],
+    probing: &Probing,
+) -> Instant {
+    let now = Instant::now();
+    let mut until = now + MAX_SLEEP;
+    if probing.restarts.held() > 0 {
+        until = until.min(probing.next_settle);
+    }
+    for state in states.iter().filter(|s| !s.gone) {
+        for pending in state.pending.values() {
+            // `expire` takes a probe strictly past its timeout.
+            until = until.min(pending.sent + settings.timeout + Duration::from_micros(1));
+        }
+    }
+    for session in pings {
+        if let Some(at) = session.next_at() {
+            until = until.min(at);
+        }
+    }
+    until
 }
 
 /// The probes held for silent peers that are settled by now: lost, or a restart's. Looked at
@@ -446,9 +533,10 @@ const YOUNG: Duration = Duration::from_millis(1);
 /// taken out, but it delays the peers' answers).
 const COARSE_POLL: Duration = Duration::from_millis(2);
 
-/// How long the loop may sleep: briefly while a probe of its own is young, else until the next
-/// send is due, at most [`COARSE_POLL`]. A loop that woke every 0.5 ms whatever the state cost
-/// an 8-port host 5 % of a core in the demo (debug build).
+/// How long the loop may sleep while a port has no descriptor to sleep on (a device without
+/// completion channels): briefly while a probe of its own is young, else until the next send
+/// is due, at most [`COARSE_POLL`]. A loop that woke every 0.5 ms whatever the state cost an
+/// 8-port host 5 % of a core in the demo (debug build).
 fn pause<T>(
     states: &[PortState],
     plan: &[T],
@@ -547,6 +635,9 @@ fn serve(
     events: &mut Vec<Event>,
 ) {
     events.clear();
+    if !state.ready[0] {
+        return;
+    }
     if let Err(e) = state.local.responder.poll(events, Duration::ZERO) {
         return fail(state, stats, &e);
     }
@@ -703,6 +794,9 @@ fn collect(
     events: &mut Vec<Event>,
 ) {
     events.clear();
+    if !state.ready[1] {
+        return;
+    }
     if let Err(e) = state.local.prober.poll(events, Duration::ZERO) {
         return fail(state, stats, &e);
     }

@@ -28,6 +28,7 @@ pub mod rails;
 pub mod responder;
 pub mod restarts;
 pub mod rtt;
+pub mod sleep;
 pub mod stats;
 pub mod targets;
 pub mod transport;

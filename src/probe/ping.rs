@@ -375,6 +375,11 @@ impl Session {
         })
     }
 
+    /// When the next probe is due; `None` when none will be.
+    pub fn next_at(&self) -> Option<Instant> {
+        (self.sent < self.count).then_some(self.next)
+    }
+
     /// Nothing more to send: every probe went, or the asker went away.
     pub fn done(&self) -> bool {
         self.sent >= self.count || (self.asker_gone)()

@@ -2,6 +2,7 @@
 //! completion queue) that posts sends and hands back completions. `verbs.rs` implements it on
 //! libibverbs; the tests and the simulator implement it in memory.
 
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -104,6 +105,19 @@ pub trait Endpoint: Send {
     fn poll(&mut self, events: &mut Vec<Event>, wait: Duration) -> Result<(), TransportError>;
     /// The endpoint's clock now.
     fn now_ns(&self) -> u64;
+    /// A descriptor that turns readable when a completion comes, once [`Endpoint::arm`]ed, so
+    /// the loop can sleep until there is work; `None`: the loop polls this endpoint on a timer.
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// Called before the polls that precede a sleep: takes the wake-up the descriptor gave
+    /// (`woken`: it was readable) and asks for one at the next completion. A completion that
+    /// came before this call wakes no one: the polls after it find it. Returns how long the
+    /// loop may sleep at most before polling this endpoint whatever the descriptor says
+    /// (`None`: as long as it likes), e.g. until the next health check.
+    fn arm(&mut self, _woken: bool) -> Result<Option<Duration>, TransportError> {
+        Ok(None)
+    }
     /// Releases the device. The loop calls it on both endpoints of a port once either finds
     /// the device gone: a removal waits for every user to close it (soft-RoCE cannot force
     /// them), and the endpoint that had not looked yet would hold it open until the process ends.

@@ -7,8 +7,9 @@
 //! One endpoint is one port's UD queue pair: a protection domain, one memory region over all
 //! the send and receive buffers, a completion queue (extended, with device timestamps, where
 //! the device stamps completions; plain otherwise), and address handles cached per destination
-//! and flow. Completions are polled (no completion channel), one per `start_poll`/`end_poll` on
-//! an extended CQ: `next_poll` corrupts rxe's extended CQ (rdma-core 44, Debian 12).
+//! and flow. Completions are polled, one per `start_poll`/`end_poll` on an extended CQ
+//! (`next_poll` corrupts rxe's extended CQ, rdma-core 44, Debian 12); between polls the loop
+//! sleeps on the CQ's completion channel ([`Endpoint::wait_fd`]), armed after each wake-up.
 //!
 //! A device that goes away (`rdma link delete`, driver unload, unplug) must be closed by its
 //! users before the kernel finishes removing it, and rxe sends no async event for it: the
@@ -118,6 +119,8 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
         resolver: None,
         resolved: HashMap::new(),
         cq: Cq::None,
+        channel: ptr::null_mut(),
+        armed: false,
         qp: ptr::null_mut(),
         gid: [0; 16],
         gid_index: 0,
@@ -412,6 +415,11 @@ pub struct VerbsEndpoint {
     mr: *mut ffi::ibv_mr,
     buf: Buffer,
     cq: Cq,
+    /// The CQ's completion channel (non-blocking), made with the first CQ and kept across
+    /// rebuilds; null where the device gave none (the loop then polls on a timer).
+    channel: *mut ffi::ibv_comp_channel,
+    /// The CQ is asked to signal its next completion on `channel`.
+    armed: bool,
     qp: *mut ffi::ibv_qp,
     gid: [u8; 16],
     gid_index: u8,
@@ -610,6 +618,9 @@ impl VerbsEndpoint {
         }
 
         let entries = (2 * (RECV_SLOTS + SEND_SLOTS)) as u32;
+        if self.channel.is_null() {
+            self.channel = self.completion_channel();
+        }
         if attr.completion_timestamp_mask != 0
             && attr.hca_core_clock != 0
             && self.device_clock().is_some()
@@ -617,6 +628,7 @@ impl VerbsEndpoint {
             // SAFETY: a zeroed init attr is valid (no channel, vector 0, no comp_mask fields).
             let mut init: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
             init.cqe = entries;
+            init.channel = self.channel;
             init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
             // SAFETY: `ctx` is open; `init` is a valid attr.
             let cq = unsafe { ffi::create_cq_ex(self.ctx, &mut init) };
@@ -628,15 +640,9 @@ impl VerbsEndpoint {
             }
         }
         if matches!(self.cq, Cq::None) {
-            // SAFETY: `ctx` is open; no context, channel or vector.
+            // SAFETY: `ctx` is open; `channel` is null or this context's; no context or vector.
             let cq = unsafe {
-                (self.verbs.create_cq)(
-                    self.ctx,
-                    entries as i32,
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                    0,
-                )
+                (self.verbs.create_cq)(self.ctx, entries as i32, ptr::null_mut(), self.channel, 0)
             };
             if cq.is_null() {
                 return Err(verbs_error("ibv_create_cq"));
@@ -732,6 +738,46 @@ impl VerbsEndpoint {
         chosen
     }
 
+    /// A completion channel with a non-blocking descriptor, or null (said in the debug log)
+    /// when the device gives none: the endpoint is then polled on a timer, as before.
+    fn completion_channel(&self) -> *mut ffi::ibv_comp_channel {
+        // SAFETY: `ctx` is open.
+        let channel = unsafe { (self.verbs.create_comp_channel)(self.ctx) };
+        if channel.is_null() {
+            tracing::debug!(device = %self.device, error = %io::Error::last_os_error(),
+                "no completion channel; the probe loop polls this port");
+            return channel;
+        }
+        // SAFETY: a live channel's descriptor is open; F_GETFL/F_SETFL take and give flags.
+        let nonblocking = unsafe {
+            let fd = (*channel).fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if !nonblocking {
+            // A blocking read of it would stall every port: without it, poll on a timer.
+            // SAFETY: made above, no CQ uses it yet.
+            unsafe { (self.verbs.destroy_comp_channel)(channel) };
+            return ptr::null_mut();
+        }
+        channel
+    }
+
+    /// Reads the completion events waiting on the channel, acking each at once (a CQ with
+    /// events not acked cannot be destroyed): the CQ needs arming again after one.
+    fn take_cq_events(&mut self) {
+        loop {
+            let (mut cq, mut context) = (ptr::null_mut(), ptr::null_mut());
+            // SAFETY: `channel` is live and non-blocking: -1 (EAGAIN) when nothing waits.
+            if unsafe { (self.verbs.get_cq_event)(self.channel, &mut cq, &mut context) } != 0 {
+                return;
+            }
+            // SAFETY: `cq` was just returned by ibv_get_cq_event: live until this ack.
+            unsafe { (self.verbs.ack_cq_events)(cq, 1) };
+            self.armed = false;
+        }
+    }
+
     /// The device clock now in ns, when the device reads it (`ibv_query_rt_values_ex`).
     fn device_clock(&self) -> Option<u64> {
         let khz = match self.cq {
@@ -823,6 +869,11 @@ impl VerbsEndpoint {
     fn release(&mut self) {
         self.gone = true;
         self.release_queues();
+        if !self.channel.is_null() {
+            // SAFETY: made by ibv_create_comp_channel, destroyed once, after its CQ.
+            unsafe { (self.verbs.destroy_comp_channel)(self.channel) };
+            self.channel = ptr::null_mut();
+        }
         if !self.ctx.is_null() {
             // SAFETY: opened by ibv_open_device, closed once, last.
             unsafe { (self.verbs.close_device)(self.ctx) };
@@ -844,6 +895,7 @@ impl VerbsEndpoint {
         self.unposted.clear();
         self.suspect = false;
         self.sends = [None; SEND_SLOTS];
+        self.armed = false;
         let cq = std::mem::replace(&mut self.cq, Cq::None);
         if !cq.as_cq().is_null() {
             // SAFETY: created by ibv_create_cq(_ex), destroyed once, after the QP using it.
@@ -1279,6 +1331,43 @@ impl Endpoint for VerbsEndpoint {
             }
             std::thread::sleep(POLL_SLEEP.min(deadline - now));
         }
+    }
+
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        // Only while armed: a CQ rebuilt since the last `arm` would signal nothing.
+        let armed = self.armed && !self.channel.is_null() && !self.gone;
+        // SAFETY: a non-null channel is live until `release`, which also sets `gone`.
+        armed.then(|| unsafe { (*self.channel).fd })
+    }
+
+    fn arm(&mut self, woken: bool) -> Result<Option<Duration>, TransportError> {
+        if self.gone {
+            return Err(TransportError::Gone);
+        }
+        let now = Instant::now();
+        // The health check, a rebuild to retry and receive slots to repost have their times.
+        let mut due = HEALTH_EVERY.saturating_sub(now.duration_since(self.checked));
+        if let Some((_, retry_at)) = self.broken {
+            due = due.min(retry_at.saturating_duration_since(now));
+        }
+        if !self.unposted.is_empty() {
+            due = due.min(POLL_SLEEP);
+        }
+        if self.channel.is_null() || self.cq.as_cq().is_null() {
+            return Ok(Some(due.min(POLL_SLEEP)));
+        }
+        if woken {
+            self.take_cq_events();
+        }
+        if !self.armed {
+            // SAFETY: the CQ is live (checked above).
+            let rc = unsafe { ffi::req_notify_cq(self.cq.as_cq()) };
+            self.armed = rc == 0;
+            if !self.armed {
+                return Ok(Some(due.min(POLL_SLEEP)));
+            }
+        }
+        Ok(Some(due))
     }
 
     fn now_ns(&self) -> u64 {

@@ -127,8 +127,20 @@ for _ in $(seq 150); do
     busybox wget -q -O /dev/null http://127.0.0.1:9866/healthz 2>/dev/null && break
     sleep 0.2
 done
+# The probe thread's cost: the time and milliseconds since the epoch, its CPU nanoseconds
+# (schedstat) and its wake-ups (voluntary context switches), read 2 s and 10 s in.
+probe_thread() {
+    for t in /proc/$exporter_pid/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = rfe-probe ] || continue
+        echo "$(ms) $(cut -d' ' -f1 "$t/schedstat") $(awk '/^voluntary_ctxt_switches/ {print $2}' "$t/status")"
+    done >>"$O/probe-thread.txt"
+}
 # Rounds of 200 ms: 10 s is 50 rounds, every ordered pair probed about 50 times.
-sleep 10
+sleep 2
+probe_thread
+scrape thread-start
+sleep 8
+probe_thread
 log "baseline"
 scrape baseline
 
