@@ -321,10 +321,12 @@ fn run(
             // Armed before the polls below: a completion after them wakes the sleep.
             arm(&mut states, &mut sleeper, stats);
             let elapsed = round_start.elapsed();
+            // Sends due soon go now, while the loop is awake anyway.
+            let ahead = (elapsed + SEND_EARLY).as_secs_f64();
             let due = if plan.is_empty() {
                 0
             } else {
-                ((elapsed.as_secs_f64() / length.as_secs_f64()) * plan.len() as f64).ceil() as usize
+                ((ahead / length.as_secs_f64()) * plan.len() as f64).ceil() as usize
             };
             while sent < due.min(plan.len()) {
                 let (from, kind, ref to, planned, flow_label) = plan[sent];
@@ -424,6 +426,12 @@ fn run(
         }
     }
 }
+
+/// A send due within this long goes out now, while the loop is awake: a probe's exact time
+/// within its round does not matter, and a wake-up costs more CPU than the rest of the loop's
+/// work. At the default rate (a send every 10 ms) the sends go two at a time and the loop
+/// wakes half as often (`benches/probe_idle.rs`: 0.6 % of a core a host at 5 ms, 0.43 % here).
+const SEND_EARLY: Duration = Duration::from_millis(20);
 
 /// The longest the loop sleeps: it looks at its stop flag, its on-demand pings and the peers'
 /// held probes at least this often.

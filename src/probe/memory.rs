@@ -31,7 +31,6 @@ struct InFlight {
 }
 
 struct Shared {
-    start: Instant,
     queues: HashMap<(u128, u32), VecDeque<InFlight>>,
     gone: Vec<(u128, u32)>,
     /// Endpoints their owner closed.
@@ -80,6 +79,9 @@ impl Doorbell {
 /// held: it may take locks of its own (the simulator's fabric).
 #[derive(Clone)]
 pub struct MemoryFabric {
+    /// The fabric's clock starts here (read without the queues' lock: every endpoint reads
+    /// it at each send and poll).
+    start: Instant,
     shared: Arc<Mutex<Shared>>,
     fate: Arc<Fate>,
     lag: Option<Arc<Lag>>,
@@ -92,8 +94,8 @@ impl MemoryFabric {
     /// A fabric where every packet arrives after `fate`'s delay, or never.
     pub fn new(fate: Fate) -> MemoryFabric {
         MemoryFabric {
+            start: Instant::now(),
             shared: Arc::new(Mutex::new(Shared {
-                start: Instant::now(),
                 queues: HashMap::new(),
                 gone: Vec::new(),
                 closed: Vec::new(),
@@ -217,7 +219,7 @@ impl MemoryFabric {
     }
 
     fn now_ns(&self) -> u64 {
-        self.shared.lock().unwrap().start.elapsed().as_nanos() as u64
+        self.start.elapsed().as_nanos() as u64
     }
 }
 
@@ -292,8 +294,12 @@ impl Endpoint for MemoryEndpoint {
             }
         }
         self.sent.push((wr_id, now));
-        // Its completion is there to poll, as a NIC's send completion signals its channel.
-        self.doorbell.ring();
+        // With NIC timestamps the loop waits for a send's completion (its time on the wire):
+        // it signals, as a NIC's signals its channel. A software clock's carries nothing the
+        // loop waits for, and is taken at the next poll.
+        if self.clock == Clock::Hardware {
+            self.doorbell.ring();
+        }
         Ok(now)
     }
 
