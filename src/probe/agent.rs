@@ -168,6 +168,7 @@ impl Agent {
                     traffic_class: p.traffic_class,
                     address: p.responder.address(),
                     clock: p.prober.clock(),
+                    timestamps: p.prober.timestamps(),
                 })
                 .collect(),
         )));

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::responder::Source;
-use super::rtt::Clock;
+use super::rtt::{Clock, Timestamps};
 
 /// What a peer needs to send to an endpoint, as an agent publishes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -91,6 +91,14 @@ pub trait Endpoint: Send {
     fn address(&self) -> Address;
     /// Where completion times come from.
     fn clock(&self) -> Clock;
+    /// How completion times become nanoseconds (the `timestamps` label); an endpoint whose
+    /// device stamps in cycles or wall-clock time says which.
+    fn timestamps(&self) -> Timestamps {
+        match self.clock() {
+            Clock::Hardware => Timestamps::Cycles,
+            Clock::Software => Timestamps::Software,
+        }
+    }
     /// Posts one send of `payload` to `to`, tagged `wr_id`; returns the time of the post in the
     /// endpoint's clock.
     fn send(

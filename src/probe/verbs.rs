@@ -6,7 +6,8 @@
 //!
 //! One endpoint is one port's UD queue pair: a protection domain, one memory region over all
 //! the send and receive buffers, a completion queue (extended, with device timestamps, where
-//! the device stamps completions; plain otherwise), and address handles cached per destination
+//! the device stamps completions: in wall-clock ns where it offers them, else in cycles,
+//! `stamps`; plain otherwise), and address handles cached per destination
 //! and flow. Completions are polled (no completion channel), one per `start_poll`/`end_poll` on
 //! an extended CQ: `next_poll` corrupts rxe's extended CQ (rdma-core 44, Debian 12).
 //!
@@ -40,11 +41,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod ffi;
+mod stamps;
 
 use ffi::Verbs;
+use stamps::Conversion;
 
 use super::responder::Source;
-use super::rtt::Clock;
+use super::rtt::{Clock, Timestamps};
 use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
 /// Bytes of one send slot: probes and answers are 32 bytes.
@@ -230,10 +233,10 @@ impl Drop for Buffer {
 enum Cq {
     None,
     Plain(*mut ffi::ibv_cq),
-    /// Created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`; the device clock in kHz.
+    /// Created with the completion-timestamp flag of `conversion` (cycles or wall clock).
     Stamped {
         cq: *mut ffi::ibv_cq_ex,
-        khz: u64,
+        conversion: Conversion,
     },
 }
 
@@ -469,12 +472,18 @@ fn verbs_rc(call: &'static str, rc: i32) -> Result<(), TransportError> {
 
 /// CLOCK_MONOTONIC in nanoseconds.
 fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock`'s reading in nanoseconds (0 before the epoch).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC and CLOCK_REALTIME always exist on
+    // Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
@@ -484,12 +493,6 @@ fn monotonic_ns() -> u64 {
 /// targets from it (a `max` here once froze such a port at its old peak).
 fn device_now(read: Option<u64>, last: u64) -> u64 {
     read.unwrap_or(last)
-}
-
-/// A device clock value in nanoseconds.
-fn device_ns(ticks: u64, khz: u64) -> u64 {
-    let ns = u128::from(ticks) * 1_000_000 / u128::from(khz.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 /// `enum ibv_mtu` (1: 256 .. 5: 4096) in bytes; anything else as the largest, 4096.
@@ -610,22 +613,39 @@ impl VerbsEndpoint {
         }
 
         let entries = (2 * (RECV_SLOTS + SEND_SLOTS)) as u32;
-        if attr.completion_timestamp_mask != 0
-            && attr.hca_core_clock != 0
-            && self.device_clock().is_some()
-        {
+        let candidates = Conversion::candidates(
+            attr.completion_timestamp_mask,
+            attr.hca_core_clock,
+            self.device_cycles().is_some(),
+        );
+        for conversion in candidates {
+            let Some(flag) = conversion.wc_flag() else {
+                continue;
+            };
             // SAFETY: a zeroed init attr is valid (no channel, vector 0, no comp_mask fields).
             let mut init: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
             init.cqe = entries;
-            init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+            init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | flag;
             // SAFETY: `ctx` is open; `init` is a valid attr.
             let cq = unsafe { ffi::create_cq_ex(self.ctx, &mut init) };
-            if !cq.is_null() {
-                self.cq = Cq::Stamped {
-                    cq,
-                    khz: attr.hca_core_clock,
-                };
+            if cq.is_null() {
+                continue; // the provider does not offer this form
             }
+            // SAFETY: `cq` is live; its reader table is the provider's.
+            let readable = unsafe {
+                match conversion {
+                    Conversion::Wallclock => (*cq).read_completion_wallclock_ns.is_some(),
+                    _ => (*cq).read_completion_ts.is_some(),
+                }
+            };
+            if !readable {
+                // Taken without a reader for the stamps: no use.
+                // SAFETY: created above, unused, destroyed once.
+                unsafe { (self.verbs.destroy_cq)(cq.cast()) };
+                continue;
+            }
+            self.cq = Cq::Stamped { cq, conversion };
+            break;
         }
         if matches!(self.cq, Cq::None) {
             // SAFETY: `ctx` is open; no context, channel or vector.
@@ -732,13 +752,16 @@ impl VerbsEndpoint {
         chosen
     }
 
-    /// The device clock now in ns, when the device reads it (`ibv_query_rt_values_ex`).
-    fn device_clock(&self) -> Option<u64> {
-        let khz = match self.cq {
-            Cq::Stamped { khz, .. } => khz,
-            // Asked before the CQ exists: any rate tells whether the read works.
-            _ => 1,
-        };
+    /// How this endpoint's completion times become ns (`Software` without a stamped CQ).
+    fn conversion(&self) -> Conversion {
+        match self.cq {
+            Cq::Stamped { conversion, .. } => conversion,
+            _ => Conversion::Software,
+        }
+    }
+
+    /// The device's raw clock in cycles, when the device reads it (`ibv_query_rt_values_ex`).
+    fn device_cycles(&self) -> Option<u64> {
         let mut values = ffi::ibv_values_ex {
             comp_mask: ffi::IBV_VALUES_MASK_RAW_CLOCK,
             raw_clock: libc::timespec {
@@ -757,7 +780,7 @@ impl VerbsEndpoint {
         // The raw clock comes in tv_nsec (the cycle count), per libibverbs' convention.
         let ticks = u64::try_from(values.raw_clock.tv_sec).unwrap_or(0) * 1_000_000_000
             + u64::try_from(values.raw_clock.tv_nsec).unwrap_or(0);
-        Some(device_ns(ticks, khz))
+        Some(ticks)
     }
 
     fn post_recv(&mut self, slot: usize) -> Result<(), TransportError> {
@@ -1046,17 +1069,28 @@ impl VerbsEndpoint {
                     }
                 }
             }
-            Cq::Stamped { cq, khz } => {
+            Cq::Stamped { cq, conversion } => {
+                let wallclock = conversion == Conversion::Wallclock;
                 while out.len() < budget {
                     // SAFETY: `cq` is a live extended CQ; one completion per start/end pair
                     // (never next_poll, which corrupts rxe's CQ).
-                    if unsafe { ffi::start_poll(cq) } != 0 {
+                    let mut rc = unsafe { ffi::start_poll(cq) };
+                    // A wall-clock CQ answers EBUSY while the kernel updates the clock info
+                    // (ibv_create_cq_ex(3)): a moment's retry, not an empty CQ.
+                    for _ in 0..3 {
+                        if rc != libc::EBUSY {
+                            break;
+                        }
+                        // SAFETY: as above; the failed start_poll left no poll open.
+                        rc = unsafe { ffi::start_poll(cq) };
+                    }
+                    if rc != 0 {
                         break; // ENOENT: empty
                     }
                     // SAFETY: between start_poll and end_poll the current completion's fields
                     // may be read; on an error completion only wr_id and status are valid, so
                     // nothing else is read then. The CQ was created with the standard flags and
-                    // the completion timestamp, so those readers exist.
+                    // its conversion's timestamp flag, so those readers exist.
                     let completion = unsafe {
                         let ok = (*cq).status == ffi::IBV_WC_SUCCESS;
                         Completion {
@@ -1073,8 +1107,15 @@ impl VerbsEndpoint {
                                 0
                             },
                             grh: ok && ffi::read(cq, |c| c.read_wc_flags) & ffi::IBV_WC_GRH != 0,
-                            stamped_ns: ok
-                                .then(|| device_ns(ffi::read(cq, |c| c.read_completion_ts), khz)),
+                            stamped_ns: if !ok {
+                                None
+                            } else if wallclock {
+                                conversion.completion_ns(ffi::read(cq, |c| {
+                                    c.read_completion_wallclock_ns
+                                }))
+                            } else {
+                                conversion.completion_ns(ffi::read(cq, |c| c.read_completion_ts))
+                            },
                         }
                     };
                     // SAFETY: ends the poll started above.
@@ -1149,6 +1190,20 @@ impl VerbsEndpoint {
     }
 }
 
+impl stamps::Clocks for VerbsEndpoint {
+    fn device_cycles(&self) -> Option<u64> {
+        VerbsEndpoint::device_cycles(self)
+    }
+
+    fn realtime_ns(&self) -> u64 {
+        clock_ns(libc::CLOCK_REALTIME)
+    }
+
+    fn monotonic_ns(&self) -> u64 {
+        monotonic_ns()
+    }
+}
+
 impl Endpoint for VerbsEndpoint {
     fn close(&mut self) {
         self.release();
@@ -1163,10 +1218,11 @@ impl Endpoint for VerbsEndpoint {
     }
 
     fn clock(&self) -> Clock {
-        match self.cq {
-            Cq::Stamped { .. } => Clock::Hardware,
-            _ => Clock::Software,
-        }
+        self.timestamps().clock()
+    }
+
+    fn timestamps(&self) -> Timestamps {
+        self.conversion().timestamps()
     }
 
     fn send(
@@ -1282,13 +1338,13 @@ impl Endpoint for VerbsEndpoint {
     }
 
     fn now_ns(&self) -> u64 {
-        match self.cq {
-            Cq::Stamped { .. } => {
-                let ns = device_now(self.device_clock(), self.last_hw_ns.get());
+        match self.conversion() {
+            Conversion::Software => monotonic_ns(),
+            stamped => {
+                let ns = device_now(stamped.now_ns(self), self.last_hw_ns.get());
                 self.last_hw_ns.set(ns);
                 ns
             }
-            _ => monotonic_ns(),
         }
     }
 }
@@ -1365,13 +1421,5 @@ mod tests {
     fn a_device_clock_that_went_back_reads_as_back() {
         assert_eq!(device_now(Some(5_000), 9_000_000), 5_000);
         assert_eq!(device_now(None, 9_000_000), 9_000_000);
-    }
-
-    #[test]
-    fn device_ticks_become_nanoseconds() {
-        // 156.25 MHz: 156 250 kHz, 6.4 ns a tick.
-        assert_eq!(device_ns(1_000, 156_250), 6_400);
-        assert_eq!(device_ns(u64::MAX, 1_000_000), u64::MAX);
-        assert_eq!(device_ns(u64::MAX, 1_000), u64::MAX);
     }
 }

@@ -40,6 +40,8 @@ pub(super) const IBV_WC_GRH: c_uint = 1;
 /// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits.
 pub(super) const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
 pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// Completion stamps in ns of the NIC's wall clock (`ibv_wc_read_completion_wallclock_ns`).
+pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
 pub(super) const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub(super) const IBV_QPT_UD: u32 = 4;
 pub(super) const IBV_QPS_INIT: u32 = 1;
