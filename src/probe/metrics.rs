@@ -202,6 +202,7 @@ mod tests {
                         gid: [n as u8; 16],
                         qpn: 100 + n,
                         qkey: 1,
+                        lid: None,
                     };
                     PortIdentity {
                         port: port(n),

@@ -374,6 +374,7 @@ mod tests {
                 gid: [0; 16],
                 qpn: 1,
                 qkey: 1,
+                lid: None,
             },
             clock,
             timestamps: match clock {

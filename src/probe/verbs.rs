@@ -40,9 +40,11 @@ use std::ptr::{self, NonNull};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod address;
 mod ffi;
 mod stamps;
 
+use address::{AhSpec, LinkLayer, PortLink};
 use ffi::Verbs;
 use stamps::Conversion;
 
@@ -122,8 +124,14 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
         resolved: HashMap::new(),
         cq: Cq::None,
         qp: ptr::null_mut(),
-        gid: [0; 16],
-        gid_index: 0,
+        link: PortLink {
+            port_num: port,
+            link_layer: LinkLayer::Ethernet,
+            gid: [0; 16],
+            gid_index: 0,
+            lid: None,
+            grh_required: false,
+        },
         qpn: 0,
         ahs: AhCache::default(),
         sends: [None; SEND_SLOTS],
@@ -257,6 +265,8 @@ struct Completion {
     ok: bool,
     byte_len: u32,
     src_qp: u32,
+    /// The source LID (meaningful on InfiniBand only).
+    slid: u16,
     grh: bool,
     /// The device's stamp in ns (stamped CQ, successful completion), else `None`.
     stamped_ns: Option<u64>,
@@ -269,8 +279,8 @@ struct AhCache {
     stamp: u64,
 }
 
-/// (destination GID, flow label, traffic class, service level)
-type AhKey = ([u8; 16], u32, u8, u8);
+/// Everything the handle says: destination, LID, GRH, flow, class and service level.
+type AhKey = AhSpec;
 
 struct AhEntry {
     ah: *mut ffi::ibv_ah,
@@ -325,7 +335,7 @@ unsafe impl Send for PdPtr {}
 /// neighbour in the kernel and waits for it (seconds, for an address that does not answer).
 /// Bounded: at most `RESOLVER_QUEUE` requests wait; the rest are refused until then.
 struct Resolver {
-    requests: Option<mpsc::SyncSender<(AhKey, ffi::ibv_ah_attr)>>,
+    requests: Option<mpsc::SyncSender<AhKey>>,
     results: mpsc::Receiver<(AhKey, Option<AhPtr>)>,
     /// Keys asked and not answered yet.
     asked: std::collections::HashSet<AhKey>,
@@ -334,16 +344,16 @@ struct Resolver {
 
 impl Resolver {
     fn start(verbs: &'static Verbs, pd: *mut ffi::ibv_pd) -> io::Result<Resolver> {
-        let (requests, inbox) = mpsc::sync_channel::<(AhKey, ffi::ibv_ah_attr)>(RESOLVER_QUEUE);
+        let (requests, inbox) = mpsc::sync_channel::<AhKey>(RESOLVER_QUEUE);
         let (outbox, results) = mpsc::channel();
         let pd = PdPtr(pd);
         let thread = std::thread::Builder::new()
             .name("rfe-probe-ah".into())
             .spawn(move || {
                 let pd = pd;
-                for (key, mut attr) in inbox {
-                    // SAFETY: the PD lives until this thread is joined; `attr` is valid.
-                    let ah = unsafe { (verbs.create_ah)(pd.0, &mut attr) };
+                for key in inbox {
+                    // SAFETY: the PD lives until this thread is joined.
+                    let ah = unsafe { create_ah(verbs.create_ah, pd.0, &key) };
                     let ah = (!ah.is_null()).then_some(AhPtr(ah));
                     if let Err(mpsc::SendError((_, Some(ah)))) = outbox.send((key, ah)) {
                         // SAFETY: made above, never handed out; destroyed once.
@@ -360,12 +370,12 @@ impl Resolver {
     }
 
     /// Asks for a handle to `key`, unless it is asked already or the queue is full.
-    fn ask(&mut self, key: AhKey, attr: ffi::ibv_ah_attr) {
+    fn ask(&mut self, key: AhKey) {
         if self.asked.contains(&key) || self.asked.len() >= RESOLVER_QUEUE {
             return;
         }
         if let Some(requests) = &self.requests {
-            if requests.try_send((key, attr)).is_ok() {
+            if requests.try_send(key).is_ok() {
                 self.asked.insert(key);
             }
         }
@@ -416,8 +426,8 @@ pub struct VerbsEndpoint {
     buf: Buffer,
     cq: Cq,
     qp: *mut ffi::ibv_qp,
-    gid: [u8; 16],
-    gid_index: u8,
+    /// The port as address handles need it: link layer, GID and its index, LID.
+    link: PortLink,
     qpn: u32,
     ahs: AhCache,
     sends: [Option<InFlight>; SEND_SLOTS],
@@ -544,6 +554,39 @@ fn ipv4_checksum_ok(header: &[u8]) -> bool {
     sum == 0xffff
 }
 
+/// `spec` as libibverbs takes it.
+fn ah_attr(spec: &AhSpec) -> ffi::ibv_ah_attr {
+    ffi::ibv_ah_attr {
+        grh: ffi::ibv_global_route {
+            dgid: ffi::ibv_gid { raw: spec.dgid },
+            flow_label: spec.flow_label,
+            sgid_index: spec.sgid_index,
+            hop_limit: spec.hop_limit,
+            traffic_class: spec.traffic_class,
+        },
+        dlid: spec.dlid,
+        sl: spec.sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: u8::from(spec.is_global),
+        port_num: spec.port_num,
+    }
+}
+
+/// The signature of `ibv_create_ah`.
+type CreateAh = unsafe extern "C" fn(*mut ffi::ibv_pd, *mut ffi::ibv_ah_attr) -> *mut ffi::ibv_ah;
+
+/// Creates the address handle `spec` describes through `create` (`Verbs::create_ah`; the
+/// tests pass a recorder of what the verbs layer is handed).
+///
+/// # Safety
+/// `pd` is a live protection domain of the library `create` belongs to.
+unsafe fn create_ah(create: CreateAh, pd: *mut ffi::ibv_pd, spec: &AhSpec) -> *mut ffi::ibv_ah {
+    let mut attr = ah_attr(spec);
+    // SAFETY: `pd` as the caller promises; `attr` is a valid attr for the call.
+    unsafe { create(pd, &mut attr) }
+}
+
 impl VerbsEndpoint {
     /// Everything after `ibv_open_device`: GID, PD, MR, CQ, QP to RTS, receives posted.
     fn set_up(&mut self) -> Result<(), TransportError> {
@@ -568,7 +611,13 @@ impl VerbsEndpoint {
                 io::Error::from_raw_os_error(rc.abs())
             ))
         })?;
-        let (gid_index, gid) = if port.link_layer == ffi::IBV_LINK_LAYER_ETHERNET {
+        // libibverbs takes an unspecified link layer (old drivers) for InfiniBand.
+        let link_layer = if port.link_layer == ffi::IBV_LINK_LAYER_ETHERNET {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::InfiniBand
+        };
+        let (gid_index, gid) = if link_layer == LinkLayer::Ethernet {
             self.roce_v2_gid(port.gid_tbl_len)
                 .ok_or_else(|| device_error(format!("port {} has no RoCE v2 GID", self.port)))?
         } else {
@@ -579,8 +628,16 @@ impl VerbsEndpoint {
             verbs_rc("ibv_query_gid", rc)?;
             (0, gid.raw)
         };
-        self.gid_index = gid_index;
-        self.gid = gid;
+        // InfiniBand: the port GID (index 0) and the LID the subnet manager gave the port,
+        // which address handles within the subnet go by (LID 0: none assigned yet).
+        self.link = PortLink {
+            port_num: self.port,
+            link_layer,
+            gid,
+            gid_index,
+            lid: (link_layer == LinkLayer::InfiniBand && port.lid != 0).then_some(port.lid),
+            grh_required: port.flags & ffi::IBV_QPF_GRH_REQUIRED != 0,
+        };
         // The MTU in force now; a larger one later puts the QP in error at the first message
         // past this slot, and the rebuild sizes the slots anew.
         self.recv_slot = mtu_bytes(port.active_mtu) + GRH;
@@ -810,7 +867,7 @@ impl VerbsEndpoint {
 
     /// The GID table index the endpoint sends from.
     pub fn gid_index(&self) -> u8 {
-        self.gid_index
+        self.link.gid_index
     }
 
     /// Looks whether the device is still there (at most every `HEALTH_EVERY`), closing
@@ -943,22 +1000,6 @@ impl VerbsEndpoint {
         self.buf.at(RECV_SLOTS * self.recv_slot + index * SEND_SLOT)
     }
 
-    /// The attributes of an address handle for `key`.
-    fn ah_attr(&self, key: AhKey) -> ffi::ibv_ah_attr {
-        let (gid, flow_label, traffic_class, service_level) = key;
-        // SAFETY: a zeroed AH attr is valid (dlid 0, no static rate).
-        let mut attr: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
-        attr.is_global = 1;
-        attr.grh.dgid = ffi::ibv_gid { raw: gid };
-        attr.grh.sgid_index = self.gid_index;
-        attr.grh.flow_label = flow_label & 0xf_ffff;
-        attr.grh.traffic_class = traffic_class;
-        attr.grh.hop_limit = 64;
-        attr.sl = service_level;
-        attr.port_num = self.port;
-        attr
-    }
-
     /// Takes the handles the resolver created into the cache.
     fn take_resolved(&mut self) {
         let Some(resolver) = self.resolver.as_mut() else {
@@ -969,7 +1010,7 @@ impl VerbsEndpoint {
             let Some(ah) = ah else {
                 continue; // not resolved: a later send asks again
             };
-            self.note_resolved(key.0);
+            self.note_resolved(key.dgid);
             if self.ahs.entries.contains_key(&key) {
                 // A peer's send made the same handle on the loop meanwhile, and sends may be in
                 // flight on it: the resolver's copy goes.
@@ -1009,28 +1050,30 @@ impl VerbsEndpoint {
             entry.used = stamp;
             return Ok(entry.ah);
         }
-        let mut attr = self.ah_attr(key);
+        // InfiniBand resolves no neighbour: its handles are made at once (mlx5 makes them
+        // without the kernel).
         let fresh = peer
+            || self.link.infiniband()
             || self
                 .resolved
-                .get(&key.0)
+                .get(&key.dgid)
                 .is_some_and(|at| at.elapsed() < NEIGHBOUR_FRESH);
         if !fresh {
             // Not a peer, nor met lately: its neighbour may not answer (a forged source), and
             // creating the handle here would stall every port of the loop while the kernel
             // waits for it.
             if let Some(resolver) = self.resolver.as_mut() {
-                resolver.ask(key, attr);
+                resolver.ask(key);
             }
             return Err(TransportError::AddressPending);
         }
         self.ahs.evict(self.verbs);
-        // SAFETY: `pd` is live; `attr` is valid.
-        let ah = unsafe { (self.verbs.create_ah)(self.pd, &mut attr) };
+        // SAFETY: `pd` is live and libibverbs' own.
+        let ah = unsafe { create_ah(self.verbs.create_ah, self.pd, &key) };
         if ah.is_null() {
             return Err(verbs_error("ibv_create_ah"));
         }
-        self.note_resolved(key.0);
+        self.note_resolved(key.dgid);
         self.ahs.entries.insert(
             key,
             AhEntry {
@@ -1060,6 +1103,7 @@ impl VerbsEndpoint {
                             ok,
                             byte_len: if ok { wc.byte_len } else { 0 },
                             src_qp: if ok { wc.src_qp } else { 0 },
+                            slid: if ok { wc.slid } else { 0 },
                             grh: ok && wc.wc_flags & ffi::IBV_WC_GRH != 0,
                             stamped_ns: None,
                         });
@@ -1103,6 +1147,12 @@ impl VerbsEndpoint {
                             },
                             src_qp: if ok {
                                 ffi::read(cq, |c| c.read_src_qp)
+                            } else {
+                                0
+                            },
+                            // A 16-bit LID in a u32 (IBV_WC_EX_WITH_SLID, a standard flag).
+                            slid: if ok {
+                                ffi::read(cq, |c| c.read_slid) as u16
                             } else {
                                 0
                             },
@@ -1169,7 +1219,13 @@ impl VerbsEndpoint {
                 } else {
                     [0; 16]
                 };
-                let source: Source = (gid, completion.src_qp);
+                // On InfiniBand the answer goes to the completion's source LID: the sender's
+                // within the subnet (no GRH then), a router's for a packet from another.
+                let source = Source {
+                    gid,
+                    qpn: completion.src_qp,
+                    lid: self.link.infiniband().then_some(completion.slid),
+                };
                 events.push(Event::Received {
                     payload,
                     source,
@@ -1211,9 +1267,10 @@ impl Endpoint for VerbsEndpoint {
 
     fn address(&self) -> Address {
         Address {
-            gid: self.gid,
+            gid: self.link.gid,
             qpn: self.qpn,
             qkey: self.qkey,
+            lid: self.link.lid,
         }
     }
 
@@ -1262,12 +1319,7 @@ impl Endpoint for VerbsEndpoint {
                 ),
             });
         };
-        let key: AhKey = (
-            to.gid,
-            options.flow_label,
-            options.traffic_class,
-            options.service_level,
-        );
+        let key = address::ah_spec(&self.link, &to, &options);
         let ah = self.address_handle(key, options.peer)?;
         let slot = self.send_ptr(index);
         // SAFETY: no send of this slot is in flight, so the NIC does not read it; the payload
@@ -1360,7 +1412,9 @@ impl std::fmt::Debug for VerbsEndpoint {
         f.debug_struct("VerbsEndpoint")
             .field("device", &self.device)
             .field("port", &self.port)
-            .field("gid_index", &self.gid_index)
+            .field("gid_index", &self.link.gid_index)
+            .field("link_layer", &self.link.link_layer)
+            .field("lid", &self.link.lid)
             .field("qpn", &self.qpn)
             .field("clock", &self.clock())
             .field("gone", &self.gone)
@@ -1415,6 +1469,102 @@ mod tests {
         assert_eq!(source_gid(&grh).unwrap()[..2], [0xf0, 0xf1]);
         // Neither: no source.
         assert_eq!(source_gid(&[0u8; GRH]), None);
+    }
+
+    thread_local! {
+        /// What the fake `ibv_create_ah` was handed, on this test's thread.
+        static HANDED: std::cell::RefCell<Vec<ffi::ibv_ah_attr>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// A recording fake of the binding's `ibv_create_ah`: keeps the attributes, returns a
+    /// handle that is never used.
+    unsafe extern "C" fn recording_create_ah(
+        _pd: *mut ffi::ibv_pd,
+        attr: *mut ffi::ibv_ah_attr,
+    ) -> *mut ffi::ibv_ah {
+        // SAFETY: `create_ah` hands a valid attr for the call's duration.
+        let attr = unsafe { *attr };
+        HANDED.with(|handed| handed.borrow_mut().push(attr));
+        NonNull::dangling().as_ptr()
+    }
+
+    /// What the verbs layer is handed for `to` from `link`.
+    fn handed(link: &PortLink, to: &Address) -> ffi::ibv_ah_attr {
+        let options = SendOptions {
+            flow_label: 0xab_cdef,
+            traffic_class: 104,
+            service_level: 5,
+            peer: true,
+        };
+        let spec = address::ah_spec(link, to, &options);
+        // SAFETY: the recorder reads only the attr; the PD is never looked at.
+        let ah = unsafe { create_ah(recording_create_ah, ptr::null_mut(), &spec) };
+        assert!(!ah.is_null());
+        HANDED.with(|handed| handed.borrow_mut().pop().expect("create_ah was called"))
+    }
+
+    fn ib_gid(prefix: u8, guid: u8) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, prefix]);
+        gid[8] = 0x0c;
+        gid[15] = guid;
+        gid
+    }
+
+    /// No soft InfiniBand device exists (rxe and siw are Ethernet), so the proof that IB
+    /// handles go by LID is what the binding's `ibv_create_ah` receives: within a subnet the
+    /// peer's LID and no GRH; to another subnet the LID and the GRH; RoCE the GRH and no LID;
+    /// an answer to a probe that came without a GRH, the LID of its completion.
+    #[test]
+    fn address_handles_reach_the_verbs_layer_by_lid_on_infiniband() {
+        let ib = PortLink {
+            port_num: 1,
+            link_layer: LinkLayer::InfiniBand,
+            gid: ib_gid(0x80, 1),
+            gid_index: 0,
+            lid: Some(3),
+            grh_required: false,
+        };
+        let peer = |gid, lid| Address {
+            gid,
+            qpn: 300,
+            qkey: 1,
+            lid,
+        };
+
+        let near = handed(&ib, &peer(ib_gid(0x80, 2), Some(0x2a)));
+        assert_eq!((near.dlid, near.is_global, near.port_num), (0x2a, 0, 1));
+        assert_eq!(near.sl, 5);
+
+        let far_gid = ib_gid(0x81, 2);
+        let far = handed(&ib, &peer(far_gid, Some(0x2b)));
+        assert_eq!((far.dlid, far.is_global), (0x2b, 1));
+        assert_eq!(far.grh.dgid.raw, far_gid);
+        assert_eq!(far.grh.sgid_index, 0);
+        assert_eq!(far.grh.flow_label, 0xb_cdef);
+        assert_eq!((far.grh.traffic_class, far.grh.hop_limit), (104, 64));
+
+        let lid_only = Source {
+            gid: [0; 16],
+            qpn: 300,
+            lid: Some(9),
+        };
+        let answer = handed(&ib, &lid_only.address(1));
+        assert_eq!((answer.dlid, answer.is_global), (9, 0));
+
+        let roce = PortLink {
+            link_layer: LinkLayer::Ethernet,
+            gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            gid_index: 3,
+            lid: None,
+            ..ib
+        };
+        let dgid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+        let ethernet = handed(&roce, &peer(dgid, None));
+        assert_eq!((ethernet.dlid, ethernet.is_global), (0, 1));
+        assert_eq!(ethernet.grh.dgid.raw, dgid);
+        assert_eq!(ethernet.grh.sgid_index, 3);
     }
 
     #[test]

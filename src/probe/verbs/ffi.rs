@@ -33,6 +33,8 @@ use std::sync::OnceLock;
 // ---- constants (enums of verbs.h) ----
 
 pub(super) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_QPF_GRH_REQUIRED` in `ibv_port_attr.flags`: every address handle must carry a GRH.
+pub(super) const IBV_QPF_GRH_REQUIRED: u8 = 1 << 0;
 pub(super) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 pub(super) const IBV_EVENT_DEVICE_FATAL: u32 = 8;
 pub(super) const IBV_WC_SUCCESS: u32 = 0;
