@@ -18,14 +18,14 @@
 //! Timeouts and restarts are timed with the host's monotonic clock; a round trip, and each
 //! port's counts, with that port's own clock (NIC clocks are unrelated to each other).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::packet::{Kind, Mode, Packet};
 use super::ping;
-use super::responder::{Limits, Responder, Verdict};
+use super::responder::{KnownSources, Limits, Responder, Verdict};
 use super::restarts::{Fate, Restarts};
 use super::rtt::{round_trip, Clock, ProberTimes};
 use super::sleep::Sleeper;
@@ -173,6 +173,7 @@ impl Agent {
                     traffic_class: p.traffic_class,
                     address: p.responder.address(),
                     clock: p.prober.clock(),
+                    timestamps: p.prober.timestamps(),
                 })
                 .collect(),
         )));
@@ -300,7 +301,7 @@ fn run(
                 address: state.local.responder.address(),
             });
         }
-        let known_gids: HashSet<[u8; 16]> = known.iter().map(|p| p.address.gid).collect();
+        let known_sources = KnownSources::new(known.iter().map(|p| &p.address));
         let local: Vec<Port> = states.iter().map(|s| s.local.port.clone()).collect();
         let all: Vec<Port> = known.iter().map(|p| p.port.clone()).collect();
         let planned = targets::plan(&local, &all, round, &settings.targets);
@@ -386,7 +387,7 @@ fn run(
                 serve(
                     state,
                     &settings,
-                    &known_gids,
+                    &known_sources,
                     stats,
                     &mut probing,
                     &mut events,
@@ -637,7 +638,7 @@ fn fail(state: &mut PortState, stats: &Mutex<Stats>, error: &TransportError) {
 fn serve(
     state: &mut PortState,
     settings: &Settings,
-    known: &HashSet<[u8; 16]>,
+    known: &KnownSources,
     stats: &Mutex<Stats>,
     probing: &mut Probing,
     events: &mut Vec<Event>,
@@ -657,7 +658,12 @@ fn serve(
                 source,
                 at_ns,
             } => {
-                let from_peer = known.contains(&source.0);
+                // A peer's by its GID, or on InfiniBand without a GRH by its LID.
+                let local_gid = state.local.responder.address().gid;
+                let (source, from_peer) = match known.identify(source, &local_gid) {
+                    Some(peer) => (peer, true),
+                    None => (source, false),
+                };
                 if from_peer {
                     // A peer's probe says where its port answers and which start it is: a
                     // restarted peer is probed at its new address from now on.
@@ -667,7 +673,7 @@ fn serve(
                                 .checked_sub(settings.timeout)
                                 .unwrap_or_else(Instant::now);
                             probing.restarts.heard_probe(
-                                source.0,
+                                source.gid,
                                 probe.answers_on,
                                 probe.epoch,
                                 alive,
@@ -682,11 +688,7 @@ fn serve(
                         continue;
                     }
                 };
-                let to = Address {
-                    gid: source.0,
-                    qpn: source.1,
-                    qkey: state.local.responder.address().qkey,
-                };
+                let to = source.address(state.local.responder.address().qkey);
                 // Software clock: the delay ends now, at the answer's post, and rides in it.
                 let delay = match clock {
                     Clock::Software => state.local.responder.now_ns().saturating_sub(at_ns),
@@ -837,7 +839,7 @@ fn collect(
                             .dropped(&state.local.port, "unexpected");
                         continue;
                     };
-                    if source != (pending.to.gid, pending.to.qpn) {
+                    if !source.is(&pending.to) {
                         // Someone else answering for the target: it would hide loss or invent
                         // round trips.
                         stats
@@ -848,7 +850,7 @@ fn collect(
                     }
                     probing
                         .restarts
-                        .heard_answer(source.0, packet.epoch, pending.sent);
+                        .heard_answer(pending.to.gid, packet.epoch, pending.sent);
                     match packet.kind {
                         Kind::Ack => {
                             pending.t5 = Some(at_ns);
@@ -1276,11 +1278,7 @@ mod tests {
                                 continue;
                             };
                             let ack = Packet::answer(Kind::Ack, probe.seq, 0, Mode::DelayInAck, 0);
-                            let to = Address {
-                                gid: source.0,
-                                qpn: source.1,
-                                qkey: QKEY,
-                            };
+                            let to = source.address(QKEY);
                             let _ = forger.send(to, SendOptions::default(), &ack.encode(), 1);
                         }
                     }
@@ -1299,6 +1297,7 @@ mod tests {
                 gid: target_gid,
                 qpn: 300,
                 qkey: QKEY,
+                lid: None,
             },
         }]);
         let stats = until(&agent, |s| {

@@ -162,7 +162,12 @@ impl MemoryFabric {
         shared.doorbells.insert(key, doorbell.clone());
         MemoryEndpoint {
             fabric: self.clone(),
-            address: Address { gid, qpn, qkey },
+            address: Address {
+                gid,
+                qpn,
+                qkey,
+                lid: None,
+            },
             sent: Vec::new(),
             clock,
             stamp_at_poll,
@@ -273,7 +278,7 @@ impl Endpoint for MemoryEndpoint {
         };
         let mut shared = self.fabric.shared.lock().unwrap();
         self.check(&shared)?;
-        let source = (self.address.gid, self.address.qpn);
+        let source = Source::from_gid(self.address.gid, self.address.qpn);
         if let (Some(delay), Some(queue)) = (
             delay,
             shared

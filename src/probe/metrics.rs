@@ -35,13 +35,14 @@ pub fn encode_at<'s>(
         let labels = port_labels(port);
         families.info(
             "rdma_probe_port_info",
-            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock), and the GRH traffic class its probes and answers ride (DSCP x 4).",
+            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock), how they become nanoseconds (timestamps: cycles of the NIC's free-running clock, the NIC's wall clock, or software), and the GRH traffic class its probes and answers ride (DSCP x 4).",
             labels.iter().cloned().chain([
                 ("netdev", Cow::Borrowed(port.netdev.as_str())),
                 ("rail", Cow::Owned(port.port.rail.to_string())),
                 ("gid", Cow::Owned(gid_text::format(&port.address.gid))),
                 ("qpn", Cow::Owned(port.address.qpn.to_string())),
                 ("clock", Cow::Borrowed(port.clock.as_str())),
+                ("timestamps", Cow::Borrowed(port.timestamps.as_str())),
                 ("traffic_class", Cow::Owned(port.traffic_class.to_string())),
             ]),
         );
@@ -179,7 +180,7 @@ pub fn encode_at<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::rtt::{Clock, RoundTrip};
+    use crate::probe::rtt::{Clock, RoundTrip, Timestamps};
     use crate::probe::stats::{PathKey, PortIdentity};
     use crate::probe::targets::{PathKind, Port};
     use crate::probe::transport::Address;
@@ -201,6 +202,7 @@ mod tests {
                         gid: [n as u8; 16],
                         qpn: 100 + n,
                         qkey: 1,
+                        lid: None,
                     };
                     PortIdentity {
                         port: port(n),
@@ -208,6 +210,7 @@ mod tests {
                         traffic_class: 104,
                         address,
                         clock: Clock::Software,
+                        timestamps: Timestamps::Software,
                     }
                 })
                 .collect(),
@@ -323,5 +326,26 @@ mod tests {
             })
             .collect();
         assert_eq!(classes[..3], ["104", "96", "104"]);
+    }
+
+    /// The info says how each port's completion times become nanoseconds.
+    #[test]
+    fn the_info_names_the_timestamp_conversion_a_port_uses() {
+        let mut stats = eight_ports();
+        stats.ports[0].timestamps = Timestamps::Cycles;
+        stats.ports[1].timestamps = Timestamps::Wallclock;
+        let mut families = Families::default();
+        encode(&stats, false, &mut families);
+        let conversions: Vec<String> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_probe_port_info")
+            .filter_map(|(_, labels, _)| {
+                labels
+                    .iter()
+                    .find(|(k, _)| *k == "timestamps")
+                    .map(|(_, v)| v.to_string())
+            })
+            .collect();
+        assert_eq!(conversions[..3], ["cycles", "wallclock", "software"]);
     }
 }

@@ -403,6 +403,7 @@ mod tests {
                 gid: [1; 16],
                 qpn: 7,
                 qkey: 9,
+                lid: None,
             },
         }
     }

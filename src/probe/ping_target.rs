@@ -140,6 +140,7 @@ fn target(
                         gid,
                         qpn,
                         qkey: known.qkey,
+                        lid: None,
                     },
                 },
                 false,
@@ -234,6 +235,7 @@ mod tests {
                 gid,
                 qpn: 100 + device,
                 qkey: 9,
+                lid: None,
             },
         }
     }

@@ -301,7 +301,12 @@ mod tests {
         let mut gid = [0u8; 16];
         gid[14] = host;
         gid[15] = n;
-        Address { gid, qpn, qkey: 1 }
+        Address {
+            gid,
+            qpn,
+            qkey: 1,
+            lid: None,
+        }
     }
 
     fn peer(host: u8, n: u8, qpn: u32) -> Peer {

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use super::rtt::{Clock, RoundTrip};
+use super::rtt::{Clock, RoundTrip, Timestamps};
 use super::targets::{PathKind, Port};
 use super::transport::Address;
 
@@ -134,6 +134,8 @@ pub struct PortStats {
     /// Where this port answers probes.
     pub address: Address,
     pub clock: Clock,
+    /// How its completion times become nanoseconds.
+    pub timestamps: Timestamps,
     /// The device went away; its counts stay as they were.
     pub gone: bool,
     /// By path kind ([`KINDS`] order).
@@ -186,6 +188,7 @@ pub struct PortIdentity {
     pub traffic_class: u8,
     pub address: Address,
     pub clock: Clock,
+    pub timestamps: Timestamps,
 }
 
 impl Stats {
@@ -200,6 +203,7 @@ impl Stats {
                     traffic_class: identity.traffic_class,
                     address: identity.address,
                     clock: identity.clock,
+                    timestamps: identity.timestamps,
                     gone: false,
                     sent: [0; 3],
                     answered: [0; 3],
@@ -370,8 +374,13 @@ mod tests {
                 gid: [0; 16],
                 qpn: 1,
                 qkey: 1,
+                lid: None,
             },
             clock,
+            timestamps: match clock {
+                Clock::Hardware => Timestamps::Cycles,
+                Clock::Software => Timestamps::Software,
+            },
         }
     }
 

@@ -34,6 +34,8 @@ use std::sync::OnceLock;
 // ---- constants (enums of verbs.h) ----
 
 pub(super) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_QPF_GRH_REQUIRED` in `ibv_port_attr.flags`: every address handle must carry a GRH.
+pub(super) const IBV_QPF_GRH_REQUIRED: u8 = 1 << 0;
 pub(super) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 pub(super) const IBV_EVENT_DEVICE_FATAL: u32 = 8;
 pub(super) const IBV_WC_SUCCESS: u32 = 0;
@@ -41,6 +43,8 @@ pub(super) const IBV_WC_GRH: c_uint = 1;
 /// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits.
 pub(super) const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
 pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// Completion stamps in ns of the NIC's wall clock (`ibv_wc_read_completion_wallclock_ns`).
+pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
 pub(super) const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub(super) const IBV_QPT_UD: u32 = 4;
 pub(super) const IBV_QPS_INIT: u32 = 1;
