@@ -827,6 +827,146 @@ mod tests {
         true
     }
 
+    /// The page's localization (`probe::localize`) over the counts since their start of the
+    /// agents `live` (whose ports are the live ones) and of `everything` (their paths, with
+    /// those of agents that stopped), each port under its leaf in `fabric`.
+    fn localize_stats(
+        fabric: &Fabric,
+        names: &[String],
+        live: &[Stats],
+        everything: &[&Stats],
+    ) -> crate::probe::localize::Localization {
+        use crate::probe::localize::{localize, Leaf, LivePort, PathCounts, PortId};
+        let id = |p: &crate::probe::targets::Port| PortId {
+            host: p.host.clone(),
+            device: p.device.clone(),
+            port: p.port,
+        };
+        let ports: Vec<LivePort> = live
+            .iter()
+            .flat_map(|s| &s.ports)
+            .map(|p| {
+                let (h, n) = (
+                    names.iter().position(|n| *n == p.port.host).unwrap(),
+                    p.port.rail as usize,
+                );
+                LivePort {
+                    id: id(&p.port),
+                    leaf: Some(Leaf {
+                        switch: format!("leaf{}", fabric.hosts[h].nics[n].leaf + 1),
+                        switch_port: None,
+                    }),
+                    sent: p.sent.iter().sum(),
+                    lost: p.lost.iter().sum(),
+                    answer_delay_seconds: None,
+                }
+            })
+            .collect();
+        let paths: Vec<PathCounts> = everything
+            .iter()
+            .flat_map(|s| {
+                s.all_targets().map(|(k, t)| PathCounts {
+                    from: id(&s.ports[k.from].port),
+                    to: id(&k.to),
+                    sent: t.sent,
+                    lost: t.lost,
+                })
+            })
+            .collect();
+        localize(&ports, &paths)
+    }
+
+    /// Agents on every host of the end-to-end tests' small fabric in `name`'s fault, with
+    /// `background` loss on every path, probing for `seconds` (rounds of 100 ms, ten times the
+    /// demo's); the page's localization of all they counted.
+    fn probe_and_localize(
+        name: ScenarioName,
+        background: f64,
+        seconds: u64,
+    ) -> crate::probe::localize::Localization {
+        use crate::probe::agent::Settings;
+        let mut fabric = Fabric::new(small(), Scenario::new(name));
+        fabric.time_s = 100.0;
+        let memory = memory_fabric(
+            Arc::new(Mutex::new(fabric.clone())),
+            BackgroundLoss {
+                chance: background,
+                seed: 7,
+            },
+        );
+        let settings = Settings {
+            targets: crate::probe::targets::Settings {
+                min_round: Duration::from_millis(100),
+                ..Default::default()
+            },
+            // A loaded test machine's late answers are not lost.
+            timeout: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
+        let agents: Vec<Option<Agent>> = (0..fabric.hosts.len())
+            .map(|h| Some(Agent::spawn(ports_of_start(&memory, &fabric, h, 0), settings).unwrap()))
+            .collect();
+        for (h, agent) in agents.iter().enumerate() {
+            agent.as_ref().unwrap().set_peers(peers_of(&agents, h));
+        }
+        std::thread::sleep(Duration::from_secs(seconds));
+        let stats: Vec<Stats> = agents.iter().flatten().map(Agent::stats).collect();
+        drop(agents);
+        let everything: Vec<&Stats> = stats.iter().collect();
+        localize_stats(&fabric, &names, &stats, &everything)
+    }
+
+    /// Each verdict that names the network, as (kind, host/device or switch).
+    fn network_verdicts(found: &crate::probe::localize::Localization) -> Vec<(String, String)> {
+        use crate::probe::localize::Kind;
+        let mut named: Vec<(String, String)> = found
+            .verdicts
+            .iter()
+            .filter(|v| v.kind != Kind::Responder)
+            .map(|v| {
+                let what = match (&v.host, &v.device, &v.switch) {
+                    (Some(h), Some(d), _) => format!("{h}/{d}"),
+                    (Some(h), None, _) => h.clone(),
+                    (None, _, Some(s)) => s.clone(),
+                    (None, _, None) => String::new(),
+                };
+                (v.kind.as_str().to_string(), what)
+            })
+            .collect();
+        named.sort();
+        named
+    }
+
+    /// Issue 61, item 9: in `two-faults` the page's vote names both faults, gpu-node-01's
+    /// mlx5_5 (a NIC) and leaf1's uplinks, and nothing else, with background loss on every
+    /// path too (1e-4 a packet, the example of `--probe-background-loss`).
+    #[test]
+    fn the_page_names_both_of_two_faults_and_nothing_else() {
+        let found = probe_and_localize(ScenarioName::TwoFaults, 1e-4, 15);
+        assert_eq!(
+            network_verdicts(&found),
+            [
+                ("nic".to_string(), "gpu-node-01/mlx5_5".to_string()),
+                ("uplink".to_string(), "leaf1".to_string()),
+            ],
+            "{:#?}",
+            found.verdicts
+        );
+    }
+
+    /// Background loss alone, ten times the flag's example (1e-3 a packet), on the healthy
+    /// fabric: the page's vote names nothing.
+    #[test]
+    fn the_page_names_nothing_on_background_loss_alone() {
+        let found = probe_and_localize(ScenarioName::Healthy, 1e-3, 15);
+        assert_eq!(network_verdicts(&found), [], "{:#?}", found.verdicts);
+        assert!(
+            found.background_loss > 0.0,
+            "no probe was lost: the background loss was not applied"
+        );
+    }
+
     /// Issue 60, item 4: a rolling restart of half the demo's agents, one after the other, each
     /// silent for 3 s and back on new queue pairs, while the others' peer sets still name
     /// the old ones (their refresh is a minute away). Each is answered again within seconds
@@ -835,7 +975,6 @@ mod tests {
     #[test]
     fn a_rolling_restart_of_half_the_agents_is_no_loss_and_no_verdict() {
         use crate::probe::agent::Settings;
-        use crate::probe::localize::{localize, Leaf, LivePort, PathCounts, PortId};
 
         let shape = Shape {
             hosts: 4,
@@ -934,43 +1073,7 @@ mod tests {
         let last = stats(&agents);
         let everything: Vec<&Stats> = last.iter().chain(&stopped).collect();
         // Localization over every agent's paths, counted since the start.
-        let id = |p: &crate::probe::targets::Port| PortId {
-            host: p.host.clone(),
-            device: p.device.clone(),
-            port: p.port,
-        };
-        let ports: Vec<LivePort> = last
-            .iter()
-            .flat_map(|s| &s.ports)
-            .map(|p| {
-                let (h, n) = (
-                    names.iter().position(|n| *n == p.port.host).unwrap(),
-                    p.port.rail as usize,
-                );
-                LivePort {
-                    id: id(&p.port),
-                    leaf: Some(Leaf {
-                        switch: format!("leaf{}", fabric.hosts[h].nics[n].leaf + 1),
-                        switch_port: None,
-                    }),
-                    sent: p.sent.iter().sum(),
-                    lost: p.lost.iter().sum(),
-                    answer_delay_seconds: None,
-                }
-            })
-            .collect();
-        let paths: Vec<PathCounts> = everything
-            .iter()
-            .flat_map(|s| {
-                s.all_targets().map(|(k, t)| PathCounts {
-                    from: id(&s.ports[k.from].port),
-                    to: id(&k.to),
-                    sent: t.sent,
-                    lost: t.lost,
-                })
-            })
-            .collect();
-        let found = localize(&ports, &paths);
+        let found = localize_stats(&fabric, &names, &last, &everything);
         assert!(found.failing.is_empty(), "{:?}", found.failing);
         assert!(found.verdicts.is_empty(), "{:?}", found.verdicts);
         for s in &everything {
