@@ -103,6 +103,16 @@ pub struct DemoArgs {
     /// peer sets and answer nothing, as a stopped agent's do until the next peer refresh.
     #[arg(long = "stop-agent", value_name = "HOST")]
     pub stop_agent: Vec<String>,
+    /// The chance (0 to under 1) that any probe or answer is lost on any path of the simulated
+    /// fabric, in every scenario, besides the scenario's own faults: a real fleet's background
+    /// loss (1e-4: one packet in 10 000). Draws are seeded with --seed.
+    #[arg(
+        long = "probe-background-loss",
+        value_name = "P",
+        default_value_t = 0.0,
+        value_parser = background_loss
+    )]
+    pub probe_background_loss: f64,
     /// Address to listen on: `host:port` or `:port`.
     #[arg(long = "web.listen-address", value_name = "ADDRESS")]
     pub listen_address: Option<String>,
@@ -137,6 +147,15 @@ fn tick(text: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+fn background_loss(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a chance from 0 to under 1 (1e-4: one packet in 10 000)"
+        )),
+    }
+}
+
 fn positive_speed(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 10_000.0 => Ok(v),
@@ -159,6 +178,7 @@ impl DemoArgs {
             switch_interval: self.switch_interval,
             stopped_agents: self.stop_agent.clone(),
             tick: self.tick,
+            probe_background_loss: self.probe_background_loss,
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct DemoOptions {
     /// Hosts whose probe agent is stopped from the start: their ports stay in the others' peer
     /// sets (as a stopped agent's do until the next peer refresh) and answer nothing.
     pub stopped_agents: Vec<String>,
+    /// The chance that any probe or answer is lost on any path, besides the scenario's faults
+    /// (`--probe-background-loss`; 0: none).
+    pub probe_background_loss: f64,
 }
 
 impl Default for DemoOptions {
@@ -73,6 +76,7 @@ impl Default for DemoOptions {
             switch_interval: Duration::from_secs(5),
             start_at_s: 0.0,
             stopped_agents: Vec::new(),
+            probe_background_loss: 0.0,
         }
     }
 }
@@ -169,7 +173,13 @@ impl Demo {
 
         let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
         let fabric = Arc::new(Mutex::new(fabric));
-        let probes = super::probing::memory_fabric(fabric.clone());
+        let probes = super::probing::memory_fabric(
+            fabric.clone(),
+            super::probing::BackgroundLoss {
+                chance: options.probe_background_loss,
+                seed: options.shape.seed,
+            },
+        );
         let mut hosts = BTreeMap::new();
         let mut host_names = Vec::new();
         let mut kubelets = Vec::new();

@@ -56,6 +56,7 @@ mod pcie;
 mod ping;
 mod pods;
 mod probe_localization_e2e;
+mod probe_two_faults_e2e;
 mod prometheus_scrape;
 mod quirks;
 mod real_kernel;
