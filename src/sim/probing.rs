@@ -953,6 +953,25 @@ mod tests {
             "{:#?}",
             found.verdicts
         );
+        // Issue 61, item 8: the NIC hurts itself alone; the uplink the NICs under leaf1 whose
+        // paths across it fail, not the fading NIC, whose paths the NIC's verdict explains.
+        let hurts = |kind: &str| {
+            let v = found
+                .verdicts
+                .iter()
+                .find(|v| v.kind.as_str() == kind)
+                .unwrap();
+            v.hurts
+                .iter()
+                .map(|p| format!("{}/{}", p.host, p.device))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(hurts("nic"), ["gpu-node-01/mlx5_5"]);
+        let uplink = hurts("uplink");
+        assert!(
+            !uplink.is_empty() && !uplink.contains(&"gpu-node-01/mlx5_5".to_string()),
+            "{uplink:?}"
+        );
     }
 
     /// Background loss alone, ten times the flag's example (1e-3 a packet), on the healthy
