@@ -10,6 +10,7 @@ mod common;
 
 mod alerts;
 mod alerts_e2e;
+mod architecture;
 mod cardinality;
 mod cli;
 mod corpus_harness;
