@@ -56,6 +56,10 @@ pub enum Command {
     /// links, ports with errors, congested ports (exit 0 none, 1 found, 2 unreadable, 3 not
     /// infiniband-diags output).
     IbReport(crate::diag::ib_report::IbReportArgs),
+    /// Probe one path now through the running agent: N probes from one of its ports to a peer's
+    /// port, loss and RTT percentiles (network and responder delay apart) (exit 0 loss within
+    /// --max-loss, 1 above, 2 could not ping).
+    Ping(crate::diag::ping::PingArgs),
     /// Every RDMA port's hardware counters over RDMA netlink or from sysfs, or both readers
     /// timed (`--bench ROUNDS`): for the real-kernel suite and BENCHMARKS.md.
     #[command(hide = true)]
@@ -91,9 +95,28 @@ pub struct DemoArgs {
     /// How often the switch poller walks the simulated leaves (as in a config: 5s, 500ms).
     #[arg(long = "switch-interval", default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub switch_interval: std::time::Duration,
+    /// How often the simulated counters move and the trees are rewritten (100ms to 5s). Each
+    /// tick rewrites every counter file; a longer tick is lighter for many demos on one
+    /// machine, and rates over a scrape interval stay the same.
+    #[arg(long, default_value = "100ms", value_parser = tick)]
+    pub tick: std::time::Duration,
     /// Seed of the fabric's counters (same seed, same fabric).
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Start with HOST's probe agent stopped (repeatable): its ports stay in the other hosts'
+    /// peer sets and answer nothing, as a stopped agent's do until the next peer refresh.
+    #[arg(long = "stop-agent", value_name = "HOST")]
+    pub stop_agent: Vec<String>,
+    /// The chance (0 to under 1) that any probe or answer is lost on any path of the simulated
+    /// fabric, in every scenario, besides the scenario's own faults: a real fleet's background
+    /// loss (1e-4: one packet in 10 000). Draws are seeded with --seed.
+    #[arg(
+        long = "probe-background-loss",
+        value_name = "P",
+        default_value_t = 0.0,
+        value_parser = background_loss
+    )]
+    pub probe_background_loss: f64,
     /// Address to listen on: `host:port` or `:port`.
     #[arg(long = "web.listen-address", value_name = "ADDRESS")]
     pub listen_address: Option<String>,
@@ -118,6 +141,25 @@ fn start_offset(text: &str) -> Result<f64, String> {
     }
 }
 
+fn tick(text: &str) -> Result<std::time::Duration, String> {
+    let tick = crate::yaml::parse_duration(text)?;
+    let range = std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(5);
+    if range.contains(&tick) {
+        Ok(tick)
+    } else {
+        Err(format!("{text:?} is not between 100ms and 5s"))
+    }
+}
+
+fn background_loss(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a chance from 0 to under 1 (1e-4: one packet in 10 000)"
+        )),
+    }
+}
+
 fn positive_speed(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 10_000.0 => Ok(v),
@@ -138,7 +180,9 @@ impl DemoArgs {
             },
             start_at_s: self.start_at,
             switch_interval: self.switch_interval,
-            ..Default::default()
+            stopped_agents: self.stop_agent.clone(),
+            tick: self.tick,
+            probe_background_loss: self.probe_background_loss,
         }
     }
 }

@@ -235,6 +235,7 @@ pub const SERVE_PATHS: &[&str] = &[
     "/probe",
     "/ib/switch",
     "/probe-address",
+    "/probe-ping",
     "/api/v1/fabric",
     "/assets",
 ];
@@ -247,6 +248,9 @@ pub const DEMO_PATHS: &[&str] = &[
     "/sd",
     "/hosts",
     "/ib",
+    // Below `/hosts/<host>` beside the telemetry path.
+    "/probe-address",
+    "/probe-ping",
     // The demo serves its subnet at `/ib<telemetry path>`: `/switch` would be `/ib/switch`.
     "/switch",
 ];
@@ -436,6 +440,18 @@ mod tests {
             (
                 "node:\n  devices:\n    exclude: 'mlx5_('\n",
                 "c.yml:3:14: node.devices.exclude: invalid regular expression",
+            ),
+            (
+                "probe:\n  ping_unlisted: maybe\n",
+                "c.yml:2:18: probe.ping_unlisted: invalid type",
+            ),
+            (
+                "probe:\n  traffic_class: 300\n",
+                "c.yml:2:18: probe.traffic_class: invalid value",
+            ),
+            (
+                "probe:\n  ping_unlisetd: true\n",
+                "c.yml:2:3: probe: unknown field `ping_unlisetd`",
             ),
         ] {
             let err = parse_err(text);

@@ -15,7 +15,7 @@ use crate::node::ethtool_ioctl::{decode_names, decode_stats, decode_strings, ETH
 use crate::node::parse;
 use crate::node::rdma_netlink::{decode, nldev, wire};
 use crate::probe::packet::{Packet, LEN};
-use crate::probe::responder::{Limits, Responder, Verdict};
+use crate::probe::responder::{Limits, Responder, Source, Verdict};
 use crate::switch::gnmi::proto::subscribe_response::Response;
 use crate::switch::gnmi::proto::typed_value::Value as Typed;
 use crate::switch::gnmi::{check_document, collect_update, parse_path, proto, render, GnmiUpdate};
@@ -64,7 +64,7 @@ pub fn probe_packet(data: &[u8]) {
             assert_eq!(again[..6], payload[..6]);
             assert_eq!(again[8..24], payload[8..24]);
         }
-        let source = ([from; 16], u32::from(from));
+        let source = Source::from_gid([from; 16], u32::from(from));
         // Odd source bytes stand for sources outside the peer set.
         if let Verdict::Answer(_) = responder.receive(payload, source, 0, from % 2 == 0) {
             answers += 1;

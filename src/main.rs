@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Some(Command::EcnTune(args)) => Ok(rdma_fabric_exporter::diag::ecn_tune::main(&args)),
         Some(Command::NcclTests(args)) => Ok(rdma_fabric_exporter::diag::nccl_tests::main(&args)),
         Some(Command::IbReport(args)) => Ok(rdma_fabric_exporter::diag::ib_report::main(&args)),
+        Some(Command::Ping(args)) => Ok(rdma_fabric_exporter::diag::ping::main(&args)),
         Some(Command::HwCounters(args)) => Ok(rdma_fabric_exporter::diag::hw_counters::main(&args)),
         Some(Command::CheckConfig { config_file }) => check_config(&config_file),
         None => serve(cli.serve),

@@ -143,6 +143,13 @@ fn docs_list_every_label_value() {
             ),
         ),
         (
+            "| `rdma_probe_port_info{",
+            labels(
+                crate::probe::rtt::Timestamps::ALL,
+                crate::probe::rtt::Timestamps::as_str,
+            ),
+        ),
+        (
             "`rdma_ib_fabric_nodes{kind}`",
             [
                 crate::ib::model::NodeKind::Switch,

@@ -1,5 +1,6 @@
 //! HTTP front: `/metrics` with content negotiation, `/healthz`, `/probe` (one configured
-//! switch), `/ib/switch` (one InfiniBand switch of the last subnet scan), and a landing page.
+//! switch), `/ib/switch` (one InfiniBand switch of the last subnet scan), `/probe-address` and
+//! `/probe-ping` (the probe collector's), and a landing page.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -153,6 +154,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/probe", get(probe))
         .route(IB_SWITCH_PATH, get(ib_switch))
         .route(crate::probe::peers::PATH, get(probe_address))
+        .route(crate::web::probe_ping::PATH, get(probe_ping))
         .route(
             fabric_page::SCRIPT_PATH,
             get(|| async {
@@ -393,6 +395,15 @@ async fn probe_address(State(state): State<Arc<AppState>>) -> Response {
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
+}
+
+/// `/probe-ping?to=PEER`: N probes now from a local port to a port of the peer set, through the
+/// running probe loop (`rdma-fabric-exporter ping`).
+async fn probe_ping(
+    State(state): State<Arc<AppState>>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    crate::web::probe_ping::answer(state.probe.clone(), &params).await
 }
 
 /// Where one InfiniBand switch's detail is served.

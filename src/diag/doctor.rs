@@ -18,7 +18,7 @@ mod qos;
 mod report;
 mod resources;
 mod roce_qos;
-mod trust;
+pub(crate) mod trust;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

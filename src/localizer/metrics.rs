@@ -206,6 +206,7 @@ mod tests {
             confidence: 1.0,
             host_ports: None,
             answer_delay_seconds: None,
+            hurts: Vec::new(),
         };
         let localization = Localization {
             verdicts: vec![verdict],

@@ -4,6 +4,7 @@
 //! the log and stays off; every other collector runs.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -13,16 +14,24 @@ use crate::exposition::Families;
 use super::agent::{Agent, LocalPort};
 use super::config::ProbeConfig;
 use super::peers::{self, Published};
+use super::ping::{self, PingError, PortView, Report};
+use super::ping_target::{self, Known};
 use super::targets::Port;
 use super::transport::TransportError;
 
 /// How long one peer agent has to answer for its addresses.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the kernel has to answer for one netdev's DCB settings, at startup.
+const DCB_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct ProbeCollector {
     agent: Mutex<Option<Arc<Agent>>>,
     host: String,
     per_target: bool,
+    /// What an on-demand ping needs of the config.
+    ping: PingSettings,
+    /// On-demand pings running now.
+    pings_running: Arc<AtomicUsize>,
     /// When the loop started: its counts are zero then.
     started: Instant,
     /// Dropping it ends the peers thread at its next wake-up.
@@ -59,10 +68,17 @@ impl ProbeCollector {
                     .spawn(move || refresh_peers(&weak, &config, &own, &stopped))?;
                 Some(stop)
             };
+        let settings = config.settings();
         Ok(ProbeCollector {
             agent: Mutex::new(Some(agent)),
             host,
             per_target: config.per_target,
+            ping: PingSettings {
+                qkey: config.qkey,
+                unlisted_allowed: config.ping_unlisted,
+                timeout: settings.timeout,
+            },
+            pings_running: Arc::default(),
             started,
             _refresh: refresh,
         })
@@ -126,6 +142,118 @@ impl ProbeCollector {
     pub fn started(&self) -> Instant {
         self.started
     }
+
+    /// Starts an on-demand ping (`/probe-ping`): `query`'s ports resolved against this agent's
+    /// own and its peers', its bounds checked, a slot of [`ping::MAX_SESSIONS`] taken; the loop
+    /// sends its probes. Await [`RunningPing::report`] for the outcome.
+    pub fn ping(&self, query: &ping::Query) -> Result<RunningPing, PingError> {
+        let agent = self.agent.lock().unwrap().clone().ok_or(PingError::Off)?;
+        let (local, peers) = (agent.local_ports(), agent.peers());
+        let known = Known {
+            local: &local,
+            peers: &peers,
+            qkey: self.ping.qkey,
+            unlisted_allowed: self.ping.unlisted_allowed,
+        };
+        let path = ping_target::resolve(&known, &query.to, query.from.as_deref(), query.qpn)?;
+        let request = ping::Request {
+            from: path.from,
+            from_port: path.from_port.clone(),
+            to: path.to.clone(),
+            count: query.count,
+            interval: query.interval,
+            flow_label: query.flow_label,
+            listed: path.listed,
+        };
+        request.check()?;
+        let slot = Slot::take(&self.pings_running).ok_or(PingError::Busy)?;
+        let from = local
+            .iter()
+            .find(|(index, _)| *index == path.from)
+            .map(|(_, peer)| PortView::of(peer))
+            .ok_or(PingError::Off)?;
+        let header = Report {
+            from,
+            to: PortView::of(&path.to),
+            path: request.kind().as_str().to_string(),
+            listed: path.listed,
+            count: request.count,
+            interval_ns: request.interval.as_nanos() as u64,
+            timeout_ns: self.ping.timeout.as_nanos() as u64,
+            traffic_class: agent
+                .stats()
+                .ports
+                .get(path.from)
+                .map_or(0, |p| p.traffic_class),
+            probes: Vec::new(),
+        };
+        // The last probe's answer may come a timeout after it was sent, and the loop's pass
+        // that notices it later still on a loaded host.
+        let wait = request.interval.saturating_mul(request.count)
+            + self.ping.timeout * 2
+            + Duration::from_secs(5);
+        let (session, outcomes) = ping::Session::new(request);
+        if !agent.ping(session) {
+            return Err(PingError::Off);
+        }
+        Ok(RunningPing {
+            header,
+            outcomes,
+            wait,
+            _slot: slot,
+        })
+    }
+}
+
+/// What an on-demand ping takes from the config.
+#[derive(Debug, Clone, Copy)]
+struct PingSettings {
+    qkey: u32,
+    unlisted_allowed: bool,
+    timeout: Duration,
+}
+
+/// One of [`ping::MAX_SESSIONS`] places, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(running: &Arc<AtomicUsize>) -> Option<Slot> {
+        running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < ping::MAX_SESSIONS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(running.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An on-demand ping the loop is sending; dropping it (the asker went away) stops it.
+pub struct RunningPing {
+    header: Report,
+    outcomes: tokio::sync::oneshot::Receiver<Vec<ping::ProbeResult>>,
+    wait: Duration,
+    _slot: Slot,
+}
+
+impl RunningPing {
+    /// The report, once every probe is answered or lost.
+    pub async fn report(self) -> Result<Report, PingError> {
+        match tokio::time::timeout(self.wait, self.outcomes).await {
+            Ok(Ok(probes)) => Ok(Report {
+                probes,
+                ..self.header
+            }),
+            // The loop ended (the collector retired) with the session in it.
+            Ok(Err(_)) => Err(PingError::Off),
+            Err(_) => Err(PingError::Timeout(self.wait)),
+        }
+    }
 }
 
 impl Collector for ProbeCollector {
@@ -166,9 +294,11 @@ fn local_ports(
         .filter(|name| include.as_ref().is_none_or(|re| re.is_match(name)))
         .collect();
     devices.sort();
+    let rails = device_rails(config, sysfs, &devices);
+    let dcb = crate::node::dcb::KernelDcb::new(DCB_TIMEOUT);
     let mut ports = Vec::new();
-    for (index, device) in devices.iter().enumerate() {
-        let rail = config.rails.get(device).copied().unwrap_or(index as u32);
+    for device in &devices {
+        let rail = rails.get(device).map_or(0, |(rail, _)| *rail);
         let mut numbers: Vec<u8> = std::fs::read_dir(class.join(device).join("ports"))
             .into_iter()
             .flatten()
@@ -178,17 +308,35 @@ fn local_ports(
         for number in numbers {
             let open = || super::verbs::open(device, number, config.qkey);
             match (open(), open()) {
-                (Ok(responder), Ok(prober)) => ports.push(LocalPort {
-                    port: Port {
-                        host: host.to_string(),
-                        device: device.clone(),
-                        port: u32::from(number),
-                        rail,
-                    },
-                    netdev: gid_netdev(&class, device, number, responder.gid_index()),
-                    responder: Box::new(responder),
-                    prober: Box::new(prober),
-                }),
+                (Ok(responder), Ok(prober)) => {
+                    let netdev = gid_netdev(&class, device, number, responder.gid_index());
+                    let chosen = super::class::of_port(
+                        config.traffic_class,
+                        &class,
+                        device,
+                        number,
+                        &netdev,
+                        &dcb,
+                    );
+                    tracing::info!(
+                        "probes on {device} port {number} ride traffic class {} (DSCP {}): {}",
+                        chosen.traffic_class,
+                        chosen.traffic_class >> 2,
+                        chosen.source.as_str()
+                    );
+                    ports.push(LocalPort {
+                        port: Port {
+                            host: host.to_string(),
+                            device: device.clone(),
+                            port: u32::from(number),
+                            rail,
+                        },
+                        netdev,
+                        traffic_class: chosen.traffic_class,
+                        responder: Box::new(responder),
+                        prober: Box::new(prober),
+                    });
+                }
                 (Err(e), _) | (_, Err(e)) => {
                     tracing::warn!("no probing on {device} port {number}: {e}");
                 }
@@ -196,6 +344,30 @@ fn local_ports(
         }
     }
     Ok(ports)
+}
+
+/// Each device's rail ([`super::rails`]), said once in the log. The node agent has no LLDP of
+/// its own (the switches' neighbour tables are the switch poller's, in Prometheus), so the
+/// config and the PCI placement decide.
+fn device_rails(
+    config: &ProbeConfig,
+    sysfs: &Path,
+    devices: &[String],
+) -> std::collections::BTreeMap<String, (u32, super::rails::Source)> {
+    use super::rails;
+    let nics: Vec<rails::Nic> = devices
+        .iter()
+        .map(|device| rails::Nic {
+            device: device.clone(),
+            lldp_leaf: None,
+            pci_path: rails::nic_pci_path(sysfs, device),
+        })
+        .collect();
+    let assigned = rails::assign(&nics, &config.rails, &rails::accelerators(sysfs));
+    for (device, (rail, source)) in &assigned {
+        tracing::info!("probe rail of {device}: {rail} ({source:?})");
+    }
+    assigned
 }
 
 /// The network device of GID `gid_index` of `device`'s port `port`, as the kernel binds it

@@ -20,8 +20,10 @@ pub struct ProbeConfig {
     pub host: Option<String>,
     /// The RDMA devices that probe (anchored regex on the device name); every device when unset.
     pub device_include: Option<String>,
-    /// The rail of each device by name; unset, a device's rail is its place in the sorted list
-    /// of this host's probing devices (NIC i on rail i, as rail-optimized fabrics cable them).
+    /// The rail of each device by name. Unset, a device's rail is the index of the accelerator
+    /// beside it in the PCI tree (NIC i beside GPU i, as rail-optimized servers pair them); a
+    /// device beside none is off the rails (100 and on); without accelerators, its place in
+    /// the sorted device list ([`super::rails`]).
     pub rails: std::collections::BTreeMap<String, u32>,
     /// The Q_Key every probe endpoint uses: peers must agree on it.
     pub qkey: u32,
@@ -41,8 +43,10 @@ pub struct ProbeConfig {
     /// The shortest round: a path is probed at most once a round.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub min_round: Duration,
-    /// The GRH traffic class of probes and answers (DSCP << 2): set it to ride the RDMA priority.
-    pub traffic_class: u8,
+    /// The GRH traffic class of probes and answers (DSCP << 2). Unset: each port's RoCE class,
+    /// as MLNX_OFED's global class or the NIC's DSCP trust and PFC priorities say, else DSCP 26
+    /// (104), so that probes ride the RDMA priority ([`super::class`]).
+    pub traffic_class: Option<u8>,
     /// The service level of probes and answers.
     pub service_level: u8,
     /// Answers a second to one source, and in total.
@@ -61,6 +65,13 @@ pub struct ProbeConfig {
     /// Time between two refreshes of the peers' addresses.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub peers_refresh: Duration,
+    /// `/probe-ping` may probe a GID and QPN outside the peer set (off: on-demand probes reach
+    /// only the ports this agent already probes).
+    pub ping_unlisted: bool,
+    /// How long probes to a peer whose agent went wholly silent wait to be told a restart's
+    /// (not lost) from a fault's (lost): longer than the agents take to restart.
+    #[serde(deserialize_with = "crate::yaml::duration")]
+    pub restart_grace: Duration,
 }
 
 impl Default for ProbeConfig {
@@ -80,7 +91,7 @@ impl Default for ProbeConfig {
             per_port_rate: targets.per_port_rate,
             total_rate: targets.total_rate,
             min_round: targets.min_round,
-            traffic_class: 0,
+            traffic_class: None,
             service_level: 0,
             answers_per_source: limits.per_source,
             answers_total: limits.total,
@@ -89,6 +100,8 @@ impl Default for ProbeConfig {
             peers_file: None,
             peers_dns: None,
             peers_refresh: Duration::from_secs(60),
+            ping_unlisted: false,
+            restart_grace: agent::Settings::default().restart_grace,
         }
     }
 }
@@ -111,7 +124,9 @@ impl ProbeConfig {
             timeout: self.timeout,
             send: SendOptions {
                 flow_label: 0,
-                traffic_class: self.traffic_class,
+                traffic_class: self
+                    .traffic_class
+                    .unwrap_or(super::class::DEFAULT_TRAFFIC_CLASS),
                 service_level: self.service_level,
                 peer: false,
             },
@@ -120,6 +135,7 @@ impl ProbeConfig {
                 total: self.answers_total,
                 ..Limits::default()
             },
+            restart_grace: self.restart_grace,
         }
     }
 

@@ -137,6 +137,10 @@ pub struct Verdict {
     pub host_ports: Option<(usize, usize)>,
     /// `responder`: its mean answer delay, seconds.
     pub answer_delay_seconds: Option<f64>,
+    /// What it hurts (issue 61's blast radius): the ports at its end of the failing paths it
+    /// explains, those an earlier verdict explained left out. `nic`: the port; `host`: its
+    /// losing ports; `leaf`, `uplink`: the ports under that leaf; `spine`: both ends.
+    pub hurts: Vec<PortId>,
 }
 
 impl Verdict {
@@ -157,8 +161,60 @@ impl Verdict {
             confidence: 0.0,
             host_ports: None,
             answer_delay_seconds: None,
+            hurts: Vec::new(),
         }
     }
+}
+
+/// Each verdict's blast radius over `failing`, in the verdicts' order: a path goes to the
+/// first verdict it runs through (explain-away), and counts the ends on that verdict's side.
+fn blast_radius(
+    topology: &Topology,
+    verdicts: &[vote::Found],
+    failing: &[vote::LossyPath],
+) -> Vec<Vec<u32>> {
+    let mut claimed = vec![false; failing.len()];
+    verdicts
+        .iter()
+        .map(|found| {
+            let mut hurt = std::collections::BTreeSet::new();
+            if found.kind == Kind::Responder {
+                return Vec::new();
+            }
+            for (path, taken) in failing.iter().zip(claimed.iter_mut()) {
+                let ends = [path.from, path.to];
+                let side: Vec<u32> = match found.subject {
+                    Subject::Port(i) => ends.into_iter().filter(|&e| e == i).collect(),
+                    Subject::Host(h) => ends
+                        .into_iter()
+                        .filter(|&e| topology.host_of(e) == h)
+                        .collect(),
+                    Subject::Leaf(l) => {
+                        let (a, b) = (topology.leaf_of(path.from), topology.leaf_of(path.to));
+                        if (a == Some(l)) != (b == Some(l)) && a.is_some() && b.is_some() {
+                            ends.into_iter()
+                                .filter(|&e| topology.leaf_of(e) == Some(l))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    Subject::Spine => {
+                        match (topology.leaf_of(path.from), topology.leaf_of(path.to)) {
+                            (Some(a), Some(b)) if a != b => ends.to_vec(),
+                            _ => Vec::new(),
+                        }
+                    }
+                };
+                if side.is_empty() || *taken {
+                    continue;
+                }
+                *taken = true;
+                hurt.extend(side);
+            }
+            hurt.into_iter().collect()
+        })
+        .collect()
 }
 
 /// A path between two live ports that lost probes in the window.
@@ -265,11 +321,14 @@ pub fn localize(ports: &[LivePort], paths: &[PathCounts]) -> Localization {
             .then(b.lost.cmp(&a.lost))
             .then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to)))
     });
+    let hurts = blast_radius(&topology, &outcome.verdicts, &outcome.failing);
     let verdicts = outcome
         .verdicts
         .iter()
-        .map(|found| {
+        .zip(hurts)
+        .map(|(found, hurts)| {
             let mut verdict = Verdict::new(found.kind);
+            verdict.hurts = hurts.into_iter().map(id).collect();
             match found.subject {
                 Subject::Port(i) => {
                     let port = &ports[i as usize];
@@ -455,6 +514,8 @@ mod tests {
             .failing
             .iter()
             .all(|p| p.from == id(1, 3) || p.to == id(1, 3)));
+        // It hurts itself, not the peers whose probes to it were lost.
+        assert_eq!(v.hurts, [id(1, 3)]);
     }
 
     #[test]
@@ -483,6 +544,23 @@ mod tests {
             .failing
             .iter()
             .all(|p| fabric.crosses(0, nic(&p.from), nic(&p.to))));
+        // It hurts the ports under leaf1 whose paths across it fail, and no one elsewhere.
+        assert!(!v.hurts.is_empty());
+        assert!(
+            v.hurts.iter().all(|p| fabric.leaf(nic(p).1) == 0),
+            "{:?}",
+            v.hurts
+        );
+        let under_leaf1: std::collections::BTreeSet<&PortId> = l
+            .failing
+            .iter()
+            .flat_map(|p| [&p.from, &p.to])
+            .filter(|p| fabric.leaf(nic(p).1) == 0)
+            .collect();
+        assert_eq!(
+            v.hurts.iter().collect::<std::collections::BTreeSet<_>>(),
+            under_leaf1
+        );
     }
 
     #[test]
@@ -766,6 +844,28 @@ mod tests {
                 "{:?}",
                 l.verdicts
             );
+            // Each NIC hurts itself alone; the uplink the ports under leaf4 (rail 3), not the
+            // bad NICs, whose failing paths across leaf4 the NICs' verdicts explain.
+            for v in &l.verdicts {
+                match v.kind {
+                    Kind::Nic => {
+                        let port = PortId {
+                            host: v.host.clone().unwrap(),
+                            device: v.device.clone().unwrap(),
+                            port: 1,
+                        };
+                        assert_eq!(v.hurts, [port]);
+                    }
+                    _ => {
+                        assert!(v.hurts.len() > 1, "{v:?}");
+                        assert!(
+                            v.hurts.iter().all(|p| p.device == "mlx5_3"),
+                            "{:?}",
+                            v.hurts
+                        );
+                    }
+                }
+            }
         }
 
         #[test]

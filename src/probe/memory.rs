@@ -5,6 +5,7 @@
 //! ([`MemoryFabric::with_lag`]): a host whose busy CPU polls late.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,38 +31,89 @@ struct InFlight {
 }
 
 struct Shared {
-    start: Instant,
     queues: HashMap<(u128, u32), VecDeque<InFlight>>,
     gone: Vec<(u128, u32)>,
     /// Endpoints their owner closed.
     closed: Vec<(u128, u32)>,
     /// Endpoints to rebuild at their next poll, with their new QPN.
     resets: HashMap<(u128, u32), u32>,
+    /// Each endpoint's doorbell, rung when a packet is queued for it (its `wait_fd`).
+    doorbells: HashMap<(u128, u32), Arc<Doorbell>>,
+}
+
+/// An eventfd that turns readable when a packet is queued: the memory twin of a completion
+/// channel, so the loop sleeps on the demo's endpoints as on a NIC's.
+struct Doorbell(Option<OwnedFd>);
+
+impl Doorbell {
+    fn new() -> Doorbell {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        // Out of descriptors: no doorbell, and the loop polls this endpoint on a timer.
+        // SAFETY: `fd` is a fresh descriptor owned by nothing else.
+        Doorbell((fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ring(&self) {
+        if let Some(fd) = &self.0 {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64; a full counter (EAGAIN) is rung already.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    fn clear(&self) {
+        if let Some(fd) = &self.0 {
+            let mut count: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64; non-blocking, EAGAIN when not rung.
+            unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        }
+    }
+
+    fn fd(&self) -> Option<RawFd> {
+        self.0.as_ref().map(AsRawFd::as_raw_fd)
+    }
 }
 
 /// The fabric every endpoint of it sends through. `fate` is asked without the queues' lock
 /// held: it may take locks of its own (the simulator's fabric).
 #[derive(Clone)]
 pub struct MemoryFabric {
+    /// The fabric's clock starts here (read without the queues' lock: every endpoint reads
+    /// it at each send and poll).
+    start: Instant,
     shared: Arc<Mutex<Shared>>,
     fate: Arc<Fate>,
     lag: Option<Arc<Lag>>,
+    /// Endpoints made from now on have no descriptor to sleep on (a device without completion
+    /// channels): the loop polls them on its timer.
+    polled: bool,
 }
 
 impl MemoryFabric {
     /// A fabric where every packet arrives after `fate`'s delay, or never.
     pub fn new(fate: Fate) -> MemoryFabric {
         MemoryFabric {
+            start: Instant::now(),
             shared: Arc::new(Mutex::new(Shared {
-                start: Instant::now(),
                 queues: HashMap::new(),
                 gone: Vec::new(),
                 closed: Vec::new(),
                 resets: HashMap::new(),
+                doorbells: HashMap::new(),
             })),
             fate: Arc::new(fate),
             lag: None,
+            polled: false,
         }
+    }
+
+    /// The same fabric, its endpoints without a descriptor to sleep on: the loop polls them,
+    /// as it polls a device that gives no completion channel (and as it polled every device
+    /// before it slept on them). The idle-loop bench compares the two.
+    pub fn polled(mut self) -> MemoryFabric {
+        self.polled = true;
+        self
     }
 
     /// The same fabric, its receivers seeing each packet `lag` after its arrival. Like `fate`,
@@ -100,15 +152,26 @@ impl MemoryFabric {
         stamp_at_poll: bool,
     ) -> MemoryEndpoint {
         let mut shared = self.shared.lock().unwrap();
-        shared
-            .queues
-            .insert((u128::from_be_bytes(gid), qpn), VecDeque::new());
+        let key = (u128::from_be_bytes(gid), qpn);
+        shared.queues.insert(key, VecDeque::new());
+        let doorbell = Arc::new(if self.polled {
+            Doorbell(None)
+        } else {
+            Doorbell::new()
+        });
+        shared.doorbells.insert(key, doorbell.clone());
         MemoryEndpoint {
             fabric: self.clone(),
-            address: Address { gid, qpn, qkey },
+            address: Address {
+                gid,
+                qpn,
+                qkey,
+                lid: None,
+            },
             sent: Vec::new(),
             clock,
             stamp_at_poll,
+            doorbell,
         }
     }
 
@@ -125,6 +188,9 @@ impl MemoryFabric {
         for k in removed {
             shared.queues.remove(&k);
             shared.gone.push(k);
+            if let Some(doorbell) = shared.doorbells.get(&k) {
+                doorbell.ring();
+            }
         }
     }
 
@@ -134,6 +200,9 @@ impl MemoryFabric {
         let key = (u128::from_be_bytes(gid), qpn);
         shared.queues.remove(&key);
         shared.gone.push(key);
+        if let Some(doorbell) = shared.doorbells.get(&key) {
+            doorbell.ring();
+        }
     }
 
     /// Rebuilds the endpoint at `gid` and `qpn` as a verbs endpoint rebuilds a queue pair in
@@ -141,7 +210,11 @@ impl MemoryFabric {
     /// `new_qpn` and says so ([`Event::Reset`]).
     pub fn reset(&self, gid: [u8; 16], qpn: u32, new_qpn: u32) {
         let key = (u128::from_be_bytes(gid), qpn);
-        self.shared.lock().unwrap().resets.insert(key, new_qpn);
+        let mut shared = self.shared.lock().unwrap();
+        shared.resets.insert(key, new_qpn);
+        if let Some(doorbell) = shared.doorbells.get(&key) {
+            doorbell.ring();
+        }
     }
 
     /// Whether the endpoint at `gid` and `qpn` was closed by its owner.
@@ -151,7 +224,7 @@ impl MemoryFabric {
     }
 
     fn now_ns(&self) -> u64 {
-        self.shared.lock().unwrap().start.elapsed().as_nanos() as u64
+        self.start.elapsed().as_nanos() as u64
     }
 }
 
@@ -163,6 +236,7 @@ pub struct MemoryEndpoint {
     clock: Clock,
     /// Receives are stamped when polled (software verbs), not when they arrived.
     stamp_at_poll: bool,
+    doorbell: Arc<Doorbell>,
 }
 
 impl MemoryEndpoint {
@@ -204,7 +278,7 @@ impl Endpoint for MemoryEndpoint {
         };
         let mut shared = self.fabric.shared.lock().unwrap();
         self.check(&shared)?;
-        let source = (self.address.gid, self.address.qpn);
+        let source = Source::from_gid(self.address.gid, self.address.qpn);
         if let (Some(delay), Some(queue)) = (
             delay,
             shared
@@ -218,9 +292,19 @@ impl Endpoint for MemoryEndpoint {
                     payload: payload.to_vec(),
                     source,
                 });
+                let to_key = (u128::from_be_bytes(to.gid), to.qpn);
+                if let Some(doorbell) = shared.doorbells.get(&to_key) {
+                    doorbell.ring();
+                }
             }
         }
         self.sent.push((wr_id, now));
+        // With NIC timestamps the loop waits for a send's completion (its time on the wire):
+        // it signals, as a NIC's signals its channel. A software clock's carries nothing the
+        // loop waits for, and is taken at the next poll.
+        if self.clock == Clock::Hardware {
+            self.doorbell.ring();
+        }
         Ok(now)
     }
 
@@ -233,8 +317,10 @@ impl Endpoint for MemoryEndpoint {
                 self.check(&shared)?;
                 if let Some(new_qpn) = shared.resets.remove(&self.key()) {
                     shared.queues.remove(&self.key());
+                    shared.doorbells.remove(&self.key());
                     self.address.qpn = new_qpn;
                     shared.queues.insert(self.key(), VecDeque::new());
+                    shared.doorbells.insert(self.key(), self.doorbell.clone());
                     self.sent.clear();
                     events.push(Event::Reset { reason: "qp_error" });
                 }
@@ -268,6 +354,31 @@ impl Endpoint for MemoryEndpoint {
 
     fn now_ns(&self) -> u64 {
         self.fabric.now_ns()
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.doorbell.fd()
+    }
+
+    /// Queued packets ring at once but show only at their arrival (plus the receiver's lag):
+    /// the loop is told to look again then. Completions of sends show at the next poll.
+    fn arm(&mut self, woken: bool) -> Result<Option<Duration>, TransportError> {
+        if woken {
+            self.doorbell.clear();
+        }
+        let now = self.fabric.now_ns();
+        let shared = self.fabric.shared.lock().unwrap();
+        self.check(&shared)?;
+        if !self.sent.is_empty() || shared.resets.contains_key(&self.key()) {
+            return Ok(Some(Duration::ZERO));
+        }
+        // The first not yet seen, in queue order: the poll after this call takes those before
+        // it (a poll delivers in order, see `poll`).
+        let next = shared
+            .queues
+            .get(&self.key())
+            .and_then(|queue| queue.iter().map(|p| p.seen).find(|&seen| seen > now));
+        Ok(next.map(|seen| Duration::from_nanos(seen.saturating_sub(now))))
     }
 
     fn close(&mut self) {

@@ -35,13 +35,15 @@ pub fn encode_at<'s>(
         let labels = port_labels(port);
         families.info(
             "rdma_probe_port_info",
-            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, and where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock).",
+            "A local RDMA port that answers and sends probes: its network device (empty when unknown), its rail, the GID and QPN it answers on, where completion times come from (hardware: the NIC's completion timestamps; software: the host's monotonic clock), how they become nanoseconds (timestamps: cycles of the NIC's free-running clock, the NIC's wall clock, or software), and the GRH traffic class its probes and answers ride (DSCP x 4).",
             labels.iter().cloned().chain([
                 ("netdev", Cow::Borrowed(port.netdev.as_str())),
                 ("rail", Cow::Owned(port.port.rail.to_string())),
                 ("gid", Cow::Owned(gid_text::format(&port.address.gid))),
                 ("qpn", Cow::Owned(port.address.qpn.to_string())),
                 ("clock", Cow::Borrowed(port.clock.as_str())),
+                ("timestamps", Cow::Borrowed(port.timestamps.as_str())),
+                ("traffic_class", Cow::Owned(port.traffic_class.to_string())),
             ]),
         );
         families.gauge(
@@ -69,6 +71,15 @@ pub fn encode_at<'s>(
                 with_path(),
                 Value::U64(port.lost[i]),
             );
+            // Only once there are some, as the dropped packets' reasons: a restart is rare.
+            if port.restart_unanswered[i] > 0 {
+                families.counter(
+                    "rdma_probe_restart_unanswered_total",
+                    "Probes this port sent that got no answer because their target's agent was restarting (it went wholly silent and came back as a new start or at a new QPN) or left the peer set, by path kind: not counted in rdma_probe_lost_total, nor in localization.",
+                    with_path(),
+                    Value::U64(port.restart_unanswered[i]),
+                );
+            }
         }
         let h = &port.network_rtt;
         let mut buckets: Vec<(f64, u64)> = RTT_BUCKETS
@@ -169,7 +180,7 @@ pub fn encode_at<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::rtt::{Clock, RoundTrip};
+    use crate::probe::rtt::{Clock, RoundTrip, Timestamps};
     use crate::probe::stats::{PathKey, PortIdentity};
     use crate::probe::targets::{PathKind, Port};
     use crate::probe::transport::Address;
@@ -191,12 +202,15 @@ mod tests {
                         gid: [n as u8; 16],
                         qpn: 100 + n,
                         qkey: 1,
+                        lid: None,
                     };
                     PortIdentity {
                         port: port(n),
                         netdev: format!("ens{}f0np0", n + 1),
+                        traffic_class: 104,
                         address,
                         clock: Clock::Software,
+                        timestamps: Timestamps::Software,
                     }
                 })
                 .collect(),
@@ -220,7 +234,7 @@ mod tests {
             to: port(to),
         };
         for to in 1..8 {
-            stats.sent(&path(to));
+            stats.sent(&path(to), 0);
             stats.answered(
                 &path(to),
                 RoundTrip {
@@ -232,7 +246,7 @@ mod tests {
         }
         assert_eq!(count(&stats, false), 160);
         assert_eq!(count(&stats, true), 160 + 7 * 4);
-        stats.sent(&path(3));
+        stats.sent(&path(3), 500);
         stats.lost(&path(3), 1_000);
         assert_eq!(count(&stats, false), 160 + 4);
         let mut families = Families::default();
@@ -292,5 +306,46 @@ mod tests {
             .collect();
         assert_eq!(netdevs.len(), 8);
         assert_eq!(netdevs[3], "ens4f0np0");
+    }
+
+    /// The info says which traffic class each port probes on.
+    #[test]
+    fn the_info_names_the_class_a_port_probes_on() {
+        let mut stats = eight_ports();
+        stats.ports[1].traffic_class = 96;
+        let mut families = Families::default();
+        encode(&stats, false, &mut families);
+        let classes: Vec<String> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_probe_port_info")
+            .filter_map(|(_, labels, _)| {
+                labels
+                    .iter()
+                    .find(|(k, _)| *k == "traffic_class")
+                    .map(|(_, v)| v.to_string())
+            })
+            .collect();
+        assert_eq!(classes[..3], ["104", "96", "104"]);
+    }
+
+    /// The info says how each port's completion times become nanoseconds.
+    #[test]
+    fn the_info_names_the_timestamp_conversion_a_port_uses() {
+        let mut stats = eight_ports();
+        stats.ports[0].timestamps = Timestamps::Cycles;
+        stats.ports[1].timestamps = Timestamps::Wallclock;
+        let mut families = Families::default();
+        encode(&stats, false, &mut families);
+        let conversions: Vec<String> = families
+            .samples()
+            .filter(|(name, _, _)| *name == "rdma_probe_port_info")
+            .filter_map(|(_, labels, _)| {
+                labels
+                    .iter()
+                    .find(|(k, _)| *k == "timestamps")
+                    .map(|(_, v)| v.to_string())
+            })
+            .collect();
+        assert_eq!(conversions[..3], ["cycles", "wallclock", "software"]);
     }
 }

@@ -2,8 +2,8 @@
 //! gets in front of it.
 //!
 //! ```text
-//! 0   4     5     6       7   8        16                24        32
-//! | RFEP | ver | kind | mode | 0 | seq u64 | responder delay u64 ns | 0 ... |
+//! 0      4     5      6      7   8         16                       24           28        32
+//! | RFEP | ver | kind | mode | 0 | seq u64 | responder delay u64 ns | answers_on | epoch |
 //! ```
 //! Big-endian, fixed length. A probe carries only its sequence number. With device completion
 //! timestamps the responder answers each probe twice, as R-Pingmesh does: an `Ack` at once (its
@@ -17,6 +17,14 @@
 //! a prober waits for a `Delay` only when one follows. Byte 6 was reserved and zero in the first
 //! builds of version 1, which these decode as [`Mode::Unsaid`]: the prober then assumes the
 //! responder works as it does itself, as those builds did.
+//!
+//! Every packet also says which start of its sender's agent sent it (`epoch`, bytes 28..32, a
+//! random number drawn at each start), and a probe says where its sender's port answers probes
+//! (`answers_on`, bytes 24..28: the responder's QPN, which the probe's own source QPN, the
+//! prober's, is not). So a peer that restarted, or rebuilt its responder, is found at its new
+//! address from its first probe or answer, not at the next refresh of the peer set
+//! (`restarts.rs`). Both were reserved and zero before; zero still means "not said", and builds
+//! that do not know them ignore them.
 
 use thiserror::Error;
 
@@ -57,6 +65,11 @@ pub struct Packet {
     pub responder_delay_ns: u64,
     /// In answers: how the responder delivers its delay.
     pub mode: Mode,
+    /// In probes: the QPN the sender's port answers probes on; 0 when unsaid (and in answers,
+    /// whose source QPN says it).
+    pub answers_on: u32,
+    /// The start of the sender's agent that sent it; 0 when unsaid (builds before it).
+    pub epoch: u32,
 }
 
 /// Why a payload is not a packet of ours; `reason` is its label.
@@ -87,12 +100,32 @@ impl PacketError {
 }
 
 impl Packet {
+    /// A probe that says nothing of its sender (as the first builds sent them).
     pub fn probe(seq: u64) -> Packet {
+        Packet::probe_from(seq, 0, 0)
+    }
+
+    /// A probe from a port that answers on QPN `answers_on`, in its agent's start `epoch`.
+    pub fn probe_from(seq: u64, answers_on: u32, epoch: u32) -> Packet {
         Packet {
             kind: Kind::Probe,
             seq,
             responder_delay_ns: 0,
             mode: Mode::Unsaid,
+            answers_on,
+            epoch,
+        }
+    }
+
+    /// An answer of `kind` to probe `seq`.
+    pub fn answer(kind: Kind, seq: u64, responder_delay_ns: u64, mode: Mode, epoch: u32) -> Packet {
+        Packet {
+            kind,
+            seq,
+            responder_delay_ns,
+            mode,
+            answers_on: 0,
+            epoch,
         }
     }
 
@@ -104,11 +137,15 @@ impl Packet {
         bytes[6] = self.mode as u8;
         bytes[8..16].copy_from_slice(&self.seq.to_be_bytes());
         bytes[16..24].copy_from_slice(&self.responder_delay_ns.to_be_bytes());
+        if self.kind == Kind::Probe {
+            bytes[24..28].copy_from_slice(&self.answers_on.to_be_bytes());
+        }
+        bytes[28..32].copy_from_slice(&self.epoch.to_be_bytes());
         bytes
     }
 
-    /// Decodes a payload (the GRH already stripped). Reserved bytes are ignored, so a later
-    /// version may use them without breaking this one.
+    /// Decodes a payload (the GRH already stripped). Reserved bytes (7, and 24..28 of an
+    /// answer) are ignored, so a later version may use them without breaking this one.
     pub fn decode(bytes: &[u8]) -> Result<Packet, PacketError> {
         let bytes: &[u8; LEN] = bytes
             .try_into()
@@ -137,11 +174,14 @@ impl Packet {
             (_, 2) => Mode::DelayFollows,
             _ => Mode::Unsaid,
         };
+        let half = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
         Ok(Packet {
             kind,
             seq: word(8),
             responder_delay_ns,
             mode,
+            answers_on: if kind == Kind::Probe { half(24) } else { 0 },
+            epoch: half(28),
         })
     }
 }
@@ -154,24 +194,10 @@ mod tests {
     fn each_kind_round_trips() {
         for packet in [
             Packet::probe(7),
-            Packet {
-                kind: Kind::Ack,
-                seq: u64::MAX,
-                responder_delay_ns: 0,
-                mode: Mode::DelayFollows,
-            },
-            Packet {
-                kind: Kind::Ack,
-                seq: 3,
-                responder_delay_ns: 9,
-                mode: Mode::DelayInAck,
-            },
-            Packet {
-                kind: Kind::Delay,
-                seq: 1,
-                responder_delay_ns: 12_345,
-                mode: Mode::DelayFollows,
-            },
+            Packet::probe_from(8, 0x00ab_cdef, u32::MAX),
+            Packet::answer(Kind::Ack, u64::MAX, 0, Mode::DelayFollows, 5),
+            Packet::answer(Kind::Ack, 3, 9, Mode::DelayInAck, 0),
+            Packet::answer(Kind::Delay, 1, 12_345, Mode::DelayFollows, 1),
         ] {
             assert_eq!(Packet::decode(&packet.encode()), Ok(packet));
         }
@@ -179,17 +205,20 @@ mod tests {
 
     #[test]
     fn the_layout_is_fixed() {
-        let bytes = Packet {
-            kind: Kind::Delay,
-            seq: 0x0102_0304_0506_0708,
-            responder_delay_ns: 0x1112,
-            mode: Mode::DelayFollows,
-        }
+        let bytes = Packet::answer(
+            Kind::Delay,
+            0x0102_0304_0506_0708,
+            0x1112,
+            Mode::DelayFollows,
+            0x2122_2324,
+        )
         .encode();
         assert_eq!(&bytes[..8], b"RFEP\x01\x03\x02\x00");
         assert_eq!(&bytes[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&bytes[16..24], &[0, 0, 0, 0, 0, 0, 0x11, 0x12]);
-        assert_eq!(&bytes[24..], &[0; 8]);
+        assert_eq!(&bytes[24..], &[0, 0, 0, 0, 0x21, 0x22, 0x23, 0x24]);
+        let probe = Packet::probe_from(1, 0x0003_0201, 0x0a0b_0c0d).encode();
+        assert_eq!(&probe[24..], &[0, 3, 2, 1, 0x0a, 0x0b, 0x0c, 0x0d]);
     }
 
     #[test]
@@ -223,17 +252,23 @@ mod tests {
         let mut bytes = Packet::probe(9).encode();
         bytes[6] = 0xff;
         bytes[7] = 0xff;
-        bytes[31] = 0xff;
         assert_eq!(Packet::decode(&bytes), Ok(Packet::probe(9)));
-        let ack = Packet {
-            kind: Kind::Ack,
-            seq: 4,
-            responder_delay_ns: 0,
-            mode: Mode::Unsaid,
-        };
+        let ack = Packet::answer(Kind::Ack, 4, 0, Mode::Unsaid, 7);
         let mut bytes = ack.encode();
         bytes[6] = 9;
+        // An answer's QPN is its source's: bytes 24..28 of an answer are not read.
+        bytes[25] = 0xff;
         assert_eq!(Packet::decode(&bytes), Ok(ack));
+    }
+
+    /// Builds before the epoch sent zeros in bytes 24..32: their packets say neither where
+    /// they answer nor which start they are, and decode as before.
+    #[test]
+    fn packets_of_builds_before_the_epoch_say_neither() {
+        let old = *b"RFEP\x01\x01\x00\x00\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+        let probe = Packet::decode(&old).unwrap();
+        assert_eq!((probe.seq, probe.answers_on, probe.epoch), (7, 0, 0));
+        assert_eq!(probe, Packet::probe(7));
     }
 
     /// The first builds of version 1 sent zero in byte 6: their answers decode as unsaid.

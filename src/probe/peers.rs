@@ -215,24 +215,32 @@ mod tests {
         assert!(errors[0].to_string().starts_with(&closed), "{}", errors[0]);
     }
 
+    /// A RoCE port and an InfiniBand one: the IB port's LID goes out at `/probe-address` and
+    /// comes back into its peer's address, where its address handles are built from it.
     #[test]
     fn published_addresses_round_trip() {
+        let port = |device: &str, lid: Option<u16>| PublishedPort {
+            device: device.into(),
+            port: 1,
+            rail: 0,
+            address: Address {
+                gid: [1; 16],
+                qpn: 7,
+                qkey: 9,
+                lid,
+            },
+        };
         let published = Published {
             host: "gpu-02".into(),
-            ports: vec![PublishedPort {
-                device: "mlx5_0".into(),
-                port: 1,
-                rail: 0,
-                address: Address {
-                    gid: [1; 16],
-                    qpn: 7,
-                    qkey: 9,
-                },
-            }],
+            ports: vec![port("mlx5_0", None), port("mlx5_1", Some(0x2a))],
         };
         let json = serde_json::to_string(&published).unwrap();
+        assert_eq!(json.matches("\"lid\":42").count(), 1, "{json}");
         let back: Published = serde_json::from_str(&json).unwrap();
         assert_eq!(back, published);
-        assert_eq!(back.peers()[0].port.host, "gpu-02");
+        let peers = back.peers();
+        assert_eq!(peers[0].port.host, "gpu-02");
+        assert_eq!(peers[0].address.lid, None);
+        assert_eq!(peers[1].address.lid, Some(0x2a));
     }
 }

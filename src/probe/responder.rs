@@ -5,12 +5,107 @@
 //! bucket, so the responders of a fleet cannot be turned into a reflector aimed at them. Time is given in nanoseconds
 //! of a monotonic clock, so the policy is tested without sleeping.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::packet::{Kind, Packet, PacketError};
+use super::transport::Address;
 
-/// Where a packet came from, as its receive completion says: the sender's GID and QPN.
-pub type Source = ([u8; 16], u32);
+/// Where a packet came from, as its receive completion says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Source {
+    /// The sender's GID, from the GRH; all zeros when the packet had none (InfiniBand within
+    /// a subnet), or once [`KnownSources::identify`] named its peer, that peer's GID.
+    pub gid: [u8; 16],
+    pub qpn: u32,
+    /// The source LID of the completion on InfiniBand (the sender's, or the router's for a
+    /// packet from another subnet), where the answer goes; `None` on RoCE.
+    pub lid: Option<u16>,
+}
+
+impl Source {
+    /// A source named by its GRH (RoCE, memory endpoints).
+    pub fn from_gid(gid: [u8; 16], qpn: u32) -> Source {
+        Source {
+            gid,
+            qpn,
+            lid: None,
+        }
+    }
+
+    /// Whether this is `to` answering: its QPN and GID, or without a GRH (InfiniBand, one
+    /// subnet) its LID.
+    pub fn is(&self, to: &Address) -> bool {
+        if self.qpn != to.qpn {
+            return false;
+        }
+        if self.gid != [0; 16] {
+            return self.gid == to.gid;
+        }
+        self.lid.is_some() && self.lid == to.lid
+    }
+
+    /// Where an answer to it goes.
+    pub fn address(&self, qkey: u32) -> Address {
+        Address {
+            gid: self.gid,
+            qpn: self.qpn,
+            qkey,
+            lid: self.lid,
+        }
+    }
+}
+
+/// The peer set's addresses as sources are matched against them: by GID, and for packets
+/// without a GRH (InfiniBand within a subnet) by LID within the receiving port's subnet.
+#[derive(Debug, Default)]
+pub struct KnownSources {
+    gids: HashSet<[u8; 16]>,
+    /// (subnet prefix, LID) -> the peer's GID; `None` where two peers claim it (a source that
+    /// could be either is not named).
+    lids: HashMap<([u8; 8], u16), Option<[u8; 16]>>,
+}
+
+impl KnownSources {
+    pub fn new<'a>(addresses: impl IntoIterator<Item = &'a Address>) -> KnownSources {
+        let mut known = KnownSources::default();
+        for address in addresses {
+            known.gids.insert(address.gid);
+            if let Some(lid) = address.lid {
+                let key = (subnet_prefix(&address.gid), lid);
+                known
+                    .lids
+                    .entry(key)
+                    .and_modify(|gid| {
+                        if *gid != Some(address.gid) {
+                            *gid = None;
+                        }
+                    })
+                    .or_insert(Some(address.gid));
+            }
+        }
+        known
+    }
+
+    /// `source` as the peer set knows it, received on a port whose GID is `local_gid`: with a
+    /// GRH, known when its GID is a peer's; without one, the peer with its LID in the local
+    /// subnet (a packet from another subnet carries a GRH), its GID filled in. `None`: not a
+    /// peer's.
+    pub fn identify(&self, source: Source, local_gid: &[u8; 16]) -> Option<Source> {
+        if source.gid != [0; 16] {
+            return self.gids.contains(&source.gid).then_some(source);
+        }
+        let lid = source.lid?;
+        let gid = (*self.lids.get(&(subnet_prefix(local_gid), lid))?)?;
+        Some(Source { gid, ..source })
+    }
+}
+
+/// A GID's subnet prefix, its first 8 bytes.
+pub fn subnet_prefix(gid: &[u8; 16]) -> [u8; 8] {
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(&gid[..8]);
+    prefix
+}
 
 /// The bounds of a responder.
 #[derive(Debug, Clone, Copy)]
@@ -147,7 +242,7 @@ mod tests {
     const SECOND: u64 = 1_000_000_000;
 
     fn source(n: u32) -> Source {
-        ([n as u8; 16], n)
+        Source::from_gid([n as u8; 16], n)
     }
 
     fn probe(seq: u64) -> [u8; 32] {
@@ -162,6 +257,97 @@ mod tests {
             .count() as u64
     }
 
+    fn ib_gid(prefix: u8, guid: u8) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, prefix]);
+        gid[15] = guid;
+        gid
+    }
+
+    fn ib_address(gid: [u8; 16], qpn: u32, lid: u16) -> Address {
+        Address {
+            gid,
+            qpn,
+            qkey: 1,
+            lid: Some(lid),
+        }
+    }
+
+    /// InfiniBand within a subnet sends no GRH: a probe is known by its source LID, in the
+    /// receiving port's subnet, and takes its peer's GID; a LID two peers of that subnet claim,
+    /// or one of another subnet, is nobody's. With a GRH the GID decides, as on RoCE.
+    #[test]
+    fn sources_without_a_grh_are_known_by_their_lid_in_the_subnet() {
+        let local = ib_gid(0x80, 1);
+        let peer = ib_gid(0x80, 2);
+        let far = ib_gid(0x81, 3);
+        let known = KnownSources::new(&[
+            ib_address(peer, 100, 7),
+            ib_address(far, 100, 9),
+            ib_address(ib_gid(0x80, 4), 100, 11),
+            ib_address(ib_gid(0x80, 5), 100, 11),
+        ]);
+        let lid_only = |lid| Source {
+            gid: [0; 16],
+            qpn: 555,
+            lid: Some(lid),
+        };
+        assert_eq!(
+            known.identify(lid_only(7), &local),
+            Some(Source {
+                gid: peer,
+                qpn: 555,
+                lid: Some(7)
+            })
+        );
+        assert_eq!(
+            known.identify(lid_only(9), &local),
+            None,
+            "another subnet's LID"
+        );
+        assert_eq!(known.identify(lid_only(11), &local), None, "claimed twice");
+        assert_eq!(known.identify(lid_only(12), &local), None, "nobody's");
+        let no_lid = Source::from_gid([0; 16], 555);
+        assert_eq!(known.identify(no_lid, &local), None);
+        // A GRH names its GID; the router's LID beside it is where the answer goes.
+        let routed = Source {
+            gid: far,
+            qpn: 555,
+            lid: Some(1),
+        };
+        assert_eq!(known.identify(routed, &local), Some(routed));
+        assert_eq!(
+            known.identify(Source::from_gid(ib_gid(0x81, 9), 5), &local),
+            None
+        );
+    }
+
+    /// An answer is the target's when its QPN is, and its GID, or without a GRH its LID.
+    #[test]
+    fn answers_are_matched_by_gid_or_without_a_grh_by_lid() {
+        let target = ib_address(ib_gid(0x80, 2), 300, 7);
+        let by_lid = Source {
+            gid: [0; 16],
+            qpn: 300,
+            lid: Some(7),
+        };
+        assert!(by_lid.is(&target));
+        assert!(!Source {
+            lid: Some(8),
+            ..by_lid
+        }
+        .is(&target));
+        assert!(!Source { qpn: 301, ..by_lid }.is(&target));
+        assert!(Source::from_gid(target.gid, 300).is(&target));
+        assert!(!Source::from_gid(ib_gid(0x80, 3), 300).is(&target));
+        let roce = Address {
+            lid: None,
+            ..target
+        };
+        assert!(!Source::from_gid([0; 16], 300).is(&roce), "no GRH, no LID");
+        assert_eq!(by_lid.address(9).lid, Some(7));
+    }
+
     #[test]
     fn probes_are_answered_and_everything_else_dropped_with_its_reason() {
         let mut responder = Responder::new(Limits::default(), 0);
@@ -169,12 +355,7 @@ mod tests {
             responder.receive(&probe(5), source(1), 0, true),
             Verdict::Answer(5)
         );
-        let ack = Packet {
-            kind: Kind::Ack,
-            seq: 5,
-            responder_delay_ns: 0,
-            mode: Default::default(),
-        };
+        let ack = Packet::answer(Kind::Ack, 5, 0, Default::default(), 0);
         assert_eq!(
             responder.receive(&ack.encode(), source(1), 0, true),
             Verdict::Drop("not_a_probe")

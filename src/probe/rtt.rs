@@ -38,6 +38,46 @@ impl Clock {
     }
 }
 
+/// How a port's completion times become nanoseconds: the `timestamps` label. A device with
+/// completion stamps gives them in one of two forms, and a port's "now" is read in the same
+/// form's time base, so that stamps and readings of one port compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timestamps {
+    /// The device's free-running cycle counter (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`), in ns
+    /// by `hca_core_clock`; "now" is the same counter (`ibv_query_rt_values_ex`).
+    Cycles,
+    /// Wall-clock ns from the device (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`): mlx5 in
+    /// real-time clock mode, where the stamps are not cycles at all; "now" is CLOCK_REALTIME.
+    Wallclock,
+    /// No device stamps: the host's monotonic clock when a completion is polled.
+    Software,
+}
+
+impl Timestamps {
+    pub const ALL: &'static [Timestamps] = &[
+        Timestamps::Cycles,
+        Timestamps::Wallclock,
+        Timestamps::Software,
+    ];
+
+    /// The `timestamps` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timestamps::Cycles => "cycles",
+            Timestamps::Wallclock => "wallclock",
+            Timestamps::Software => "software",
+        }
+    }
+
+    /// The clock the loop works with: either device form is the NIC's.
+    pub fn clock(self) -> Clock {
+        match self {
+            Timestamps::Cycles | Timestamps::Wallclock => Clock::Hardware,
+            Timestamps::Software => Clock::Software,
+        }
+    }
+}
+
 /// The prober's four times, in nanoseconds of one clock.
 #[derive(Debug, Clone, Copy)]
 pub struct ProberTimes {

@@ -5,11 +5,17 @@
 //! default they exist only for targets that lost a probe in the last [`LOSS_MEMORY`]: none on a
 //! healthy fabric, and the evidence localization needs on a sick one. Every target probed
 //! lately is kept (and served with `per_target`, for small fabrics and tests).
+//!
+//! Each local port keeps its targets' times in its own prober's clock, and ages them by that
+//! clock alone: NIC clocks are unrelated to each other (a NIC's counts from its last reset, the
+//! host's from boot), so a time of one read against another's would forget a port's series at
+//! once or keep them for ever. A clock that goes back (its NIC reset) takes its port's times
+//! back with it, their ages kept.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use super::rtt::{Clock, RoundTrip};
+use super::rtt::{Clock, RoundTrip, Timestamps};
 use super::targets::{PathKind, Port};
 use super::transport::Address;
 
@@ -123,9 +129,13 @@ pub struct PortStats {
     pub port: Port,
     /// The port's network device (RoCE), empty where there is none or it is unknown.
     pub netdev: String,
+    /// The GRH traffic class it probes and answers on.
+    pub traffic_class: u8,
     /// Where this port answers probes.
     pub address: Address,
     pub clock: Clock,
+    /// How its completion times become nanoseconds.
+    pub timestamps: Timestamps,
     /// The device went away; its counts stay as they were.
     pub gone: bool,
     /// By path kind ([`KINDS`] order).
@@ -144,6 +154,11 @@ pub struct PortStats {
     pub errors: BTreeMap<&'static str, u64>,
     /// Queue pairs rebuilt, by endpoint (`responder`, `prober`) and reason.
     pub resets: BTreeMap<(&'static str, &'static str), u64>,
+    /// Probes unanswered because their target's agent was restarting (or left the peer set):
+    /// not lost, by path kind.
+    pub restart_unanswered: [u64; 3],
+    /// This port's prober clock at its last count: its targets' times are in it.
+    now_ns: u64,
 }
 
 /// One target's counts, kept while it is probed.
@@ -161,9 +176,8 @@ pub struct TargetCounts {
 #[derive(Debug, Clone)]
 pub struct Stats {
     pub ports: Vec<PortStats>,
+    /// By path; each target's times are in its `from` port's clock.
     pub targets: HashMap<PathKey, TargetCounts>,
-    /// The loop's clock at the last count, for the loss memory.
-    now_ns: u64,
 }
 
 /// What [`Stats::new`] needs of a local port.
@@ -171,8 +185,10 @@ pub struct Stats {
 pub struct PortIdentity {
     pub port: Port,
     pub netdev: String,
+    pub traffic_class: u8,
     pub address: Address,
     pub clock: Clock,
+    pub timestamps: Timestamps,
 }
 
 impl Stats {
@@ -184,8 +200,10 @@ impl Stats {
                 .map(|identity| PortStats {
                     port: identity.port,
                     netdev: identity.netdev,
+                    traffic_class: identity.traffic_class,
                     address: identity.address,
                     clock: identity.clock,
+                    timestamps: identity.timestamps,
                     gone: false,
                     sent: [0; 3],
                     answered: [0; 3],
@@ -196,10 +214,28 @@ impl Stats {
                     dropped: BTreeMap::new(),
                     errors: BTreeMap::new(),
                     resets: BTreeMap::new(),
+                    restart_unanswered: [0; 3],
+                    now_ns: 0,
                 })
                 .collect(),
             targets: HashMap::new(),
-            now_ns: 0,
+        }
+    }
+
+    /// Local port `from`'s clock reads `now_ns`. Back from the last reading, its NIC's clock
+    /// restarted: the port's target times move back as far, so each keeps its age.
+    fn advance(&mut self, from: usize, now_ns: u64) {
+        let Some(port) = self.ports.get_mut(from) else {
+            return;
+        };
+        let back = port.now_ns.saturating_sub(now_ns);
+        port.now_ns = now_ns;
+        if back == 0 {
+            return;
+        }
+        for (_, target) in self.targets.iter_mut().filter(|(k, _)| k.from == from) {
+            target.last_sent_ns = target.last_sent_ns.saturating_sub(back);
+            target.last_loss_ns = target.last_loss_ns.map(|at| at.saturating_sub(back));
         }
     }
 
@@ -218,11 +254,13 @@ impl Stats {
         self.ports.iter_mut().find(|p| &p.port == port)
     }
 
-    pub(super) fn sent(&mut self, path: &PathKey) {
+    /// A probe on `path` left at `now_ns` (its port's clock).
+    pub(super) fn sent(&mut self, path: &PathKey, now_ns: u64) {
+        self.advance(path.from, now_ns);
         self.ports[path.from].sent[kind_index(path.kind)] += 1;
         let target = self.targets.entry(path.clone()).or_default();
         target.sent += 1;
-        target.last_sent_ns = self.now_ns;
+        target.last_sent_ns = now_ns;
     }
 
     pub(super) fn answered(&mut self, path: &PathKey, rtt: RoundTrip) {
@@ -241,12 +279,18 @@ impl Stats {
         }
     }
 
+    /// A probe on `path` found lost at `now_ns` (its port's clock).
     pub(super) fn lost(&mut self, path: &PathKey, now_ns: u64) {
-        self.now_ns = self.now_ns.max(now_ns);
+        self.advance(path.from, now_ns);
         self.ports[path.from].lost[kind_index(path.kind)] += 1;
         let target = self.targets.entry(path.clone()).or_default();
         target.lost += 1;
         target.last_loss_ns = Some(now_ns);
+    }
+
+    /// A probe on `path` went unanswered because its target's agent was restarting.
+    pub(super) fn restart_unanswered(&mut self, path: &PathKey) {
+        self.ports[path.from].restart_unanswered[kind_index(path.kind)] += 1;
     }
 
     pub(super) fn bad(&mut self, path: &PathKey, reason: &'static str) {
@@ -286,13 +330,14 @@ impl Stats {
         }
     }
 
-    /// Forgets targets neither probed nor losing for [`LOSS_MEMORY`].
-    pub(super) fn forget_old_losses(&mut self, now_ns: u64) {
-        self.now_ns = self.now_ns.max(now_ns);
-        let now = self.now_ns;
-        self.targets.retain(|_, t| {
+    /// Forgets local port `from`'s targets neither probed nor losing for [`LOSS_MEMORY`] of
+    /// its clock, which reads `now_ns`.
+    pub(super) fn forget_old_losses(&mut self, from: usize, now_ns: u64) {
+        self.advance(from, now_ns);
+        let now = now_ns;
+        self.targets.retain(|k, t| {
             let last = t.last_loss_ns.unwrap_or(0).max(t.last_sent_ns);
-            now.saturating_sub(last) < LOSS_MEMORY
+            k.from != from || now.saturating_sub(last) < LOSS_MEMORY
         });
     }
 
@@ -303,9 +348,10 @@ impl Stats {
 
     /// The targets that lost a probe within [`LOSS_MEMORY`], with their counts.
     pub fn losing_targets(&self) -> impl Iterator<Item = (&PathKey, &TargetCounts)> {
-        self.targets.iter().filter(|(_, t)| {
+        self.targets.iter().filter(|(k, t)| {
+            let now = self.ports.get(k.from).map_or(0, |p| p.now_ns);
             t.last_loss_ns
-                .is_some_and(|at| self.now_ns.saturating_sub(at) < LOSS_MEMORY)
+                .is_some_and(|at| now.saturating_sub(at) < LOSS_MEMORY)
         })
     }
 }
@@ -313,6 +359,92 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn identity(device: &str, clock: Clock) -> PortIdentity {
+        PortIdentity {
+            port: Port {
+                host: "gpu-01".into(),
+                device: device.into(),
+                port: 1,
+                rail: 0,
+            },
+            netdev: String::new(),
+            traffic_class: 104,
+            address: Address {
+                gid: [0; 16],
+                qpn: 1,
+                qkey: 1,
+                lid: None,
+            },
+            clock,
+            timestamps: match clock {
+                Clock::Hardware => Timestamps::Cycles,
+                Clock::Software => Timestamps::Software,
+            },
+        }
+    }
+
+    fn path(from: usize, to: &str) -> PathKey {
+        PathKey {
+            from,
+            kind: PathKind::Rail,
+            to: Port {
+                host: "gpu-02".into(),
+                device: to.into(),
+                port: 1,
+                rail: 0,
+            },
+        }
+    }
+
+    fn losing(stats: &Stats) -> Vec<(usize, String)> {
+        let mut losing: Vec<(usize, String)> = stats
+            .losing_targets()
+            .map(|(k, _)| (k.from, k.to.device.clone()))
+            .collect();
+        losing.sort();
+        losing
+    }
+
+    const MINUTE: u64 = 60_000_000_000;
+
+    /// Two NICs whose clocks are days apart (one with NIC timestamps, up for a week; one on
+    /// the host's clock, booted an hour ago): each one's lost targets are kept by its own
+    /// clock. The NIC clock that restarts keeps its series, and so does the other; both still
+    /// age out after LOSS_MEMORY of their own clock.
+    #[test]
+    fn each_port_keeps_its_losses_by_its_own_clock_through_a_restart() {
+        let mut stats = Stats::new(vec![
+            identity("mlx5_0", Clock::Hardware),
+            identity("mlx5_1", Clock::Software),
+        ]);
+        let week = 7 * 24 * 60 * MINUTE;
+        let hour = 60 * MINUTE;
+        stats.sent(&path(0, "a"), week);
+        stats.lost(&path(0, "a"), week + 1);
+        stats.sent(&path(1, "b"), hour);
+        stats.lost(&path(1, "b"), hour + 1);
+        let both = vec![(0, "a".to_string()), (1, "b".to_string())];
+        assert_eq!(losing(&stats), both, "the hour-old clock's loss is kept");
+        stats.forget_old_losses(0, week + MINUTE);
+        stats.forget_old_losses(1, hour + MINUTE);
+        assert_eq!(losing(&stats), both);
+        // mlx5_0's NIC resets: its clock reads 2 minutes. Neither series is lost, and mlx5_0's
+        // loss is still 1 minute old by its clock.
+        stats.forget_old_losses(0, 2 * MINUTE);
+        stats.forget_old_losses(1, hour + 2 * MINUTE);
+        assert_eq!(losing(&stats), both, "through mlx5_0's clock restart");
+        let a = &stats.targets[&path(0, "a")];
+        assert_eq!(2 * MINUTE - a.last_loss_ns.unwrap(), MINUTE - 1);
+        // It counts on: a new loss there, and 10 minutes of each clock later all is forgotten.
+        stats.lost(&path(0, "a"), 3 * MINUTE);
+        assert_eq!(stats.targets[&path(0, "a")].lost, 2);
+        stats.forget_old_losses(0, 3 * MINUTE + LOSS_MEMORY);
+        assert_eq!(losing(&stats), vec![(1, "b".to_string())]);
+        stats.forget_old_losses(1, hour + 1 + LOSS_MEMORY);
+        assert!(losing(&stats).is_empty());
+        assert!(stats.targets.is_empty());
+    }
 
     #[test]
     fn the_answer_delay_is_the_mean_of_the_last_ten_seconds_answers() {

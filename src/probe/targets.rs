@@ -131,7 +131,8 @@ fn window<'p>(all: &[&'p Port], size: usize, round: u64, offset: u64) -> Vec<&'p
         return Vec::new();
     }
     let n = all.len() as u64;
-    let start = (offset + round.wrapping_mul(size as u64)) % n;
+    // In u128: a port's offset is a hash anywhere in u64, and rounds only grow.
+    let start = ((u128::from(offset) + u128::from(round) * size as u128) % u128::from(n)) as u64;
     (0..size.min(all.len()) as u64)
         .map(|i| all[((start + i) % n) as usize])
         .collect()
@@ -170,6 +171,27 @@ pub fn round_length(targets: &[Target<'_>], settings: &Settings) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_window_moves_on_past_any_offset_and_round() {
+        let ports: Vec<Port> = (0..5u32)
+            .map(|n| Port {
+                host: format!("h{n}"),
+                device: "mlx5_0".into(),
+                port: 1,
+                rail: 0,
+            })
+            .collect();
+        let all: Vec<&Port> = ports.iter().collect();
+        let hosts = |w: Vec<&Port>| w.iter().map(|p| p.host.clone()).collect::<Vec<_>>();
+        // A hash near the top of u64 and a late round: no overflow, the same window as the
+        // arithmetic in integers says (u64::MAX % 5 = 0, and (0 + 2 * 2) % 5 = 4).
+        assert_eq!(hosts(window(&all, 2, 2, u64::MAX)), ["h4", "h0"]);
+        let late = window(&all, 2, u64::MAX, u64::MAX);
+        assert_eq!(late.len(), 2);
+        // Consecutive rounds move by the window's size.
+        assert_eq!(hosts(window(&all, 2, 3, u64::MAX)), ["h1", "h2"]);
+    }
+
     use std::collections::HashSet;
 
     use super::*;

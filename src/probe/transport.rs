@@ -2,13 +2,14 @@
 //! completion queue) that posts sends and hands back completions. `verbs.rs` implements it on
 //! libibverbs; the tests and the simulator implement it in memory.
 
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::responder::Source;
-use super::rtt::Clock;
+use super::rtt::{Clock, Timestamps};
 
 /// What a peer needs to send to an endpoint, as an agent publishes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -18,6 +19,11 @@ pub struct Address {
     pub gid: [u8; 16],
     pub qpn: u32,
     pub qkey: u32,
+    /// The port's LID on InfiniBand, where address handles go by LID (the GID only across
+    /// subnets); `None` on RoCE. Left out of the JSON when `None`, so RoCE addresses print as
+    /// before, and an older agent's JSON (which has none) still parses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lid: Option<u16>,
 }
 
 /// How a send rides the fabric.
@@ -91,6 +97,14 @@ pub trait Endpoint: Send {
     fn address(&self) -> Address;
     /// Where completion times come from.
     fn clock(&self) -> Clock;
+    /// How completion times become nanoseconds (the `timestamps` label); an endpoint whose
+    /// device stamps in cycles or wall-clock time says which.
+    fn timestamps(&self) -> Timestamps {
+        match self.clock() {
+            Clock::Hardware => Timestamps::Cycles,
+            Clock::Software => Timestamps::Software,
+        }
+    }
     /// Posts one send of `payload` to `to`, tagged `wr_id`; returns the time of the post in the
     /// endpoint's clock.
     fn send(
@@ -104,6 +118,19 @@ pub trait Endpoint: Send {
     fn poll(&mut self, events: &mut Vec<Event>, wait: Duration) -> Result<(), TransportError>;
     /// The endpoint's clock now.
     fn now_ns(&self) -> u64;
+    /// A descriptor that turns readable when a completion comes, once [`Endpoint::arm`]ed, so
+    /// the loop can sleep until there is work; `None`: the loop polls this endpoint on a timer.
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// Called before the polls that precede a sleep: takes the wake-up the descriptor gave
+    /// (`woken`: it was readable) and asks for one at the next completion. A completion that
+    /// came before this call wakes no one: the polls after it find it. Returns how long the
+    /// loop may sleep at most before polling this endpoint whatever the descriptor says
+    /// (`None`: as long as it likes), e.g. until the next health check.
+    fn arm(&mut self, _woken: bool) -> Result<Option<Duration>, TransportError> {
+        Ok(None)
+    }
     /// Releases the device. The loop calls it on both endpoints of a port once either finds
     /// the device gone: a removal waits for every user to close it (soft-RoCE cannot force
     /// them), and the endpoint that had not looked yet would hold it open until the process ends.
@@ -158,6 +185,7 @@ mod tests {
             gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7],
             qpn: 17,
             qkey: 0x1111_1111,
+            lid: None,
         };
         let json = serde_json::to_string(&address).unwrap();
         assert_eq!(
@@ -173,5 +201,35 @@ mod tests {
         ] {
             assert!(gid_text::parse(bad).is_none(), "{bad}");
         }
+    }
+
+    /// An InfiniBand port publishes its LID beside its GID; an address without one (RoCE, or
+    /// an agent older than LIDs) still reads, as `None`.
+    #[test]
+    fn infiniband_addresses_carry_their_lid() {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, 0x80]);
+        gid[8..].copy_from_slice(&[0x0c, 0x42, 0xa1, 0x03, 0x00, 0x6b, 0x2e, 0x10]);
+        let address = Address {
+            gid,
+            qpn: 17,
+            qkey: 0x1111_1111,
+            lid: Some(0x2a),
+        };
+        let json = serde_json::to_string(&address).unwrap();
+        assert_eq!(
+            json,
+            r#"{"gid":"fe80:0000:0000:0000:0c42:a103:006b:2e10","qpn":17,"qkey":286331153,"lid":42}"#
+        );
+        assert_eq!(serde_json::from_str::<Address>(&json).unwrap(), address);
+        let older =
+            r#"{"gid":"fe80:0000:0000:0000:0c42:a103:006b:2e10","qpn":17,"qkey":286331153}"#;
+        assert_eq!(
+            serde_json::from_str::<Address>(older).unwrap(),
+            Address {
+                lid: None,
+                ..address
+            }
+        );
     }
 }

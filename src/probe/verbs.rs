@@ -6,9 +6,11 @@
 //!
 //! One endpoint is one port's UD queue pair: a protection domain, one memory region over all
 //! the send and receive buffers, a completion queue (extended, with device timestamps, where
-//! the device stamps completions; plain otherwise), and address handles cached per destination
-//! and flow. Completions are polled (no completion channel), one per `start_poll`/`end_poll` on
-//! an extended CQ: `next_poll` corrupts rxe's extended CQ (rdma-core 44, Debian 12).
+//! the device stamps completions: in wall-clock ns where it offers them, else in cycles,
+//! `stamps`; plain otherwise), and address handles cached per destination and flow.
+//! Completions are polled, one per `start_poll`/`end_poll` on an extended CQ (`next_poll`
+//! corrupts rxe's extended CQ, rdma-core 44, Debian 12); between polls the loop sleeps on the
+//! CQ's completion channel ([`Endpoint::wait_fd`]), armed after each wake-up.
 //!
 //! A device that goes away (`rdma link delete`, driver unload, unplug) must be closed by its
 //! users before the kernel finishes removing it, and rxe sends no async event for it: the
@@ -39,12 +41,16 @@ use std::ptr::{self, NonNull};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod address;
 mod ffi;
+mod stamps;
 
+use address::{AhSpec, LinkLayer, PortLink};
 use ffi::Verbs;
+use stamps::Conversion;
 
 use super::responder::Source;
-use super::rtt::Clock;
+use super::rtt::{Clock, Timestamps};
 use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
 /// Bytes of one send slot: probes and answers are 32 bytes.
@@ -118,9 +124,18 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
         resolver: None,
         resolved: HashMap::new(),
         cq: Cq::None,
+        channel: ptr::null_mut(),
+        armed: false,
+        cq_busy: false,
         qp: ptr::null_mut(),
-        gid: [0; 16],
-        gid_index: 0,
+        link: PortLink {
+            port_num: port,
+            link_layer: LinkLayer::Ethernet,
+            gid: [0; 16],
+            gid_index: 0,
+            lid: None,
+            grh_required: false,
+        },
         qpn: 0,
         ahs: AhCache::default(),
         sends: [None; SEND_SLOTS],
@@ -230,10 +245,10 @@ impl Drop for Buffer {
 enum Cq {
     None,
     Plain(*mut ffi::ibv_cq),
-    /// Created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`; the device clock in kHz.
+    /// Created with the completion-timestamp flag of `conversion` (cycles or wall clock).
     Stamped {
         cq: *mut ffi::ibv_cq_ex,
-        khz: u64,
+        conversion: Conversion,
     },
 }
 
@@ -254,6 +269,8 @@ struct Completion {
     ok: bool,
     byte_len: u32,
     src_qp: u32,
+    /// The source LID (meaningful on InfiniBand only).
+    slid: u16,
     grh: bool,
     /// The device's stamp in ns (stamped CQ, successful completion), else `None`.
     stamped_ns: Option<u64>,
@@ -266,8 +283,8 @@ struct AhCache {
     stamp: u64,
 }
 
-/// (destination GID, flow label, traffic class, service level)
-type AhKey = ([u8; 16], u32, u8, u8);
+/// Everything the handle says: destination, LID, GRH, flow, class and service level.
+type AhKey = AhSpec;
 
 struct AhEntry {
     ah: *mut ffi::ibv_ah,
@@ -322,7 +339,7 @@ unsafe impl Send for PdPtr {}
 /// neighbour in the kernel and waits for it (seconds, for an address that does not answer).
 /// Bounded: at most `RESOLVER_QUEUE` requests wait; the rest are refused until then.
 struct Resolver {
-    requests: Option<mpsc::SyncSender<(AhKey, ffi::ibv_ah_attr)>>,
+    requests: Option<mpsc::SyncSender<AhKey>>,
     results: mpsc::Receiver<(AhKey, Option<AhPtr>)>,
     /// Keys asked and not answered yet.
     asked: std::collections::HashSet<AhKey>,
@@ -331,16 +348,16 @@ struct Resolver {
 
 impl Resolver {
     fn start(verbs: &'static Verbs, pd: *mut ffi::ibv_pd) -> io::Result<Resolver> {
-        let (requests, inbox) = mpsc::sync_channel::<(AhKey, ffi::ibv_ah_attr)>(RESOLVER_QUEUE);
+        let (requests, inbox) = mpsc::sync_channel::<AhKey>(RESOLVER_QUEUE);
         let (outbox, results) = mpsc::channel();
         let pd = PdPtr(pd);
         let thread = std::thread::Builder::new()
             .name("rfe-probe-ah".into())
             .spawn(move || {
                 let pd = pd;
-                for (key, mut attr) in inbox {
-                    // SAFETY: the PD lives until this thread is joined; `attr` is valid.
-                    let ah = unsafe { (verbs.create_ah)(pd.0, &mut attr) };
+                for key in inbox {
+                    // SAFETY: the PD lives until this thread is joined.
+                    let ah = unsafe { create_ah(verbs.create_ah, pd.0, &key) };
                     let ah = (!ah.is_null()).then_some(AhPtr(ah));
                     if let Err(mpsc::SendError((_, Some(ah)))) = outbox.send((key, ah)) {
                         // SAFETY: made above, never handed out; destroyed once.
@@ -357,12 +374,12 @@ impl Resolver {
     }
 
     /// Asks for a handle to `key`, unless it is asked already or the queue is full.
-    fn ask(&mut self, key: AhKey, attr: ffi::ibv_ah_attr) {
+    fn ask(&mut self, key: AhKey) {
         if self.asked.contains(&key) || self.asked.len() >= RESOLVER_QUEUE {
             return;
         }
         if let Some(requests) = &self.requests {
-            if requests.try_send((key, attr)).is_ok() {
+            if requests.try_send(key).is_ok() {
                 self.asked.insert(key);
             }
         }
@@ -412,9 +429,17 @@ pub struct VerbsEndpoint {
     mr: *mut ffi::ibv_mr,
     buf: Buffer,
     cq: Cq,
+    /// The CQ's completion channel (non-blocking), made with the first CQ and kept across
+    /// rebuilds; null where the device gave none (the loop then polls on a timer).
+    channel: *mut ffi::ibv_comp_channel,
+    /// The CQ is asked to signal its next completion on `channel`.
+    armed: bool,
+    /// The last poll found the CQ busy (a wall-clock CQ's clock update): completions may wait
+    /// in it that will signal nothing.
+    cq_busy: bool,
     qp: *mut ffi::ibv_qp,
-    gid: [u8; 16],
-    gid_index: u8,
+    /// The port as address handles need it: link layer, GID and its index, LID.
+    link: PortLink,
     qpn: u32,
     ahs: AhCache,
     sends: [Option<InFlight>; SEND_SLOTS],
@@ -469,19 +494,27 @@ fn verbs_rc(call: &'static str, rc: i32) -> Result<(), TransportError> {
 
 /// CLOCK_MONOTONIC in nanoseconds.
 fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock`'s reading in nanoseconds (0 before the epoch).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC and CLOCK_REALTIME always exist on
+    // Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
-/// A device clock value in nanoseconds.
-fn device_ns(ticks: u64, khz: u64) -> u64 {
-    let ns = u128::from(ticks) * 1_000_000 / u128::from(khz.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
+/// The device clock's reading, or the last one when the read failed: a failed read repeats
+/// the last rather than mixing in another clock. A clock that went back (a NIC reset, a
+/// firmware reload) reads as back, so that the stats see the restart and age that port's
+/// targets from it (a `max` here once froze such a port at its old peak).
+fn device_now(read: Option<u64>, last: u64) -> u64 {
+    read.unwrap_or(last)
 }
 
 /// `enum ibv_mtu` (1: 256 .. 5: 4096) in bytes; anything else as the largest, 4096.
@@ -533,6 +566,39 @@ fn ipv4_checksum_ok(header: &[u8]) -> bool {
     sum == 0xffff
 }
 
+/// `spec` as libibverbs takes it.
+fn ah_attr(spec: &AhSpec) -> ffi::ibv_ah_attr {
+    ffi::ibv_ah_attr {
+        grh: ffi::ibv_global_route {
+            dgid: ffi::ibv_gid { raw: spec.dgid },
+            flow_label: spec.flow_label,
+            sgid_index: spec.sgid_index,
+            hop_limit: spec.hop_limit,
+            traffic_class: spec.traffic_class,
+        },
+        dlid: spec.dlid,
+        sl: spec.sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: u8::from(spec.is_global),
+        port_num: spec.port_num,
+    }
+}
+
+/// The signature of `ibv_create_ah`.
+type CreateAh = unsafe extern "C" fn(*mut ffi::ibv_pd, *mut ffi::ibv_ah_attr) -> *mut ffi::ibv_ah;
+
+/// Creates the address handle `spec` describes through `create` (`Verbs::create_ah`; the
+/// tests pass a recorder of what the verbs layer is handed).
+///
+/// # Safety
+/// `pd` is a live protection domain of the library `create` belongs to.
+unsafe fn create_ah(create: CreateAh, pd: *mut ffi::ibv_pd, spec: &AhSpec) -> *mut ffi::ibv_ah {
+    let mut attr = ah_attr(spec);
+    // SAFETY: `pd` as the caller promises; `attr` is a valid attr for the call.
+    unsafe { create(pd, &mut attr) }
+}
+
 impl VerbsEndpoint {
     /// Everything after `ibv_open_device`: GID, PD, MR, CQ, QP to RTS, receives posted.
     fn set_up(&mut self) -> Result<(), TransportError> {
@@ -557,7 +623,13 @@ impl VerbsEndpoint {
                 io::Error::from_raw_os_error(rc.abs())
             ))
         })?;
-        let (gid_index, gid) = if port.link_layer == ffi::IBV_LINK_LAYER_ETHERNET {
+        // libibverbs takes an unspecified link layer (old drivers) for InfiniBand.
+        let link_layer = if port.link_layer == ffi::IBV_LINK_LAYER_ETHERNET {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::InfiniBand
+        };
+        let (gid_index, gid) = if link_layer == LinkLayer::Ethernet {
             self.roce_v2_gid(port.gid_tbl_len)
                 .ok_or_else(|| device_error(format!("port {} has no RoCE v2 GID", self.port)))?
         } else {
@@ -568,8 +640,16 @@ impl VerbsEndpoint {
             verbs_rc("ibv_query_gid", rc)?;
             (0, gid.raw)
         };
-        self.gid_index = gid_index;
-        self.gid = gid;
+        // InfiniBand: the port GID (index 0) and the LID the subnet manager gave the port,
+        // which address handles within the subnet go by (LID 0: none assigned yet).
+        self.link = PortLink {
+            port_num: self.port,
+            link_layer,
+            gid,
+            gid_index,
+            lid: (link_layer == LinkLayer::InfiniBand && port.lid != 0).then_some(port.lid),
+            grh_required: port.flags & ffi::IBV_QPF_GRH_REQUIRED != 0,
+        };
         // The MTU in force now; a larger one later puts the QP in error at the first message
         // past this slot, and the rebuild sizes the slots anew.
         self.recv_slot = mtu_bytes(port.active_mtu) + GRH;
@@ -602,33 +682,48 @@ impl VerbsEndpoint {
         }
 
         let entries = (2 * (RECV_SLOTS + SEND_SLOTS)) as u32;
-        if attr.completion_timestamp_mask != 0
-            && attr.hca_core_clock != 0
-            && self.device_clock().is_some()
-        {
+        if self.channel.is_null() {
+            self.channel = self.completion_channel();
+        }
+        let candidates = Conversion::candidates(
+            attr.completion_timestamp_mask,
+            attr.hca_core_clock,
+            self.device_cycles().is_some(),
+        );
+        for conversion in candidates {
+            let Some(flag) = conversion.wc_flag() else {
+                continue;
+            };
             // SAFETY: a zeroed init attr is valid (no channel, vector 0, no comp_mask fields).
             let mut init: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
             init.cqe = entries;
-            init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+            init.channel = self.channel;
+            init.wc_flags = ffi::IBV_WC_STANDARD_FLAGS | flag;
             // SAFETY: `ctx` is open; `init` is a valid attr.
             let cq = unsafe { ffi::create_cq_ex(self.ctx, &mut init) };
-            if !cq.is_null() {
-                self.cq = Cq::Stamped {
-                    cq,
-                    khz: attr.hca_core_clock,
-                };
+            if cq.is_null() {
+                continue; // the provider does not offer this form
             }
+            // SAFETY: `cq` is live; its reader table is the provider's.
+            let readable = unsafe {
+                match conversion {
+                    Conversion::Wallclock => (*cq).read_completion_wallclock_ns.is_some(),
+                    _ => (*cq).read_completion_ts.is_some(),
+                }
+            };
+            if !readable {
+                // Taken without a reader for the stamps: no use.
+                // SAFETY: created above, unused, destroyed once.
+                unsafe { (self.verbs.destroy_cq)(cq.cast()) };
+                continue;
+            }
+            self.cq = Cq::Stamped { cq, conversion };
+            break;
         }
         if matches!(self.cq, Cq::None) {
-            // SAFETY: `ctx` is open; no context, channel or vector.
+            // SAFETY: `ctx` is open; `channel` is null or this context's; no context or vector.
             let cq = unsafe {
-                (self.verbs.create_cq)(
-                    self.ctx,
-                    entries as i32,
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                    0,
-                )
+                (self.verbs.create_cq)(self.ctx, entries as i32, ptr::null_mut(), self.channel, 0)
             };
             if cq.is_null() {
                 return Err(verbs_error("ibv_create_cq"));
@@ -724,13 +819,56 @@ impl VerbsEndpoint {
         chosen
     }
 
-    /// The device clock now in ns, when the device reads it (`ibv_query_rt_values_ex`).
-    fn device_clock(&self) -> Option<u64> {
-        let khz = match self.cq {
-            Cq::Stamped { khz, .. } => khz,
-            // Asked before the CQ exists: any rate tells whether the read works.
-            _ => 1,
+    /// A completion channel with a non-blocking descriptor, or null (said in the debug log)
+    /// when the device gives none: the endpoint is then polled on a timer, as before.
+    fn completion_channel(&self) -> *mut ffi::ibv_comp_channel {
+        // SAFETY: `ctx` is open.
+        let channel = unsafe { (self.verbs.create_comp_channel)(self.ctx) };
+        if channel.is_null() {
+            tracing::debug!(device = %self.device, error = %io::Error::last_os_error(),
+                "no completion channel; the probe loop polls this port");
+            return channel;
+        }
+        // SAFETY: a live channel's descriptor is open; F_GETFL/F_SETFL take and give flags.
+        let nonblocking = unsafe {
+            let fd = (*channel).fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
         };
+        if !nonblocking {
+            // A blocking read of it would stall every port: without it, poll on a timer.
+            // SAFETY: made above, no CQ uses it yet.
+            unsafe { (self.verbs.destroy_comp_channel)(channel) };
+            return ptr::null_mut();
+        }
+        channel
+    }
+
+    /// Reads the completion events waiting on the channel, acking each at once (a CQ with
+    /// events not acked cannot be destroyed): the CQ needs arming again after one.
+    fn take_cq_events(&mut self) {
+        loop {
+            let (mut cq, mut context) = (ptr::null_mut(), ptr::null_mut());
+            // SAFETY: `channel` is live and non-blocking: -1 (EAGAIN) when nothing waits.
+            if unsafe { (self.verbs.get_cq_event)(self.channel, &mut cq, &mut context) } != 0 {
+                return;
+            }
+            // SAFETY: `cq` was just returned by ibv_get_cq_event: live until this ack.
+            unsafe { (self.verbs.ack_cq_events)(cq, 1) };
+            self.armed = false;
+        }
+    }
+
+    /// How this endpoint's completion times become ns (`Software` without a stamped CQ).
+    fn conversion(&self) -> Conversion {
+        match self.cq {
+            Cq::Stamped { conversion, .. } => conversion,
+            _ => Conversion::Software,
+        }
+    }
+
+    /// The device's raw clock in cycles, when the device reads it (`ibv_query_rt_values_ex`).
+    fn device_cycles(&self) -> Option<u64> {
         let mut values = ffi::ibv_values_ex {
             comp_mask: ffi::IBV_VALUES_MASK_RAW_CLOCK,
             raw_clock: libc::timespec {
@@ -749,7 +887,7 @@ impl VerbsEndpoint {
         // The raw clock comes in tv_nsec (the cycle count), per libibverbs' convention.
         let ticks = u64::try_from(values.raw_clock.tv_sec).unwrap_or(0) * 1_000_000_000
             + u64::try_from(values.raw_clock.tv_nsec).unwrap_or(0);
-        Some(device_ns(ticks, khz))
+        Some(ticks)
     }
 
     fn post_recv(&mut self, slot: usize) -> Result<(), TransportError> {
@@ -779,7 +917,7 @@ impl VerbsEndpoint {
 
     /// The GID table index the endpoint sends from.
     pub fn gid_index(&self) -> u8 {
-        self.gid_index
+        self.link.gid_index
     }
 
     /// Looks whether the device is still there (at most every `HEALTH_EVERY`), closing
@@ -815,6 +953,11 @@ impl VerbsEndpoint {
     fn release(&mut self) {
         self.gone = true;
         self.release_queues();
+        if !self.channel.is_null() {
+            // SAFETY: made by ibv_create_comp_channel, destroyed once, after its CQ.
+            unsafe { (self.verbs.destroy_comp_channel)(self.channel) };
+            self.channel = ptr::null_mut();
+        }
         if !self.ctx.is_null() {
             // SAFETY: opened by ibv_open_device, closed once, last.
             unsafe { (self.verbs.close_device)(self.ctx) };
@@ -836,6 +979,7 @@ impl VerbsEndpoint {
         self.unposted.clear();
         self.suspect = false;
         self.sends = [None; SEND_SLOTS];
+        self.armed = false;
         let cq = std::mem::replace(&mut self.cq, Cq::None);
         if !cq.as_cq().is_null() {
             // SAFETY: created by ibv_create_cq(_ex), destroyed once, after the QP using it.
@@ -912,22 +1056,6 @@ impl VerbsEndpoint {
         self.buf.at(RECV_SLOTS * self.recv_slot + index * SEND_SLOT)
     }
 
-    /// The attributes of an address handle for `key`.
-    fn ah_attr(&self, key: AhKey) -> ffi::ibv_ah_attr {
-        let (gid, flow_label, traffic_class, service_level) = key;
-        // SAFETY: a zeroed AH attr is valid (dlid 0, no static rate).
-        let mut attr: ffi::ibv_ah_attr = unsafe { std::mem::zeroed() };
-        attr.is_global = 1;
-        attr.grh.dgid = ffi::ibv_gid { raw: gid };
-        attr.grh.sgid_index = self.gid_index;
-        attr.grh.flow_label = flow_label & 0xf_ffff;
-        attr.grh.traffic_class = traffic_class;
-        attr.grh.hop_limit = 64;
-        attr.sl = service_level;
-        attr.port_num = self.port;
-        attr
-    }
-
     /// Takes the handles the resolver created into the cache.
     fn take_resolved(&mut self) {
         let Some(resolver) = self.resolver.as_mut() else {
@@ -938,7 +1066,7 @@ impl VerbsEndpoint {
             let Some(ah) = ah else {
                 continue; // not resolved: a later send asks again
             };
-            self.note_resolved(key.0);
+            self.note_resolved(key.dgid);
             if self.ahs.entries.contains_key(&key) {
                 // A peer's send made the same handle on the loop meanwhile, and sends may be in
                 // flight on it: the resolver's copy goes.
@@ -978,28 +1106,30 @@ impl VerbsEndpoint {
             entry.used = stamp;
             return Ok(entry.ah);
         }
-        let mut attr = self.ah_attr(key);
+        // InfiniBand resolves no neighbour: its handles are made at once (mlx5 makes them
+        // without the kernel).
         let fresh = peer
+            || self.link.infiniband()
             || self
                 .resolved
-                .get(&key.0)
+                .get(&key.dgid)
                 .is_some_and(|at| at.elapsed() < NEIGHBOUR_FRESH);
         if !fresh {
             // Not a peer, nor met lately: its neighbour may not answer (a forged source), and
             // creating the handle here would stall every port of the loop while the kernel
             // waits for it.
             if let Some(resolver) = self.resolver.as_mut() {
-                resolver.ask(key, attr);
+                resolver.ask(key);
             }
             return Err(TransportError::AddressPending);
         }
         self.ahs.evict(self.verbs);
-        // SAFETY: `pd` is live; `attr` is valid.
-        let ah = unsafe { (self.verbs.create_ah)(self.pd, &mut attr) };
+        // SAFETY: `pd` is live and libibverbs' own.
+        let ah = unsafe { create_ah(self.verbs.create_ah, self.pd, &key) };
         if ah.is_null() {
             return Err(verbs_error("ibv_create_ah"));
         }
-        self.note_resolved(key.0);
+        self.note_resolved(key.dgid);
         self.ahs.entries.insert(
             key,
             AhEntry {
@@ -1029,6 +1159,7 @@ impl VerbsEndpoint {
                             ok,
                             byte_len: if ok { wc.byte_len } else { 0 },
                             src_qp: if ok { wc.src_qp } else { 0 },
+                            slid: if ok { wc.slid } else { 0 },
                             grh: ok && wc.wc_flags & ffi::IBV_WC_GRH != 0,
                             stamped_ns: None,
                         });
@@ -1038,17 +1169,31 @@ impl VerbsEndpoint {
                     }
                 }
             }
-            Cq::Stamped { cq, khz } => {
+            Cq::Stamped { cq, conversion } => {
+                let wallclock = conversion == Conversion::Wallclock;
                 while out.len() < budget {
                     // SAFETY: `cq` is a live extended CQ; one completion per start/end pair
                     // (never next_poll, which corrupts rxe's CQ).
-                    if unsafe { ffi::start_poll(cq) } != 0 {
-                        break; // ENOENT: empty
+                    let mut rc = unsafe { ffi::start_poll(cq) };
+                    // A wall-clock CQ answers EBUSY while the kernel updates the clock info
+                    // (ibv_create_cq_ex(3)): a moment's retry, not an empty CQ.
+                    for _ in 0..3 {
+                        if rc != libc::EBUSY {
+                            break;
+                        }
+                        // SAFETY: as above; the failed start_poll left no poll open.
+                        rc = unsafe { ffi::start_poll(cq) };
+                    }
+                    if rc != 0 {
+                        // ENOENT: empty. EBUSY still: what waits signals no event, so the
+                        // loop looks again soon (`arm`).
+                        self.cq_busy |= rc == libc::EBUSY;
+                        break;
                     }
                     // SAFETY: between start_poll and end_poll the current completion's fields
                     // may be read; on an error completion only wr_id and status are valid, so
                     // nothing else is read then. The CQ was created with the standard flags and
-                    // the completion timestamp, so those readers exist.
+                    // its conversion's timestamp flag, so those readers exist.
                     let completion = unsafe {
                         let ok = (*cq).status == ffi::IBV_WC_SUCCESS;
                         Completion {
@@ -1064,9 +1209,22 @@ impl VerbsEndpoint {
                             } else {
                                 0
                             },
+                            // A 16-bit LID in a u32 (IBV_WC_EX_WITH_SLID, a standard flag).
+                            slid: if ok {
+                                ffi::read(cq, |c| c.read_slid) as u16
+                            } else {
+                                0
+                            },
                             grh: ok && ffi::read(cq, |c| c.read_wc_flags) & ffi::IBV_WC_GRH != 0,
-                            stamped_ns: ok
-                                .then(|| device_ns(ffi::read(cq, |c| c.read_completion_ts), khz)),
+                            stamped_ns: if !ok {
+                                None
+                            } else if wallclock {
+                                conversion.completion_ns(ffi::read(cq, |c| {
+                                    c.read_completion_wallclock_ns
+                                }))
+                            } else {
+                                conversion.completion_ns(ffi::read(cq, |c| c.read_completion_ts))
+                            },
                         }
                     };
                     // SAFETY: ends the poll started above.
@@ -1120,7 +1278,13 @@ impl VerbsEndpoint {
                 } else {
                     [0; 16]
                 };
-                let source: Source = (gid, completion.src_qp);
+                // On InfiniBand the answer goes to the completion's source LID: the sender's
+                // within the subnet (no GRH then), a router's for a packet from another.
+                let source = Source {
+                    gid,
+                    qpn: completion.src_qp,
+                    lid: self.link.infiniband().then_some(completion.slid),
+                };
                 events.push(Event::Received {
                     payload,
                     source,
@@ -1141,6 +1305,20 @@ impl VerbsEndpoint {
     }
 }
 
+impl stamps::Clocks for VerbsEndpoint {
+    fn device_cycles(&self) -> Option<u64> {
+        VerbsEndpoint::device_cycles(self)
+    }
+
+    fn realtime_ns(&self) -> u64 {
+        clock_ns(libc::CLOCK_REALTIME)
+    }
+
+    fn monotonic_ns(&self) -> u64 {
+        monotonic_ns()
+    }
+}
+
 impl Endpoint for VerbsEndpoint {
     fn close(&mut self) {
         self.release();
@@ -1148,17 +1326,19 @@ impl Endpoint for VerbsEndpoint {
 
     fn address(&self) -> Address {
         Address {
-            gid: self.gid,
+            gid: self.link.gid,
             qpn: self.qpn,
             qkey: self.qkey,
+            lid: self.link.lid,
         }
     }
 
     fn clock(&self) -> Clock {
-        match self.cq {
-            Cq::Stamped { .. } => Clock::Hardware,
-            _ => Clock::Software,
-        }
+        self.timestamps().clock()
+    }
+
+    fn timestamps(&self) -> Timestamps {
+        self.conversion().timestamps()
     }
 
     fn send(
@@ -1198,12 +1378,7 @@ impl Endpoint for VerbsEndpoint {
                 ),
             });
         };
-        let key: AhKey = (
-            to.gid,
-            options.flow_label,
-            options.traffic_class,
-            options.service_level,
-        );
+        let key = address::ah_spec(&self.link, &to, &options);
         let ah = self.address_handle(key, options.peer)?;
         let slot = self.send_ptr(index);
         // SAFETY: no send of this slot is in flight, so the NIC does not read it; the payload
@@ -1273,15 +1448,51 @@ impl Endpoint for VerbsEndpoint {
         }
     }
 
-    fn now_ns(&self) -> u64 {
-        match self.cq {
-            Cq::Stamped { .. } => {
-                // A failed read repeats the last one rather than mixing in another clock.
-                let ns = self.device_clock().unwrap_or(self.last_hw_ns.get());
-                self.last_hw_ns.set(ns.max(self.last_hw_ns.get()));
-                self.last_hw_ns.get()
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        // Only while armed: a CQ rebuilt since the last `arm` would signal nothing.
+        let armed = self.armed && !self.channel.is_null() && !self.gone;
+        // SAFETY: a non-null channel is live until `release`, which also sets `gone`.
+        armed.then(|| unsafe { (*self.channel).fd })
+    }
+
+    fn arm(&mut self, woken: bool) -> Result<Option<Duration>, TransportError> {
+        if self.gone {
+            return Err(TransportError::Gone);
+        }
+        let now = Instant::now();
+        // The health check, a rebuild to retry and receive slots to repost have their times.
+        let mut due = HEALTH_EVERY.saturating_sub(now.duration_since(self.checked));
+        if let Some((_, retry_at)) = self.broken {
+            due = due.min(retry_at.saturating_duration_since(now));
+        }
+        if !self.unposted.is_empty() || std::mem::take(&mut self.cq_busy) {
+            due = due.min(POLL_SLEEP);
+        }
+        if self.channel.is_null() || self.cq.as_cq().is_null() {
+            return Ok(Some(due.min(POLL_SLEEP)));
+        }
+        if woken {
+            self.take_cq_events();
+        }
+        if !self.armed {
+            // SAFETY: the CQ is live (checked above).
+            let rc = unsafe { ffi::req_notify_cq(self.cq.as_cq()) };
+            self.armed = rc == 0;
+            if !self.armed {
+                return Ok(Some(due.min(POLL_SLEEP)));
             }
-            _ => monotonic_ns(),
+        }
+        Ok(Some(due))
+    }
+
+    fn now_ns(&self) -> u64 {
+        match self.conversion() {
+            Conversion::Software => monotonic_ns(),
+            stamped => {
+                let ns = device_now(stamped.now_ns(self), self.last_hw_ns.get());
+                self.last_hw_ns.set(ns);
+                ns
+            }
         }
     }
 }
@@ -1297,7 +1508,9 @@ impl std::fmt::Debug for VerbsEndpoint {
         f.debug_struct("VerbsEndpoint")
             .field("device", &self.device)
             .field("port", &self.port)
-            .field("gid_index", &self.gid_index)
+            .field("gid_index", &self.link.gid_index)
+            .field("link_layer", &self.link.link_layer)
+            .field("lid", &self.link.lid)
             .field("qpn", &self.qpn)
             .field("clock", &self.clock())
             .field("gone", &self.gone)
@@ -1354,11 +1567,105 @@ mod tests {
         assert_eq!(source_gid(&[0u8; GRH]), None);
     }
 
+    thread_local! {
+        /// What the fake `ibv_create_ah` was handed, on this test's thread.
+        static HANDED: std::cell::RefCell<Vec<ffi::ibv_ah_attr>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// A recording fake of the binding's `ibv_create_ah`: keeps the attributes, returns a
+    /// handle that is never used.
+    unsafe extern "C" fn recording_create_ah(
+        _pd: *mut ffi::ibv_pd,
+        attr: *mut ffi::ibv_ah_attr,
+    ) -> *mut ffi::ibv_ah {
+        // SAFETY: `create_ah` hands a valid attr for the call's duration.
+        let attr = unsafe { *attr };
+        HANDED.with(|handed| handed.borrow_mut().push(attr));
+        NonNull::dangling().as_ptr()
+    }
+
+    /// What the verbs layer is handed for `to` from `link`.
+    fn handed(link: &PortLink, to: &Address) -> ffi::ibv_ah_attr {
+        let options = SendOptions {
+            flow_label: 0xab_cdef,
+            traffic_class: 104,
+            service_level: 5,
+            peer: true,
+        };
+        let spec = address::ah_spec(link, to, &options);
+        // SAFETY: the recorder reads only the attr; the PD is never looked at.
+        let ah = unsafe { create_ah(recording_create_ah, ptr::null_mut(), &spec) };
+        assert!(!ah.is_null());
+        HANDED.with(|handed| handed.borrow_mut().pop().expect("create_ah was called"))
+    }
+
+    fn ib_gid(prefix: u8, guid: u8) -> [u8; 16] {
+        let mut gid = [0u8; 16];
+        gid[..2].copy_from_slice(&[0xfe, prefix]);
+        gid[8] = 0x0c;
+        gid[15] = guid;
+        gid
+    }
+
+    /// No soft InfiniBand device exists (rxe and siw are Ethernet), so the proof that IB
+    /// handles go by LID is what the binding's `ibv_create_ah` receives: within a subnet the
+    /// peer's LID and no GRH; to another subnet the LID and the GRH; RoCE the GRH and no LID;
+    /// an answer to a probe that came without a GRH, the LID of its completion.
     #[test]
-    fn device_ticks_become_nanoseconds() {
-        // 156.25 MHz: 156 250 kHz, 6.4 ns a tick.
-        assert_eq!(device_ns(1_000, 156_250), 6_400);
-        assert_eq!(device_ns(u64::MAX, 1_000_000), u64::MAX);
-        assert_eq!(device_ns(u64::MAX, 1_000), u64::MAX);
+    fn address_handles_reach_the_verbs_layer_by_lid_on_infiniband() {
+        let ib = PortLink {
+            port_num: 1,
+            link_layer: LinkLayer::InfiniBand,
+            gid: ib_gid(0x80, 1),
+            gid_index: 0,
+            lid: Some(3),
+            grh_required: false,
+        };
+        let peer = |gid, lid| Address {
+            gid,
+            qpn: 300,
+            qkey: 1,
+            lid,
+        };
+
+        let near = handed(&ib, &peer(ib_gid(0x80, 2), Some(0x2a)));
+        assert_eq!((near.dlid, near.is_global, near.port_num), (0x2a, 0, 1));
+        assert_eq!(near.sl, 5);
+
+        let far_gid = ib_gid(0x81, 2);
+        let far = handed(&ib, &peer(far_gid, Some(0x2b)));
+        assert_eq!((far.dlid, far.is_global), (0x2b, 1));
+        assert_eq!(far.grh.dgid.raw, far_gid);
+        assert_eq!(far.grh.sgid_index, 0);
+        assert_eq!(far.grh.flow_label, 0xb_cdef);
+        assert_eq!((far.grh.traffic_class, far.grh.hop_limit), (104, 64));
+
+        let lid_only = Source {
+            gid: [0; 16],
+            qpn: 300,
+            lid: Some(9),
+        };
+        let answer = handed(&ib, &lid_only.address(1));
+        assert_eq!((answer.dlid, answer.is_global), (9, 0));
+
+        let roce = PortLink {
+            link_layer: LinkLayer::Ethernet,
+            gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            gid_index: 3,
+            lid: None,
+            ..ib
+        };
+        let dgid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2];
+        let ethernet = handed(&roce, &peer(dgid, None));
+        assert_eq!((ethernet.dlid, ethernet.is_global), (0, 1));
+        assert_eq!(ethernet.grh.dgid.raw, dgid);
+        assert_eq!(ethernet.grh.sgid_index, 3);
+    }
+
+    #[test]
+    fn a_device_clock_that_went_back_reads_as_back() {
+        assert_eq!(device_now(Some(5_000), 9_000_000), 5_000);
+        assert_eq!(device_now(None, 9_000_000), 9_000_000);
     }
 }

@@ -57,6 +57,12 @@ pub struct DemoOptions {
     pub switch_interval: Duration,
     /// Simulated time to start at (seconds into the scenario's cycle).
     pub start_at_s: f64,
+    /// Hosts whose probe agent is stopped from the start: their ports stay in the others' peer
+    /// sets (as a stopped agent's do until the next peer refresh) and answer nothing.
+    pub stopped_agents: Vec<String>,
+    /// The chance that any probe or answer is lost on any path, besides the scenario's faults
+    /// (`--probe-background-loss`; 0: none).
+    pub probe_background_loss: f64,
 }
 
 impl Default for DemoOptions {
@@ -69,6 +75,8 @@ impl Default for DemoOptions {
             tick: Duration::from_millis(100),
             switch_interval: Duration::from_secs(5),
             start_at_s: 0.0,
+            stopped_agents: Vec::new(),
+            probe_background_loss: 0.0,
         }
     }
 }
@@ -85,6 +93,8 @@ pub enum DemoError {
     Agent(std::io::Error),
     #[error("{0}")]
     Profile(String),
+    #[error("--stop-agent {0}: no such simulated host (they are {1})")]
+    UnknownHost(String, String),
 }
 
 /// A running simulated fabric and the exporter state that serves it.
@@ -163,7 +173,13 @@ impl Demo {
 
         let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
         let fabric = Arc::new(Mutex::new(fabric));
-        let probes = super::probing::memory_fabric(fabric.clone());
+        let probes = super::probing::memory_fabric(
+            fabric.clone(),
+            super::probing::BackgroundLoss {
+                chance: options.probe_background_loss,
+                seed: options.shape.seed,
+            },
+        );
         let mut hosts = BTreeMap::new();
         let mut host_names = Vec::new();
         let mut kubelets = Vec::new();
@@ -173,8 +189,8 @@ impl Demo {
             config.node.sysfs_path = root.join("sys");
             config.node.ethtool.source = EthtoolSourceKind::Files;
             config.node.ethtool.stats_dir = Some(root.join("ethtool"));
-            // Simulated counters move in tick-sized steps: judge storms over a longer window.
-            config.node.pfc_storm.detection_time = Duration::from_secs(1);
+            // Simulated counters move in tick-sized steps: judge storms over ten of them.
+            config.node.pfc_storm.detection_time = options.tick * 10;
             config.node.pfc_storm.min_paused_ratio = 0.8;
             config.node.proc_path = root.join("proc");
             config.pods.enabled = true;
@@ -214,7 +230,15 @@ impl Demo {
             config.probe.host = Some(name.clone());
             let probe_ports = {
                 let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
-                super::probing::local_ports(&probes, &fabric, index, config.probe.qkey)
+                // No DCB in the simulation: the class a host without one probes on.
+                let class = crate::probe::class::choose(config.probe.traffic_class, None, None);
+                super::probing::local_ports(
+                    &probes,
+                    &fabric,
+                    index,
+                    config.probe.qkey,
+                    class.traffic_class,
+                )
             };
             let simulated = crate::app::Simulated {
                 netlink: Some(Arc::new(SimNetlink {
@@ -246,6 +270,14 @@ impl Demo {
                         .flat_map(|p| p.peers())
                         .collect(),
                 );
+            }
+        }
+        for name in &options.stopped_agents {
+            let state = hosts
+                .get(name)
+                .ok_or_else(|| DemoError::UnknownHost(name.clone(), host_names.join(", ")))?;
+            if let Some(probe) = &state.probe {
+                crate::collector::Collector::retire(probe.as_ref());
             }
         }
         let mut config = Config::default();
@@ -289,6 +321,14 @@ impl Demo {
         let path = &self.state.telemetry_path;
         let demo_routes = Router::new()
             .route(&format!("/hosts/{{host}}{path}"), get(host_metrics))
+            .route(
+                &format!("/hosts/{{host}}{}", crate::probe::peers::PATH),
+                get(host_probe_address),
+            )
+            .route(
+                &format!("/hosts/{{host}}{}", crate::web::probe_ping::PATH),
+                get(host_probe_ping),
+            )
             .route(&format!("{IB_PREFIX}{path}"), get(ib_metrics))
             .route("/sd", get(service_discovery_route))
             .route("/", get(super::demo_page::landing_page))
@@ -471,6 +511,44 @@ async fn host_metrics(
         )
             .into_response(),
     }
+}
+
+/// One simulated host's `/probe-address`: where its ports answer, as its agent would publish.
+async fn host_probe_address(
+    State(demo): State<Arc<Demo>>,
+    UrlPath(host): UrlPath<String>,
+) -> Response {
+    let Some(state) = demo.hosts.get(&host) else {
+        return no_host(&host);
+    };
+    let Some(published) = state.probe.as_ref().map(|probe| probe.published()) else {
+        return (StatusCode::NOT_FOUND, "probing is off\n").into_response();
+    };
+    match serde_json::to_string(&published) {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// One simulated host's `/probe-ping`: an on-demand ping from its ports through the simulated
+/// fabric (`rdma-fabric-exporter ping --agent http://<demo>/hosts/<host>`).
+async fn host_probe_ping(
+    State(demo): State<Arc<Demo>>,
+    UrlPath(host): UrlPath<String>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    match demo.hosts.get(&host) {
+        Some(state) => crate::web::probe_ping::answer(state.probe.clone(), &params).await,
+        None => no_host(&host),
+    }
+}
+
+fn no_host(host: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("no simulated host {host:?}\n"),
+    )
+        .into_response()
 }
 
 /// `/sd`: the hosts for Prometheus HTTP service discovery, addressed the way the caller

@@ -13,6 +13,10 @@ pub const CNP_IGNORING_NIC: (usize, usize) = (1, 1);
 pub const TRANSPORT_ERROR_NIC: (usize, usize) = (1, 0);
 /// `nic-optic-failure`: the NIC whose optic fades (gpu-node-02's fourth NIC).
 pub const FADING_OPTIC_NIC: (usize, usize) = (1, 3);
+/// `two-faults`: the NIC whose optic fades while a leaf uplink drops (gpu-node-01's mlx5_5:
+/// another host than `nic-optic-failure`'s, and under another leaf than the lossy uplink's,
+/// leaf1, with two leaves as with three).
+pub const TWO_FAULTS_OPTIC_NIC: (usize, usize) = (0, 5);
 /// `host-cpu-load`: the host whose responders answer late (gpu-node-02).
 pub const BUSY_HOST: usize = 1;
 /// `optic-fading`: the NIC whose received optical power sinks (gpu-node-02's mlx5_2).
@@ -84,10 +88,15 @@ pub enum ScenarioName {
     /// it settles under the alert threshold (FEC still corrects all of it): only its trend
     /// says the link is failing.
     BerClimbing,
+    /// Two faults at once: gpu-node-01 mlx5_5's optic fades as in `nic-optic-failure` (half
+    /// the frames it sends and half those it receives lost, its symbol and receive errors
+    /// creeping up) while leaf1's uplink to spine-02 drops 2 % of what it carries, silently, as
+    /// in `leaf-spine-loss`. Both are to be named, and nothing else.
+    TwoFaults,
 }
 
 impl ScenarioName {
-    pub const ALL: [ScenarioName; 18] = [
+    pub const ALL: [ScenarioName; 19] = [
         ScenarioName::Healthy,
         ScenarioName::PfcStorm,
         ScenarioName::EcnTooHigh,
@@ -106,6 +115,7 @@ impl ScenarioName {
         ScenarioName::PcieHalfWidth,
         ScenarioName::GrayNic,
         ScenarioName::BerClimbing,
+        ScenarioName::TwoFaults,
     ];
 
     /// The name as given on the command line.
@@ -129,6 +139,7 @@ impl ScenarioName {
             ScenarioName::PcieHalfWidth => "pcie-half-width",
             ScenarioName::GrayNic => "gray-nic",
             ScenarioName::BerClimbing => "ber-climbing",
+            ScenarioName::TwoFaults => "two-faults",
         }
     }
 
@@ -153,6 +164,7 @@ impl ScenarioName {
             ScenarioName::PcieHalfWidth => "gpu-node-01 mlx5_1: rdma_pcie_link_width_lanes 8 of 16 (rdma_pcie_link_max_width_lanes 16 at both ends with node.pcie.detail), rdma_pcie_link_downtrained 1 from the start, RdmaPcieLinkDowntrained fires; no counter moves",
             ScenarioName::GrayNic => "gpu-node-03 mlx5_1, from the start, against the other hosts' mlx5_1: ~5 transport errors/s (out_of_sequence 4, packet_seq_err 0.8, local_ack_timeout_err 0.08: each under RdmaTransportErrors), 3x their rp_cnp_handled, rx pause 4.5 % of the time, 20x their FEC corrected bits, every lane 2.6 dB less light; no threshold alert fires, RdmaNicPeerOutlier does (needs 3 hosts or more)",
             ScenarioName::BerClimbing => "gpu-node-02 mlx5_4: rdma_fec_corrected_bit_errors_total over the bits received climbs from 1e-9 tenfold a minute from 60 s and settles at 3e-6 (~270 s), under RdmaHighBitErrorRate's 1e-5, and stays; rdma:link_health names ber_trend, RdmaLinkTrendingToFailure fires",
+            ScenarioName::TwoFaults => "two faults at once: gpu-node-01 mlx5_5 loses ~75 % of the probes to and from it (its optic; symbol and receive errors creep up, ~2/s, ~1/s, link up), and the probes between leaf1 and the other leaves whose flow label hashes onto leaf1's uplink to spine-02 lose 2 % (no counter moves); localization names that NIC and leaf1's uplinks, nothing else (needs 6 NICs a host, and --leaves 3 or more to tell leaf1's uplinks from the others')",
         }
     }
 }
@@ -276,6 +288,12 @@ impl Scenario {
             // The probes see the loss (`probing.rs`); the optic's errors show on the NIC.
             ScenarioName::NicOpticFailure => {
                 if me == FADING_OPTIC_NIC {
+                    c.link_errors_per_s = 2.0;
+                }
+            }
+            // The uplink is silent; the fading optic's errors show on its NIC.
+            ScenarioName::TwoFaults => {
+                if me == TWO_FAULTS_OPTIC_NIC {
                     c.link_errors_per_s = 2.0;
                 }
             }

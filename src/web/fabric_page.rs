@@ -577,6 +577,7 @@ mod tests {
                 confidence: 1.0,
                 answer_delay_seconds: None,
                 evidence: evil.into(),
+                hurts: Vec::new(),
             }],
             summary: evil.into(),
         }

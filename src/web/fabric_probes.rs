@@ -181,6 +181,8 @@ pub struct VerdictView {
     pub confidence: f64,
     pub answer_delay_seconds: Option<f64>,
     pub evidence: String,
+    /// The NICs at its end of the failing paths it explains: its blast radius.
+    pub hurts: Vec<PortId>,
 }
 
 /// The probes of `feeds` over the window; `leaves` is where LLDP puts each port (keyed by the
@@ -295,6 +297,7 @@ pub fn view(
             confidence: v.confidence,
             answer_delay_seconds: v.answer_delay_seconds,
             evidence: evidence(v, several_leaves),
+            hurts: v.hurts.clone(),
         })
         .collect();
     let summary = summary(
@@ -363,7 +366,45 @@ fn port_words(v: &Verdict) -> String {
 }
 
 /// Why the verdict stands, in the words of docs/localization.md.
+/// A verdict's evidence in words, then what it hurts.
 fn evidence(v: &Verdict, several_leaves: bool) -> String {
+    let mut words = why(v, several_leaves);
+    words.push_str(&hurts_words(&v.hurts));
+    words
+}
+
+/// At most this many of the NICs a verdict hurts are named in its evidence.
+const HURTS_NAMED: usize = 6;
+
+/// " It hurts 3 NICs on 2 hosts: a mlx5_0, …": the blast radius, empty when none.
+fn hurts_words(hurts: &[PortId]) -> String {
+    if hurts.is_empty() {
+        return String::new();
+    }
+    let hosts: HashSet<&str> = hurts.iter().map(|p| p.host.as_str()).collect();
+    let named: Vec<String> = hurts
+        .iter()
+        .take(HURTS_NAMED)
+        .map(|p| format!("{} {}", p.host, p.device))
+        .collect();
+    let more = hurts.len().saturating_sub(HURTS_NAMED);
+    format!(
+        " It hurts {} NIC{} on {} host{}: {}{}.",
+        hurts.len(),
+        if hurts.len() == 1 { "" } else { "s" },
+        hosts.len(),
+        if hosts.len() == 1 { "" } else { "s" },
+        named.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Why a verdict names what it names, in words.
+fn why(v: &Verdict, several_leaves: bool) -> String {
     let loss = v.mean_path_loss.map_or("?".into(), percent);
     let weighed = format!(
         "{} of the {} probes through it were lost ({loss}), against {} on the paths that avoid \
@@ -552,6 +593,7 @@ mod tests {
             confidence: 0.999_999_9,
             host_ports: None,
             answer_delay_seconds: None,
+            hurts: Vec::new(),
         };
         let words = evidence(&v, false);
         assert!(
@@ -579,6 +621,35 @@ mod tests {
         v.answer_delay_seconds = Some(0.0042);
         let words = evidence(&v, false);
         assert!(words.contains("took 4.2 ms on average"), "{words}");
+        // The blast radius closes the evidence.
+        let port = |host: &str, device: &str| PortId {
+            host: host.into(),
+            device: device.into(),
+            port: 1,
+        };
+        v.kind = Kind::Uplink;
+        v.hurts = (0..8)
+            .map(|h| port(&format!("gpu-node-{h:02}"), "mlx5_0"))
+            .collect();
+        v.hurts.push(port("gpu-node-00", "mlx5_4"));
+        let words = evidence(&v, false);
+        assert!(
+            words.ends_with(
+                " It hurts 9 NICs on 8 hosts: gpu-node-00 mlx5_0, gpu-node-01 mlx5_0, \
+                 gpu-node-02 mlx5_0, gpu-node-03 mlx5_0, gpu-node-04 mlx5_0, gpu-node-05 mlx5_0 \
+                 and 3 more."
+            ),
+            "{words}"
+        );
+        v.hurts.truncate(1);
+        assert!(words_end(
+            &evidence(&v, false),
+            " It hurts 1 NIC on 1 host: gpu-node-00 mlx5_0."
+        ));
+    }
+
+    fn words_end(words: &str, end: &str) -> bool {
+        words.ends_with(end) || panic!("{words:?} does not end with {end:?}")
     }
 
     #[test]

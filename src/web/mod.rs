@@ -6,8 +6,8 @@
 
 //!
 //! Beside it, what every listener does whatever the config: `serve` (the accept loop),
-//! `negotiate` (`Accept`, `Accept-Encoding`), `panic_guard`, and `probe_gate` (the
-//! bound on `/probe` polls); and the landing page every listener serves: `fabric_page` (the
+//! `negotiate` (`Accept`, `Accept-Encoding`), `panic_guard`, `probe_gate` (the
+//! bound on `/probe` polls) and `probe_ping` (`/probe-ping`, an operator's on-demand ping); and the landing page every listener serves: `fabric_page` (the
 //! HTML and its embedded script), `fabric_json` (`/api/v1/fabric`), `fabric_rates`,
 //! `fabric_probes` (the probes' failing paths and verdicts).
 
@@ -21,6 +21,7 @@ pub mod fabric_rates;
 pub mod negotiate;
 pub mod panic_guard;
 pub mod probe_gate;
+pub mod probe_ping;
 pub mod serve;
 pub mod tls;
 

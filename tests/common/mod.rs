@@ -8,6 +8,7 @@ pub mod gnmi_target;
 pub mod prometheus;
 pub mod series;
 pub mod snmp_agent;
+pub mod stall;
 pub mod victoria_metrics;
 pub mod vm;
 
@@ -245,7 +246,9 @@ impl Exporter {
             }
             let _ = sender.send(Err(log));
         });
-        match receiver.recv_timeout(Duration::from_secs(30)) {
+        // A deadline, not a measure: a demo writes its trees before it listens, which takes
+        // long on a machine loaded many times over.
+        match receiver.recv_timeout(Duration::from_secs(120)) {
             Ok(Ok(address)) => Exporter {
                 child,
                 address,

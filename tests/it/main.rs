@@ -10,6 +10,7 @@ mod common;
 
 mod alerts;
 mod alerts_e2e;
+mod architecture;
 mod cardinality;
 mod cli;
 mod corpus_harness;
@@ -54,8 +55,10 @@ mod netlink_pods;
 mod node_exporter_crosscheck;
 mod optics;
 mod pcie;
+mod ping;
 mod pods;
 mod probe_localization_e2e;
+mod probe_two_faults_e2e;
 mod prometheus_scrape;
 mod quirks;
 mod real_kernel;

@@ -3,8 +3,9 @@
 # real_kernel_probe.rs boots it): four soft-RoCE devices on one host, the exporter probing
 # between them as an unprivileged user, and real faults on the wire: netem loss on one
 # device's veth (scraped every 5 s, as Prometheus would), netem delay on another's, `rdma link
-# delete` of a third while it probes, and `rmmod rdma_rxe`. What the exporter served at each
-# moment goes to $RFE_OUT for the tests.
+# delete` of a third while it probes, and `rmmod rdma_rxe`; and a peer exporter on a fifth
+# device (host "peer", rxe4) restarted while the exporter probes it. What the exporter served
+# at each moment goes to $RFE_OUT for the tests.
 #
 #   probe.sh EXPORTER
 #
@@ -43,7 +44,7 @@ ip netns exec sw sysctl -qw net.ipv4.ip_forward=1
 ip -n sw link set lo up
 sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
     net.ipv4.conf.all.accept_local=1 net.ipv4.conf.default.accept_local=1
-for n in 0 1 2 3; do
+for n in 0 1 2 3 4; do
     ip link add v$n type veth peer name p$n
     ip link set p$n netns sw
     ip addr add 10.77.$n.1/24 dev v$n
@@ -58,11 +59,13 @@ for n in 0 1 2 3; do
 done
 ip rule add pref 1000 lookup local
 ip rule del pref 0
-for n in 0 1 2 3; do
+for n in 0 1 2 3 4; do
     rdma link add rxe$n type rxe netdev v$n || err "rdma link add rxe$n failed"
 done
 { rdma link; ip rule; ip -n sw route; ls -l /dev/infiniband/; } >"$O/fabric.txt" 2>&1
 
+# rxe0..rxe3 are this host's ("vm"); rxe4 is another agent's ("peer", on :9867), which only
+# rxe0 (the same rail, 0) probes here: no other phase touches that path.
 config=/tmp/probe.yml
 cat >$config <<'EOF'
 probe:
@@ -71,12 +74,50 @@ probe:
   min_round: 200ms
   timeout: 500ms
   host: vm
+  device_include: "rxe[0-3]"
+  cross_rail_sample: 0
+  peers: ["127.0.0.1:9867"]
 EOF
-chmod 644 $config
+# The peer runs the defaults but for its name, its device and its peer.
+peer_config=/tmp/peer.yml
+cat >$peer_config <<'EOF'
+probe:
+  enabled: true
+  host: peer
+  device_include: rxe4
+  peers: ["127.0.0.1:9866"]
+EOF
+chmod 644 $config $peer_config
+# Starts the peer exporter, its log appended to peer.log; waits until it serves (at most 30 s).
+start_peer() {
+    RUST_BACKTRACE=1 setpriv --reuid=65534 --regid=65534 --clear-groups "$exporter" serve \
+        --config.file=$peer_config --web.listen-address=127.0.0.1:9867 --collector.probe \
+        --no-collector.ethtool --no-collector.pfc_storm >>"$O/peer.log" 2>&1 &
+    peer_pid=$!
+    for _ in $(seq 150); do
+        busybox wget -q -O /dev/null http://127.0.0.1:9867/healthz 2>/dev/null && return 0
+        sleep 0.2
+    done
+    err "the peer exporter did not serve within 30 s"
+}
+stop_peer() {
+    kill -TERM $peer_pid
+    for _ in $(seq 50); do kill -0 $peer_pid 2>/dev/null || break; sleep 0.2; done
+    kill -0 $peer_pid 2>/dev/null && { err "the peer exporter did not exit on SIGTERM"; kill -KILL $peer_pid; }
+    wait $peer_pid
+}
+# The answers rxe0 got from the peer's rxe4 so far, as the exporter serves them now.
+peer_answered() {
+    busybox wget -q -O - http://127.0.0.1:9866/metrics 2>/dev/null |
+        grep '^rdma_probe_target_answered_total{' | grep 'device="rxe0"' |
+        grep 'target_host="peer"' | head -n 1 | { read -r _ value; echo "$value"; }
+}
 
 log "exporter (uid 65534)"
 # Each port registers its probe buffers: the locked-memory limit a runtime would raise.
 ulimit -l 65536
+# The peer first, so that the exporter's first look at its peers finds it.
+start_peer
 # RUST_BACKTRACE: a panic's backtrace in the log, should one happen.
 RUST_BACKTRACE=1 setpriv --reuid=65534 --regid=65534 --clear-groups "$exporter" serve \
     --config.file=$config --web.listen-address=127.0.0.1:9866 --collector.probe \
@@ -86,8 +127,20 @@ for _ in $(seq 150); do
     busybox wget -q -O /dev/null http://127.0.0.1:9866/healthz 2>/dev/null && break
     sleep 0.2
 done
+# The probe thread's cost: the time and milliseconds since the epoch, its CPU nanoseconds
+# (schedstat) and its wake-ups (voluntary context switches), read 2 s and 10 s in.
+probe_thread() {
+    for t in /proc/$exporter_pid/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = rfe-probe ] || continue
+        echo "$(ms) $(cut -d' ' -f1 "$t/schedstat") $(awk '/^voluntary_ctxt_switches/ {print $2}' "$t/status")"
+    done >>"$O/probe-thread.txt"
+}
 # Rounds of 200 ms: 10 s is 50 rounds, every ordered pair probed about 50 times.
-sleep 10
+sleep 2
+probe_thread
+scrape thread-start
+sleep 8
+probe_thread
 log "baseline"
 scrape baseline
 
@@ -161,6 +214,32 @@ if [ -x "$O/hostile.bin" ]; then
     for n in 0 2; do ip link set v$n mtu 1500; ip -n sw link set p$n mtu 1500; done
     sleep 1
 fi
+
+# A peer restarted with the default settings: stopped, down for 2 s (four probe timeouts),
+# started again on new queue pairs. The exporter's peer set still names the old ones (its
+# refresh is a minute away); the peer's first probes say where it answers now.
+log "restart: the peer exporter stopped and started again"
+scrape restart-before
+stop_peer
+down=$(ms)
+sleep 2
+before=$(peer_answered)
+scrape restart-down
+start_peer
+serving=$(ms)
+answered_ms=never
+for _ in $(seq 100); do
+    now=$(peer_answered)
+    if [ -n "$now" ] && [ -n "$before" ] && [ "${now%.*}" -gt "${before%.*}" ]; then
+        answered_ms=$(($(ms) - serving))
+        break
+    fi
+    sleep 0.2
+done
+echo "down_ms $((serving - down)) answered_after_serving_ms $answered_ms" >"$O/restart.txt"
+sleep 5
+scrape restart-after
+stop_peer
 
 log "rdma link delete rxe1 while probing"
 # The kernel finishes removing a device once its users closed it: a user that keeps it open

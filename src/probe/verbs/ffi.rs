@@ -9,7 +9,8 @@
 //!   gives them (`IBVERBS_1.1` for the classic verbs, which also carry a 1.0 compatibility
 //!   version with other structs; `IBVERBS_1.11` for `_ibv_query_gid_ex`);
 //! - the calls that verbs.h makes inline, through function pointers in the objects themselves:
-//!   `ibv_poll_cq`, `ibv_post_send` and `ibv_post_recv` through `ibv_context.ops`;
+//!   `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send` and `ibv_post_recv` through
+//!   `ibv_context.ops`;
 //!   `ibv_query_port`, `ibv_query_device_ex`, `ibv_query_rt_values_ex` and `ibv_create_cq_ex`
 //!   through `verbs_context`, which sits in memory right before the `ibv_context` (its
 //!   `abi_compat` says whether it does); and the extended CQ's `start_poll`/`end_poll`/`read_*`;
@@ -33,6 +34,8 @@ use std::sync::OnceLock;
 // ---- constants (enums of verbs.h) ----
 
 pub(super) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_QPF_GRH_REQUIRED` in `ibv_port_attr.flags`: every address handle must carry a GRH.
+pub(super) const IBV_QPF_GRH_REQUIRED: u8 = 1 << 0;
 pub(super) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 pub(super) const IBV_EVENT_DEVICE_FATAL: u32 = 8;
 pub(super) const IBV_WC_SUCCESS: u32 = 0;
@@ -40,6 +43,8 @@ pub(super) const IBV_WC_GRH: c_uint = 1;
 /// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits.
 pub(super) const IBV_WC_STANDARD_FLAGS: u64 = 0x7f;
 pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// Completion stamps in ns of the NIC's wall clock (`ibv_wc_read_completion_wallclock_ns`).
+pub(super) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
 pub(super) const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub(super) const IBV_QPT_UD: u32 = 4;
 pub(super) const IBV_QPS_INIT: u32 = 1;
@@ -72,7 +77,10 @@ pub(super) struct ibv_ah {
 
 #[repr(C)]
 pub(super) struct ibv_comp_channel {
-    _private: [u8; 0],
+    pub context: *mut ibv_context,
+    /// Readable when a completion event is waiting; made non-blocking by the endpoint.
+    pub fd: c_int,
+    pub refcnt: c_int,
 }
 
 /// `union ibv_gid`: 16 raw bytes, aligned as its two `__be64` halves.
@@ -97,17 +105,19 @@ pub(super) struct ibv_device {
 }
 
 type PollCq = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+type ReqNotifyCq = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 type PostSend = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
 type PostRecv = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 
-/// `struct ibv_context_ops`: the provider's data-path calls. 32 pointers; the prober uses three
-/// (`ibv_poll_cq`, `ibv_post_send`, `ibv_post_recv` are inline calls through them).
+/// `struct ibv_context_ops`: the provider's data-path calls. 32 pointers; the prober uses four
+/// (`ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send`, `ibv_post_recv` are inline calls
+/// through them).
 #[repr(C)]
 pub(super) struct ibv_context_ops {
     /// `_compat_query_device` .. `_compat_create_cq`.
     _before_poll_cq: [*mut c_void; 11],
     pub poll_cq: Option<PollCq>,
-    pub req_notify_cq: *mut c_void,
+    pub req_notify_cq: Option<ReqNotifyCq>,
     /// `_compat_cq_event` .. `_compat_destroy_qp`.
     _before_post_send: [*mut c_void; 12],
     pub post_send: Option<PostSend>,
@@ -487,7 +497,7 @@ pub(super) struct ibv_values_ex {
 
 // ---- the library ----
 
-/// The exported calls (23), resolved once per process.
+/// The exported calls (27), resolved once per process.
 pub(super) struct Verbs {
     pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
     pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
@@ -522,6 +532,11 @@ pub(super) struct Verbs {
     pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
     pub get_async_event: unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
     pub ack_async_event: unsafe extern "C" fn(*mut ibv_async_event),
+    pub create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    pub destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    pub get_cq_event:
+        unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
+    pub ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, c_uint),
 }
 
 /// The soname rdma-core's libibverbs has carried since its first release.
@@ -544,6 +559,7 @@ fn load() -> Result<Verbs, String> {
             dl_error()
         ));
     }
+    const V1_0: &CStr = c"IBVERBS_1.0";
     const V1_1: &CStr = c"IBVERBS_1.1";
     const V1_11: &CStr = c"IBVERBS_1.11";
     /// Resolves one symbol at one version as the function pointer type the field declares.
@@ -589,6 +605,11 @@ fn load() -> Result<Verbs, String> {
         destroy_ah: sym!(c"ibv_destroy_ah", V1_1),
         get_async_event: sym!(c"ibv_get_async_event", V1_1),
         ack_async_event: sym!(c"ibv_ack_async_event", V1_1),
+        // The channel calls have one version (1.0); the CQ event calls a 1.1 beside 1.0's.
+        create_comp_channel: sym!(c"ibv_create_comp_channel", V1_0),
+        destroy_comp_channel: sym!(c"ibv_destroy_comp_channel", V1_0),
+        get_cq_event: sym!(c"ibv_get_cq_event", V1_1),
+        ack_cq_events: sym!(c"ibv_ack_cq_events", V1_1),
     })
 }
 
@@ -756,6 +777,20 @@ pub(super) unsafe fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
         // SAFETY: as the caller promises.
         Some(poll) => unsafe { poll(cq, n, wc) },
         None => -1,
+    }
+}
+
+/// `ibv_req_notify_cq`: through the context's `ops.req_notify_cq`; `EOPNOTSUPP` when the
+/// provider has none.
+///
+/// # Safety
+/// `cq` is a live CQ.
+pub(super) unsafe fn req_notify_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: a live CQ's context is open.
+    match unsafe { (*(*cq).context).ops.req_notify_cq } {
+        // SAFETY: as the caller promises; 0: every completion, not only solicited ones.
+        Some(notify) => unsafe { notify(cq, 0) },
+        None => libc::EOPNOTSUPP,
     }
 }
 

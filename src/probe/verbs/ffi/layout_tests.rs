@@ -35,6 +35,14 @@ fn declared() -> Vec<Layout> {
     vec![
         layout!("union ibv_gid", ibv_gid { raw }),
         layout!(
+            "struct ibv_comp_channel",
+            ibv_comp_channel {
+                context,
+                fd,
+                refcnt
+            }
+        ),
+        layout!(
             "struct ibv_device",
             ibv_device {
                 node_type,
