@@ -7,16 +7,18 @@
 //! kind of path reaches, as `probe::targets` plans them: they lost nothing, only their number
 //! matters.
 //!
-//! The liveness, busy-responder and young-series rules stay recording rules
-//! (`alerts/rdma-rules.yml`, group `rdma-probe-localization`): they are the vote's inputs, and
-//! `RdmaProbePathLoss` reads them too.
+//! The queries that change with each scrape (liveness, what was sent and lost) read the agents'
+//! own series, not the recording rules made of them (`alerts/rdma-rules.yml`, group
+//! `rdma-probe-localization`, which `RdmaProbePathLoss` reads): a rule's evaluation would be one
+//! more interval between a lost probe and its page. Paths toward busy responders are left out
+//! by the vote, which knows each port's answer delay.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId};
 use crate::prom_query::{self, Labels, QueryError, Sample};
 
-/// The recording rules' window.
+/// The window a round reads: that of the recording rules the other alerts read.
 pub const WINDOW: &str = "2m";
 
 /// Answers instant queries: Prometheus' client, or a fixture in tests.
@@ -47,12 +49,54 @@ fn with_host(expr: &str) -> String {
     format!(r#"label_replace({expr}, "host", "$1", "instance", "([^:]+).*")"#)
 }
 
+/// A per-target series appears with the loss that made its agent serve it, which `increase()`
+/// cannot see (it starts at that value): a series younger than the window that began above
+/// zero counts that first loss as one more. (With `per_target`, series begin at zero.)
+fn young_counted(series: &str) -> String {
+    format!(
+        "(increase({series}[{WINDOW}]) and {series} offset {WINDOW}) \
+         or ((increase({series}[{WINDOW}]) + 1) and min_over_time({series}[{WINDOW}]) > 0) \
+         or increase({series}[{WINDOW}]) \
+         or clamp_max({series}, 1)"
+    )
+}
+
+/// `per_path`, summed per path, kept only toward ports whose agent is scraped and probing: a
+/// host that is down is not the network's fault, and its paths would only swell the answer.
+fn toward_live(per_path: &str, selector: &str) -> String {
+    let target = |label: &str, from: &str, expr: String| {
+        format!(r#"label_replace({expr}, "{label}", "$1", "{from}", "([^:]+).*")"#)
+    };
+    let live_targets = target(
+        "target_port",
+        "port",
+        target(
+            "target_device",
+            "device",
+            target(
+                "target_host",
+                "instance",
+                format!("rdma_probe_up{selector} == 1"),
+            ),
+        ),
+    );
+    format!(
+        "sum by (cluster, host, device, port, path, target_host, target_device, target_port) ({}) \
+         and on (cluster, target_host, target_device, target_port) \
+         max by (cluster, target_host, target_device, target_port) ({live_targets})",
+        with_host(per_path)
+    )
+}
+
 impl Queries {
     /// `matchers`: label matchers without braces (`cluster="a"`), or empty.
     pub fn new(matchers: &str) -> Queries {
         let s = prom_query::selector("", matchers);
         Queries {
-            live: format!("rdma:probe_port_live:info{s}"),
+            live: format!(
+                "max by (cluster, host, device, port) ({})",
+                with_host(&format!("rdma_probe_up{s} == 1"))
+            ),
             wiring: format!("rdma:probe_port_switch:info{s}"),
             rail: format!(
                 "max by (cluster, host, device, port, rail) ({})",
@@ -62,8 +106,14 @@ impl Queries {
                 "sum by (cluster, host, device, port, path) ({})",
                 with_host(&format!("increase(rdma_probe_sent_total{s}[{WINDOW}])"))
             ),
-            path_sent: format!("rdma:probe_path_sent:increase2m{s}"),
-            path_lost: format!("rdma:probe_path_lost:increase2m{s}"),
+            path_sent: toward_live(
+                &format!("increase(rdma_probe_target_sent_total{s}[{WINDOW}])"),
+                &s,
+            ),
+            path_lost: toward_live(
+                &young_counted(&format!("rdma_probe_target_lost_total{s}")),
+                &s,
+            ),
             delay: format!(
                 "max by (cluster, host, device, port) ({})",
                 with_host(&format!(

@@ -3,10 +3,11 @@
 //! served: an alert must not stand on what Prometheus said long ago.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::exposition::{Families, Label, Value};
-use crate::probe::localize::Verdict;
+use crate::probe::localize::{PortId, Verdict};
 
 use super::state::{Snapshot, REASONS};
 
@@ -27,6 +28,38 @@ fn verdict_labels(cluster: &str, v: &Verdict) -> Vec<Label<'static>> {
         ("switch", text(&v.switch)),
         ("switch_port", text(&v.switch_port)),
     ]);
+    labels
+}
+
+/// The most NICs a verdict lists one by one in `rdma_localization_hurt_nic_info` (a spine verdict
+/// can hurt a fabric's every NIC); `rdma_localization_verdict_hurt_nics` counts them all.
+pub const MAX_HURT_SERIES: usize = 64;
+
+/// A hurt NIC's labels: its own `host`, `device` and `port` (they join with the agents' series,
+/// `rdma_device_pod_info` among them), and the verdict's as `verdict_*`.
+fn hurt_labels(cluster: &str, v: &Verdict, nic: &PortId) -> Vec<Label<'static>> {
+    let mut labels = cluster_labels(cluster);
+    labels.extend([
+        ("host", Cow::Owned(nic.host.clone())),
+        ("device", Cow::Owned(nic.device.clone())),
+        ("port", Cow::Owned(nic.port.to_string())),
+    ]);
+    let verdict = verdict_labels("", v);
+    let prefixed = |name: &str| -> &'static str {
+        match name {
+            "kind" => "verdict_kind",
+            "host" => "verdict_host",
+            "device" => "verdict_device",
+            "port" => "verdict_port",
+            "switch" => "verdict_switch",
+            _ => "verdict_switch_port",
+        }
+    };
+    labels.extend(
+        verdict
+            .into_iter()
+            .map(|(name, value)| (prefixed(name), value)),
+    );
     labels
 }
 
@@ -170,12 +203,44 @@ pub fn encode(snapshot: &Snapshot, now: Instant, max_age: Duration) -> Families<
             f.gauge(
                 "rdma_localization_verdict_background_loss_ratio",
                 "Loss ratio of the paths that avoid the verdict's component: what it was weighed against.",
-                labels,
+                labels.clone(),
                 Value::F64(v.background_loss),
             );
+            blast_radius(&mut f, cluster, v, labels);
         }
     }
     f
+}
+
+/// What a verdict hurts: the NICs at its end of the failing paths it explains, counted, and the
+/// first [`MAX_HURT_SERIES`] one by one.
+fn blast_radius(
+    f: &mut Families<'static>,
+    cluster: &str,
+    v: &Verdict,
+    labels: Vec<Label<'static>>,
+) {
+    let hosts: BTreeSet<&str> = v.hurts.iter().map(|p| p.host.as_str()).collect();
+    f.gauge(
+        "rdma_localization_verdict_hurt_nics",
+        "NICs whose failing paths the verdict explains: those at its end of them (its blast radius).",
+        labels.clone(),
+        Value::U64(v.hurts.len() as u64),
+    );
+    f.gauge(
+        "rdma_localization_verdict_hurt_hosts",
+        "Hosts of the NICs the verdict hurts.",
+        labels,
+        Value::U64(hosts.len() as u64),
+    );
+    for nic in v.hurts.iter().take(MAX_HURT_SERIES) {
+        f.gauge(
+            "rdma_localization_hurt_nic_info",
+            "A NIC whose failing paths a verdict explains (host, device, port: the NIC; verdict_*: the verdict's labels); at most 64 a verdict.",
+            hurt_labels(cluster, v, nic),
+            Value::U64(1),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -190,6 +255,10 @@ mod tests {
     use crate::probe::localize::{Kind, Localization};
 
     fn snapshot(at: Instant) -> Snapshot {
+        with_hurts(at, Vec::new())
+    }
+
+    fn with_hurts(at: Instant, hurts: Vec<PortId>) -> Snapshot {
         let verdict = Verdict {
             kind: Kind::Nic,
             host: Some("h1".into()),
@@ -206,7 +275,7 @@ mod tests {
             confidence: 1.0,
             host_ports: None,
             answer_delay_seconds: None,
-            hurts: Vec::new(),
+            hurts,
         };
         let localization = Localization {
             verdicts: vec![verdict],
@@ -260,12 +329,59 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_verdict_counts_what_it_hurts_and_lists_the_first_nics() {
+        let nic = |h: usize, d: usize| PortId {
+            host: format!("gpu-{h:02}"),
+            device: format!("mlx5_{d}"),
+            port: 1,
+        };
+        let hurts: Vec<PortId> = (0..10)
+            .flat_map(|h| (0..7).map(move |d| nic(h, d)))
+            .collect();
+        let now = Instant::now();
+        let body = text(&encode(
+            &with_hurts(now, hurts),
+            now,
+            Duration::from_secs(300),
+        ));
+        let verdict = r#"{cluster="a",kind="nic",host="h1",device="mlx5_0",port="1",switch="leaf1",switch_port="Ethernet1/1"}"#;
+        assert!(
+            body.contains(&format!("rdma_localization_verdict_hurt_nics{verdict} 70")),
+            "{body}"
+        );
+        assert!(
+            body.contains(&format!("rdma_localization_verdict_hurt_hosts{verdict} 10")),
+            "{body}"
+        );
+        let listed: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("rdma_localization_hurt_nic_info{"))
+            .collect();
+        assert_eq!(listed.len(), MAX_HURT_SERIES);
+        assert_eq!(
+            listed[0],
+            r#"rdma_localization_hurt_nic_info{cluster="a",host="gpu-00",device="mlx5_0",port="1",verdict_kind="nic",verdict_host="h1",verdict_device="mlx5_0",verdict_port="1",verdict_switch="leaf1",verdict_switch_port="Ethernet1/1"} 1"#
+        );
+    }
+
     /// docs/metrics.md names every family the localizer serves.
     #[test]
     fn docs_name_every_family() {
         let docs = include_str!("../../docs/metrics.md");
         let now = Instant::now();
-        let body = text(&encode(&snapshot(now), now, Duration::from_secs(300)));
+        let body = text(&encode(
+            &with_hurts(
+                now,
+                vec![PortId {
+                    host: "h2".into(),
+                    device: "mlx5_1".into(),
+                    port: 1,
+                }],
+            ),
+            now,
+            Duration::from_secs(300),
+        ));
         let missing: Vec<&str> = body
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))

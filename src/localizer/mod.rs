@@ -32,10 +32,12 @@ pub struct LocalizeArgs {
     /// is voted on apart.
     #[arg(long, value_name = "MATCHERS")]
     pub selector: Option<String>,
-    /// Time between rounds (the rules' evaluation interval is a good choice).
-    #[arg(long, default_value = "15s", value_parser = crate::yaml::parse_duration)]
+    /// Time between rounds. Each round is a hop between a lost probe and its page, so rounds
+    /// come more often than scrapes; Prometheus should scrape the localizer as often.
+    #[arg(long, default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub interval: Duration,
-    /// Deadline of each query (a round asks 7).
+    /// Deadline of each query (a round asks 7; a slow Prometheus makes rounds longer, never
+    /// overlapping).
     #[arg(long = "query-timeout", default_value = "10s", value_parser = crate::yaml::parse_duration)]
     pub query_timeout: Duration,
     /// Verdicts older than this (Prometheus unreadable since) are no longer served.

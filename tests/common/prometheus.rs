@@ -184,6 +184,12 @@ pub fn rule_file_list(rule_files: &[&Path]) -> String {
         .collect()
 }
 
+/// `job` (one scrape config) scraped every `interval` instead of the global interval.
+pub fn every(job: &str, interval: &str) -> String {
+    let (name, rest) = job.split_once('\n').expect("a job of more than one line");
+    format!("{name}\n    scrape_interval: {interval}\n    scrape_timeout: {interval}\n{rest}")
+}
+
 /// A scrape job for a `localize` at `address`: its verdicts keep the `cluster` they name
 /// (`honor_labels`), its own health takes `cluster` when given.
 pub fn localizer_job(job: &str, address: &str, cluster: Option<&str>) -> String {

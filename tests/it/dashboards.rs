@@ -26,7 +26,17 @@ pub(crate) const DASHBOARDS: [&str; 6] = [
 
 /// Panels whose queries may rightly return nothing in the pfc-storm demo: (dashboard uid, panel
 /// title, why). They still run, and Prometheus must accept them.
-pub(crate) const MAY_BE_EMPTY: [(&str, &str, &str); 6] = [
+pub(crate) const MAY_BE_EMPTY: [(&str, &str, &str); 8] = [
+    (
+        "rdma-fabric-overview",
+        "NICs the suspects hurt",
+        "lists what a probe suspect hurts; the pfc-storm demo has no suspect",
+    ),
+    (
+        "rdma-fabric-overview",
+        "Pods on the NICs the suspects hurt",
+        "lists pods on NICs a probe suspect hurts; the pfc-storm demo has no suspect",
+    ),
     (
         "rdma-ib-fabric",
         "Degraded links",
