@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId};
+use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId, SLOW_RESPONDER_SECONDS};
 use crate::prom_query::{self, Labels, QueryError, Sample};
 
 /// The window a round reads: that of the recording rules the other alerts read.
@@ -61,6 +61,10 @@ fn young_counted(series: &str) -> String {
     )
 }
 
+/// What names a path.
+const PATH_LABELS: &str =
+    "cluster, host, device, port, path, target_host, target_device, target_port";
+
 /// `per_path`, summed per path, kept only toward ports whose agent is scraped and probing: a
 /// host that is down is not the network's fault, and its paths would only swell the answer.
 fn toward_live(per_path: &str, selector: &str) -> String {
@@ -81,7 +85,7 @@ fn toward_live(per_path: &str, selector: &str) -> String {
         ),
     );
     format!(
-        "sum by (cluster, host, device, port, path, target_host, target_device, target_port) ({}) \
+        "sum by ({PATH_LABELS}) ({}) \
          and on (cluster, target_host, target_device, target_port) \
          max by (cluster, target_host, target_device, target_port) ({live_targets})",
         with_host(per_path)
@@ -92,6 +96,15 @@ impl Queries {
     /// `matchers`: label matchers without braces (`cluster="a"`), or empty.
     pub fn new(matchers: &str) -> Queries {
         let s = prom_query::selector("", matchers);
+        // Only the paths that lost in the window: a per-target series lives 10 minutes after
+        // its last loss, and those quiet since are counted with the port's other probes.
+        let path_lost = format!(
+            "({}) > 0",
+            toward_live(
+                &young_counted(&format!("rdma_probe_target_lost_total{s}")),
+                &s
+            )
+        );
         Queries {
             live: format!(
                 "max by (cluster, host, device, port) ({})",
@@ -106,16 +119,17 @@ impl Queries {
                 "sum by (cluster, host, device, port, path) ({})",
                 with_host(&format!("increase(rdma_probe_sent_total{s}[{WINDOW}])"))
             ),
-            path_sent: toward_live(
-                &format!("increase(rdma_probe_target_sent_total{s}[{WINDOW}])"),
-                &s,
+            path_sent: format!(
+                "{} and on ({PATH_LABELS}) ({path_lost})",
+                toward_live(
+                    &format!("increase(rdma_probe_target_sent_total{s}[{WINDOW}])"),
+                    &s
+                ),
             ),
-            path_lost: toward_live(
-                &young_counted(&format!("rdma_probe_target_lost_total{s}")),
-                &s,
-            ),
+            path_lost,
+            // Only busy responders: the vote needs no other delay.
             delay: format!(
-                "max by (cluster, host, device, port) ({})",
+                "max by (cluster, host, device, port) ({}) > {SLOW_RESPONDER_SECONDS}",
                 with_host(&format!(
                     "max_over_time(rdma_probe_answer_delay_seconds{s}[{WINDOW}])"
                 ))
@@ -161,6 +175,24 @@ pub struct Answers {
     pub path_sent: Vec<Sample>,
     pub path_lost: Vec<Sample>,
     pub delay: Vec<Sample>,
+}
+
+impl Answers {
+    /// Samples read in all: what a round costs Prometheus and the localizer.
+    pub fn samples(&self) -> usize {
+        [
+            &self.live,
+            &self.wiring,
+            &self.rail,
+            &self.port_sent,
+            &self.path_sent,
+            &self.path_lost,
+            &self.delay,
+        ]
+        .iter()
+        .map(|a| a.len())
+        .sum()
+    }
 }
 
 /// The vote's input for one cluster.

@@ -115,6 +115,12 @@ pub fn encode(snapshot: &Snapshot, now: Instant, max_age: Duration) -> Families<
         [],
         Value::F64(last.unix),
     );
+    f.gauge(
+        "rdma_localization_samples_read",
+        "Samples Prometheus answered in the localizer's last successful round, every query together: what a round costs.",
+        [],
+        Value::U64(last.samples_read as u64),
+    );
     let age = now.saturating_duration_since(last.at);
     if age > max_age {
         return f;
@@ -287,6 +293,7 @@ mod tests {
             last: Some(Arc::new(Verdicts {
                 at,
                 unix: 1.7e9,
+                samples_read: 42,
                 clusters: BTreeMap::from([(
                     "a".to_string(),
                     ClusterVerdicts {

@@ -143,6 +143,7 @@ pub fn round(source: &dyn Source, queries: &Queries, state: &State) {
         Verdicts {
             at: started,
             unix,
+            samples_read: answers.samples(),
             clusters,
         },
         started.elapsed().as_secs_f64(),

@@ -22,6 +22,8 @@ pub struct Verdicts {
     pub at: Instant,
     /// ... and as Unix seconds.
     pub unix: f64,
+    /// Samples Prometheus answered in that round.
+    pub samples_read: usize,
     pub clusters: BTreeMap<String, ClusterVerdicts>,
 }
 

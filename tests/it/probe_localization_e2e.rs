@@ -349,4 +349,19 @@ fn probe_faults_page_with_the_shipped_intervals() {
             at.saturating_duration_since(fault_starts).as_secs_f64()
         );
     }
+    // What a round reads, for the cost at scale (BENCHMARKS.md).
+    let (_, _, metrics) = localize.get("/metrics");
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let samples = value("rdma_localization_samples_read");
+    assert!(samples > 0.0, "{metrics}");
+    println!(
+        "a round read {samples} samples for {} live ports",
+        value("rdma_localization_live_ports")
+    );
 }
