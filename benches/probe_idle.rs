@@ -25,6 +25,7 @@ use rdma_fabric_exporter::probe::memory::MemoryFabric;
 use rdma_fabric_exporter::probe::rtt::Clock;
 use rdma_fabric_exporter::probe::stats::Stats;
 use rdma_fabric_exporter::probe::targets::Port;
+use rdma_fabric_exporter::sim::probing::gid;
 
 mod common;
 
@@ -37,16 +38,6 @@ fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
         Ok(text) => text.parse().with_context(|| format!("{name}={text:?}")),
         Err(_) => Ok(default),
     }
-}
-
-fn gid(host: usize, port: usize) -> [u8; 16] {
-    let mut gid = [0u8; 16];
-    gid[10] = 0xff;
-    gid[11] = 0xff;
-    gid[12] = 10;
-    gid[14] = host as u8;
-    gid[15] = port as u8;
-    gid
 }
 
 fn ports(memory: &MemoryFabric, host: usize) -> Vec<LocalPort> {
