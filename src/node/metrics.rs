@@ -279,18 +279,14 @@ fn add_port_counters<'a>(
             Value::U64(raw)
         };
         if families.last_block(exposed) == Some(block) {
-            issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: ReadErrorReason::NameCollision,
-                detail: format!(
-                    "port {} counter {name:?} is exported as {exposed}, a name already taken",
-                    port.number_text
-                ),
-            });
+            let detail = format!(
+                "port {} counter {name:?} is exported as {exposed}, a name already taken",
+                port.number_text
+            );
+            issues.push(name_collision(device, detail));
             continue;
         }
-        let added = families.add_in(exposed, Kind::Counter, *help, block, [], value);
-        debug_assert!(added.is_ok(), "{added:?}");
+        families.counter_in(exposed, help, block, [], value);
         if super::saturation::is_saturated(name, raw) {
             families.gauge_in(
                 "rdma_port_pma_saturated",
@@ -336,21 +332,14 @@ fn add_driver_counters<'a>(
                 [],
                 Value::F64(value as f64 / 1000.0),
             ),
-            Slot::Collision => issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: ReadErrorReason::NameCollision,
-                detail: format!("driver counter {name:?} sanitizes to a name already taken"),
-            }),
+            Slot::Collision => issues.push(name_collision(
+                device,
+                format!("driver counter {name:?} sanitizes to a name already taken"),
+            )),
             Slot::Counter { exposed, help, .. } => {
                 let added =
                     families.add_in(exposed, Kind::Counter, *help, block, [], Value::U64(value));
-                if let Err(e) = added {
-                    issues.push(EncodeIssue {
-                        device: device.name.clone(),
-                        reason: ReadErrorReason::NameCollision,
-                        detail: e.to_string(),
-                    });
-                }
+                issues.extend(added.err().map(|e| name_collision(device, e)));
             }
         }
     }
@@ -365,6 +354,139 @@ enum CounterScope {
 
 fn micros_to_seconds(micros: u64) -> Value {
     Value::F64(micros as f64 / 1e6)
+}
+
+/// A counter family of typed driver statistics: exposed name, help, and the value of the
+/// driver's figure.
+type DriverCounter = (&'static str, &'static str, fn(u64) -> Value);
+
+// The families of typed driver statistics (per-priority traffic is `PriorityTraffic`'s).
+const PFC_PAUSE_FRAMES: DriverCounter = (
+    "rdma_pfc_pause_frames_total",
+    "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
+    Value::U64,
+);
+const PFC_PAUSE_DURATION: DriverCounter = (
+    "rdma_pfc_pause_duration_seconds_total",
+    "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
+    micros_to_seconds,
+);
+const PFC_PAUSE_TRANSITIONS: DriverCounter = (
+    "rdma_pfc_pause_transitions_total",
+    "PFC XOFF to XON transitions per priority.",
+    Value::U64,
+);
+const GLOBAL_PAUSE_FRAMES: DriverCounter = (
+    "rdma_global_pause_frames_total",
+    "IEEE 802.3x global pause frames (all priorities).",
+    Value::U64,
+);
+const GLOBAL_PAUSE_DURATION: DriverCounter = (
+    "rdma_global_pause_duration_seconds_total",
+    "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
+    micros_to_seconds,
+);
+const PAUSE_STORM_EVENTS: DriverCounter = (
+    "rdma_pfc_pause_storm_events_total",
+    "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
+    Value::U64,
+);
+const PHY_DISCARDS: DriverCounter = (
+    "rdma_phy_discards_total",
+    "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
+    Value::U64,
+);
+const RX_OUT_OF_BUFFER: DriverCounter = (
+    "rdma_netdev_rx_out_of_buffer_total",
+    "Packets dropped because a netdev receive queue had no software buffers.",
+    Value::U64,
+);
+const LINK_DOWN_EVENTS: DriverCounter = (
+    "rdma_phy_link_down_events_total",
+    "Times the physical link went down (link flaps).",
+    Value::U64,
+);
+const PHY_SYMBOL_ERRORS: DriverCounter = (
+    "rdma_phy_symbol_errors_total",
+    "Received symbol errors at the physical layer.",
+    Value::U64,
+);
+const PCS_SYMBOL_ERRORS: DriverCounter = (
+    "rdma_phy_pcs_symbol_errors_total",
+    "Symbols the PCS/FEC layer could not correct.",
+    Value::U64,
+);
+const FEC_CORRECTED_BITS: DriverCounter = (
+    "rdma_phy_fec_corrected_bit_errors_total",
+    "Bits corrected by forward error correction (pre-FEC bit errors).",
+    Value::U64,
+);
+const PHY_RECEIVED_BITS: DriverCounter = (
+    "rdma_phy_received_bit_count_total",
+    "Bits received at the physical layer, the denominator of the bit error rate.",
+    Value::U64,
+);
+const PHY_CRC_ERRORS: DriverCounter = (
+    "rdma_phy_crc_errors_total",
+    "Frames received with a CRC error.",
+    Value::U64,
+);
+
+/// The labels a typed statistic adds to its netdev's: at most a priority and a direction.
+type StatLabels<'a> = [Option<Label<'a>>; 2];
+
+/// Where a typed statistic is written: its family and labels. `None` for per-priority traffic,
+/// which [`PriorityTraffic`] writes once every priority's counters are known.
+fn driver_counter<'a>(stat: TypedStat) -> Option<(&'static DriverCounter, StatLabels<'a>)> {
+    use TypedStat as T;
+    let prio = |p: u8| Some(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
+    let dir = |d: super::ethtool_map::Direction| Some(("direction", Cow::Borrowed(d.as_label())));
+    Some(match stat {
+        T::PriorityBytes { .. }
+        | T::PriorityPackets { .. }
+        | T::PriorityDiscards { .. }
+        | T::PriorityBufferDiscards { .. }
+        | T::PriorityCongestionDiscards { .. }
+        | T::PriorityEcnMarked { .. } => return None,
+        T::PfcPauseFrames {
+            priority,
+            direction,
+        } => (&PFC_PAUSE_FRAMES, [prio(priority), dir(direction)]),
+        T::PfcPauseDurationMicros {
+            priority,
+            direction,
+        } => (&PFC_PAUSE_DURATION, [prio(priority), dir(direction)]),
+        T::PfcPauseTransitions {
+            priority,
+            direction,
+        } => (&PFC_PAUSE_TRANSITIONS, [prio(priority), dir(direction)]),
+        T::GlobalPauseFrames { direction } => (&GLOBAL_PAUSE_FRAMES, [dir(direction), None]),
+        T::GlobalPauseDurationMicros { direction } => {
+            (&GLOBAL_PAUSE_DURATION, [dir(direction), None])
+        }
+        T::PauseStormEvents { severity } => (
+            &PAUSE_STORM_EVENTS,
+            [Some(("severity", Cow::Borrowed(severity.as_label()))), None],
+        ),
+        T::PhyDiscards { direction } => (&PHY_DISCARDS, [dir(direction), None]),
+        T::RxOutOfBuffer => (&RX_OUT_OF_BUFFER, [None, None]),
+        T::LinkDownEvents => (&LINK_DOWN_EVENTS, [None, None]),
+        T::PhySymbolErrors => (&PHY_SYMBOL_ERRORS, [None, None]),
+        T::PcsSymbolErrors => (&PCS_SYMBOL_ERRORS, [None, None]),
+        T::FecCorrectedBits => (&FEC_CORRECTED_BITS, [None, None]),
+        T::PhyReceivedBits => (&PHY_RECEIVED_BITS, [None, None]),
+        T::PhyCrcErrors => (&PHY_CRC_ERRORS, [None, None]),
+    })
+}
+
+/// The issue of a series left out because its name is taken: by another kernel name that
+/// sanitizes to it, or by a family of another type.
+fn name_collision(device: &Device, detail: impl ToString) -> EncodeIssue {
+    EncodeIssue {
+        device: device.name.clone(),
+        reason: ReadErrorReason::NameCollision,
+        detail: detail.to_string(),
+    }
 }
 
 fn add_ethtool<'a>(
@@ -393,10 +515,7 @@ fn add_ethtool<'a>(
     }
     // The netdev's hundreds of series share these three pairs: rendered once.
     let block = families.block(base_labels());
-    let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
-    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = FxHashSet::default();
-    let driver = port.netdev_driver.as_deref();
     let mut per_priority = PriorityTraffic::default();
     let types = port.ethtool_types();
     let stats = port.ethtool.names().iter().zip(port.ethtool.values());
@@ -414,13 +533,7 @@ fn add_ethtool<'a>(
                     [("stat", Cow::Borrowed(name))],
                     Value::U64(raw),
                 );
-                if let Err(e) = added {
-                    issues.push(EncodeIssue {
-                        device: device.name.clone(),
-                        reason: ReadErrorReason::NameCollision,
-                        detail: e.to_string(),
-                    });
-                }
+                issues.extend(added.err().map(|e| name_collision(device, e)));
             }
             continue;
         };
@@ -429,114 +542,11 @@ fn add_ethtool<'a>(
         if per_priority.note(stat, raw) {
             continue;
         }
-        match stat {
-            // Noted by `per_priority` above.
-            TypedStat::PriorityBytes { .. }
-            | TypedStat::PriorityPackets { .. }
-            | TypedStat::PriorityDiscards { .. }
-            | TypedStat::PriorityBufferDiscards { .. }
-            | TypedStat::PriorityCongestionDiscards { .. }
-            | TypedStat::PriorityEcnMarked { .. } => {}
-            TypedStat::PfcPauseFrames { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_frames_total",
-                "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
-                block,
-                [prio(priority), dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_duration_seconds_total",
-                "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
-                block,
-                [prio(priority), dir(direction)],
-                micros_to_seconds(raw),
-            ),
-            TypedStat::PfcPauseTransitions { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_transitions_total",
-                "PFC XOFF to XON transitions per priority.",
-                block,
-                [prio(priority), dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::GlobalPauseFrames { direction } => families.counter_in(
-                "rdma_global_pause_frames_total",
-                "IEEE 802.3x global pause frames (all priorities).",
-                block,
-                [dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::GlobalPauseDurationMicros { direction } => families.counter_in(
-                "rdma_global_pause_duration_seconds_total",
-                "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
-                block,
-                [dir(direction)],
-                micros_to_seconds(raw),
-            ),
-            TypedStat::PauseStormEvents { severity } => families.counter_in(
-                "rdma_pfc_pause_storm_events_total",
-                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                block,
-                [("severity", Cow::Borrowed(severity.as_label()))],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyDiscards { direction } => families.counter_in(
-                "rdma_phy_discards_total",
-                "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
-                block,
-                [dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::RxOutOfBuffer => families.counter_in(
-                "rdma_netdev_rx_out_of_buffer_total",
-                "Packets dropped because a netdev receive queue had no software buffers.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::LinkDownEvents => families.counter_in(
-                "rdma_phy_link_down_events_total",
-                "Times the physical link went down (link flaps).",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhySymbolErrors => families.counter_in(
-                "rdma_phy_symbol_errors_total",
-                "Received symbol errors at the physical layer.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PcsSymbolErrors => families.counter_in(
-                "rdma_phy_pcs_symbol_errors_total",
-                "Symbols the PCS/FEC layer could not correct.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::FecCorrectedBits => families.counter_in(
-                "rdma_phy_fec_corrected_bit_errors_total",
-                "Bits corrected by forward error correction (pre-FEC bit errors).",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyReceivedBits => families.counter_in(
-                "rdma_phy_received_bit_count_total",
-                "Bits received at the physical layer, the denominator of the bit error rate.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyCrcErrors => families.counter_in(
-                "rdma_phy_crc_errors_total",
-                "Frames received with a CRC error.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
+        if let Some(((name, help, value), labels)) = driver_counter(stat) {
+            families.counter_in(name, help, block, labels.into_iter().flatten(), value(raw));
         }
     }
+    let driver = port.netdev_driver.as_deref();
     per_priority.add_metrics(families, block, pause_names_show_pfc(driver));
 }
 

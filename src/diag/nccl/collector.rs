@@ -23,7 +23,7 @@ use serde::Deserialize;
 use super::process::{process_hash, LogParser, ProcessLog};
 use super::verdict::{summarize, ProcessSummary, Transport};
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, Kind, Value};
+use crate::exposition::{Families, Value};
 use crate::periodic::Periodic;
 
 /// The `nccl:` section of the config file: which logs the scan thread reads, and how often.
@@ -564,9 +564,8 @@ fn add_process_counts<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
 fn add_processes<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
     for p in &scan.processes {
         let pid: Cow<'a, str> = Cow::Owned(p.pid.to_string());
-        let added = families.add(
+        families.info(
             "rdma_nccl_process_info",
-            Kind::Info,
             "A process found in the NCCL debug logs: the network NCCL chose (empty: none), link layer of its HCAs, GPUDirect RDMA state.",
             vec![
                 ("host", Cow::Borrowed(p.host.as_str())),
@@ -575,9 +574,7 @@ fn add_processes<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
                 ("link_layer", Cow::Borrowed(p.link_layer.as_str())),
                 ("gdr", Cow::Borrowed(p.gdr.as_label())),
             ],
-            Value::U64(1),
         );
-        debug_assert!(added.is_ok(), "{added:?}");
         let socket = p.transport == Transport::Socket;
         families.gauge(
             "rdma_nccl_socket_fallback",
