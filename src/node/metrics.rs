@@ -360,77 +360,27 @@ fn micros_to_seconds(micros: u64) -> Value {
 /// driver's figure.
 type DriverCounter = (&'static str, &'static str, fn(u64) -> Value);
 
-// The families of typed driver statistics (per-priority traffic is `PriorityTraffic`'s).
-const PFC_PAUSE_FRAMES: DriverCounter = (
-    "rdma_pfc_pause_frames_total",
-    "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
-    Value::U64,
-);
-const PFC_PAUSE_DURATION: DriverCounter = (
-    "rdma_pfc_pause_duration_seconds_total",
-    "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
-    micros_to_seconds,
-);
-const PFC_PAUSE_TRANSITIONS: DriverCounter = (
-    "rdma_pfc_pause_transitions_total",
-    "PFC XOFF to XON transitions per priority.",
-    Value::U64,
-);
-const GLOBAL_PAUSE_FRAMES: DriverCounter = (
-    "rdma_global_pause_frames_total",
-    "IEEE 802.3x global pause frames (all priorities).",
-    Value::U64,
-);
-const GLOBAL_PAUSE_DURATION: DriverCounter = (
-    "rdma_global_pause_duration_seconds_total",
-    "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
-    micros_to_seconds,
-);
-const PAUSE_STORM_EVENTS: DriverCounter = (
-    "rdma_pfc_pause_storm_events_total",
-    "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-    Value::U64,
-);
-const PHY_DISCARDS: DriverCounter = (
-    "rdma_phy_discards_total",
-    "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
-    Value::U64,
-);
-const RX_OUT_OF_BUFFER: DriverCounter = (
-    "rdma_netdev_rx_out_of_buffer_total",
-    "Packets dropped because a netdev receive queue had no software buffers.",
-    Value::U64,
-);
-const LINK_DOWN_EVENTS: DriverCounter = (
-    "rdma_phy_link_down_events_total",
-    "Times the physical link went down (link flaps).",
-    Value::U64,
-);
-const PHY_SYMBOL_ERRORS: DriverCounter = (
-    "rdma_phy_symbol_errors_total",
-    "Received symbol errors at the physical layer.",
-    Value::U64,
-);
-const PCS_SYMBOL_ERRORS: DriverCounter = (
-    "rdma_phy_pcs_symbol_errors_total",
-    "Symbols the PCS/FEC layer could not correct.",
-    Value::U64,
-);
-const FEC_CORRECTED_BITS: DriverCounter = (
-    "rdma_phy_fec_corrected_bit_errors_total",
-    "Bits corrected by forward error correction (pre-FEC bit errors).",
-    Value::U64,
-);
-const PHY_RECEIVED_BITS: DriverCounter = (
-    "rdma_phy_received_bit_count_total",
-    "Bits received at the physical layer, the denominator of the bit error rate.",
-    Value::U64,
-);
-const PHY_CRC_ERRORS: DriverCounter = (
-    "rdma_phy_crc_errors_total",
-    "Frames received with a CRC error.",
-    Value::U64,
-);
+/// The counter families of typed driver statistics, a row a line: name, help, and the value of
+/// the driver's figure (per-priority traffic is [`PriorityTraffic`]'s).
+#[rustfmt::skip]
+mod driver_counters {
+    use super::{micros_to_seconds as seconds, DriverCounter, Value::U64};
+
+    pub const PFC_PAUSE_FRAMES: DriverCounter = ("rdma_pfc_pause_frames_total", "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).", U64);
+    pub const PFC_PAUSE_DURATION: DriverCounter = ("rdma_pfc_pause_duration_seconds_total", "Time spent paused by PFC per priority (driver microseconds, converted to seconds).", seconds);
+    pub const PFC_PAUSE_TRANSITIONS: DriverCounter = ("rdma_pfc_pause_transitions_total", "PFC XOFF to XON transitions per priority.", U64);
+    pub const GLOBAL_PAUSE_FRAMES: DriverCounter = ("rdma_global_pause_frames_total", "IEEE 802.3x global pause frames (all priorities).", U64);
+    pub const GLOBAL_PAUSE_DURATION: DriverCounter = ("rdma_global_pause_duration_seconds_total", "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).", seconds);
+    pub const PAUSE_STORM_EVENTS: DriverCounter = ("rdma_pfc_pause_storm_events_total", "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.", U64);
+    pub const PHY_DISCARDS: DriverCounter = ("rdma_phy_discards_total", "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).", U64);
+    pub const RX_OUT_OF_BUFFER: DriverCounter = ("rdma_netdev_rx_out_of_buffer_total", "Packets dropped because a netdev receive queue had no software buffers.", U64);
+    pub const LINK_DOWN_EVENTS: DriverCounter = ("rdma_phy_link_down_events_total", "Times the physical link went down (link flaps).", U64);
+    pub const PHY_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_symbol_errors_total", "Received symbol errors at the physical layer.", U64);
+    pub const PCS_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_pcs_symbol_errors_total", "Symbols the PCS/FEC layer could not correct.", U64);
+    pub const FEC_CORRECTED_BITS: DriverCounter = ("rdma_phy_fec_corrected_bit_errors_total", "Bits corrected by forward error correction (pre-FEC bit errors).", U64);
+    pub const PHY_RECEIVED_BITS: DriverCounter = ("rdma_phy_received_bit_count_total", "Bits received at the physical layer, the denominator of the bit error rate.", U64);
+    pub const PHY_CRC_ERRORS: DriverCounter = ("rdma_phy_crc_errors_total", "Frames received with a CRC error.", U64);
+}
 
 /// The labels a typed statistic adds to its netdev's: at most a priority and a direction.
 type StatLabels<'a> = [Option<Label<'a>>; 2];
@@ -438,6 +388,7 @@ type StatLabels<'a> = [Option<Label<'a>>; 2];
 /// Where a typed statistic is written: its family and labels. `None` for per-priority traffic,
 /// which [`PriorityTraffic`] writes once every priority's counters are known.
 fn driver_counter<'a>(stat: TypedStat) -> Option<(&'static DriverCounter, StatLabels<'a>)> {
+    use driver_counters as c;
     use TypedStat as T;
     let prio = |p: u8| Some(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
     let dir = |d: super::ethtool_map::Direction| Some(("direction", Cow::Borrowed(d.as_label())));
@@ -451,31 +402,31 @@ fn driver_counter<'a>(stat: TypedStat) -> Option<(&'static DriverCounter, StatLa
         T::PfcPauseFrames {
             priority,
             direction,
-        } => (&PFC_PAUSE_FRAMES, [prio(priority), dir(direction)]),
+        } => (&c::PFC_PAUSE_FRAMES, [prio(priority), dir(direction)]),
         T::PfcPauseDurationMicros {
             priority,
             direction,
-        } => (&PFC_PAUSE_DURATION, [prio(priority), dir(direction)]),
+        } => (&c::PFC_PAUSE_DURATION, [prio(priority), dir(direction)]),
         T::PfcPauseTransitions {
             priority,
             direction,
-        } => (&PFC_PAUSE_TRANSITIONS, [prio(priority), dir(direction)]),
-        T::GlobalPauseFrames { direction } => (&GLOBAL_PAUSE_FRAMES, [dir(direction), None]),
+        } => (&c::PFC_PAUSE_TRANSITIONS, [prio(priority), dir(direction)]),
+        T::GlobalPauseFrames { direction } => (&c::GLOBAL_PAUSE_FRAMES, [dir(direction), None]),
         T::GlobalPauseDurationMicros { direction } => {
-            (&GLOBAL_PAUSE_DURATION, [dir(direction), None])
+            (&c::GLOBAL_PAUSE_DURATION, [dir(direction), None])
         }
         T::PauseStormEvents { severity } => (
-            &PAUSE_STORM_EVENTS,
+            &c::PAUSE_STORM_EVENTS,
             [Some(("severity", Cow::Borrowed(severity.as_label()))), None],
         ),
-        T::PhyDiscards { direction } => (&PHY_DISCARDS, [dir(direction), None]),
-        T::RxOutOfBuffer => (&RX_OUT_OF_BUFFER, [None, None]),
-        T::LinkDownEvents => (&LINK_DOWN_EVENTS, [None, None]),
-        T::PhySymbolErrors => (&PHY_SYMBOL_ERRORS, [None, None]),
-        T::PcsSymbolErrors => (&PCS_SYMBOL_ERRORS, [None, None]),
-        T::FecCorrectedBits => (&FEC_CORRECTED_BITS, [None, None]),
-        T::PhyReceivedBits => (&PHY_RECEIVED_BITS, [None, None]),
-        T::PhyCrcErrors => (&PHY_CRC_ERRORS, [None, None]),
+        T::PhyDiscards { direction } => (&c::PHY_DISCARDS, [dir(direction), None]),
+        T::RxOutOfBuffer => (&c::RX_OUT_OF_BUFFER, [None, None]),
+        T::LinkDownEvents => (&c::LINK_DOWN_EVENTS, [None, None]),
+        T::PhySymbolErrors => (&c::PHY_SYMBOL_ERRORS, [None, None]),
+        T::PcsSymbolErrors => (&c::PCS_SYMBOL_ERRORS, [None, None]),
+        T::FecCorrectedBits => (&c::FEC_CORRECTED_BITS, [None, None]),
+        T::PhyReceivedBits => (&c::PHY_RECEIVED_BITS, [None, None]),
+        T::PhyCrcErrors => (&c::PHY_CRC_ERRORS, [None, None]),
     })
 }
 
