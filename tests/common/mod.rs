@@ -594,6 +594,21 @@ pub fn demo_hosts_samples(demo: &Exporter) -> Vec<Sample> {
     all
 }
 
+/// Each series of `name` in [`demo_hosts_samples`]' samples as `host device` and value, in
+/// order (a NIC with several series of `name` appears once for each).
+pub fn demo_values_by_nic(samples: &[Sample], name: &str) -> Vec<(String, f64)> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| {
+            (
+                format!("{} {}", s.labels["host"], s.labels["device"]),
+                s.value,
+            )
+        })
+        .collect()
+}
+
 /// Runs `ip ARGS`; the error says which command failed and why.
 pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = std::process::Command::new("ip")

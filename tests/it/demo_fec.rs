@@ -17,15 +17,8 @@ fn demo(scenario: &str) -> Exporter {
 
 /// `host device` -> value of `name`.
 fn by_nic(samples: &[Sample], name: &str) -> BTreeMap<String, f64> {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .map(|s| {
-            (
-                format!("{} {}", s.labels["host"], s.labels["device"]),
-                s.value,
-            )
-        })
+    common::demo_values_by_nic(samples, name)
+        .into_iter()
         .collect()
 }
 

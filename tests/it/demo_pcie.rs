@@ -2,21 +2,7 @@
 //! function and root port for every NIC, read by the real node collector; only the one NIC whose
 //! link trained at x8 of x16 says it is downtrained.
 
-use crate::common::{self, demo_hosts_samples, Exporter, Sample};
-
-/// `host device` -> value of every series of `name`.
-fn by_nic(samples: &[Sample], name: &str) -> Vec<(String, f64)> {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .map(|s| {
-            (
-                format!("{} {}", s.labels["host"], s.labels["device"]),
-                s.value,
-            )
-        })
-        .collect()
-}
+use crate::common::{self, demo_hosts_samples, demo_values_by_nic as by_nic, Exporter, Sample};
 
 #[test]
 fn the_half_width_nic_alone_is_downtrained() {
