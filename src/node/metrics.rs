@@ -540,9 +540,33 @@ pub fn add_storm_metrics<'a>(
 mod tests {
     use super::*;
 
-    /// A node of one device, `d0`, with `port`.
-    fn one_port_node(port: Port) -> NodeSnapshot {
-        NodeSnapshot {
+    /// Port 1, with nothing read.
+    fn port_one() -> Port {
+        Port {
+            number: 1,
+            number_text: "1".into(),
+            ..Port::default()
+        }
+    }
+
+    /// Ethernet port 1 on `netdev` of `driver`, with its `ethtool -S` statistics.
+    fn ethernet_port(netdev: &str, driver: &str, ethtool: Vec<(String, u64)>) -> Port {
+        Port {
+            link_layer: Some("Ethernet".into()),
+            netdev: Some(netdev.into()),
+            netdev_driver: Some(driver.into()),
+            ethtool: ethtool.into(),
+            ..port_one()
+        }
+    }
+
+    /// Encodes a node of one device, `d0`, with `port`, and hands `check` the families and the
+    /// issues.
+    fn with_node_metrics<R>(
+        port: Port,
+        check: impl FnOnce(&Families<'_>, &[EncodeIssue]) -> R,
+    ) -> R {
+        let snapshot = NodeSnapshot {
             infiniband_present: true,
             devices: vec![Device {
                 name: "d0".into(),
@@ -550,38 +574,46 @@ mod tests {
                 ..Device::default()
             }],
             errors: vec![],
-        }
+        };
+        let mut families = Families::default();
+        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
+        check(&families, &issues)
+    }
+
+    /// Asserts that `issues` are `count` name collisions, each `detail` says what it should.
+    #[track_caller]
+    fn assert_collisions(issues: &[EncodeIssue], count: usize, detail: impl Fn(&str) -> bool) {
+        assert_eq!(issues.len(), count, "{issues:?}");
+        assert!(
+            issues
+                .iter()
+                .all(|i| i.reason == ReadErrorReason::NameCollision && detail(&i.detail)),
+            "{issues:?}"
+        );
     }
 
     #[test]
     fn colliding_driver_names_keep_the_clean_one() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             hw_counters: vec![
                 ("RX-Bytes".into(), 1),
                 ("rx_bytes".into(), 2),
                 ("rx.bytes".into(), 3),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues
-            .iter()
-            .all(|i| i.reason == ReadErrorReason::NameCollision));
-        assert!(issues
-            .iter()
-            .all(|i| i.detail.contains("RX-Bytes") || i.detail.contains("rx.bytes")));
-        assert!(families.contains("rdma_hw_rx_bytes_total"));
-        assert_eq!(
-            families.len(),
-            3,
-            "rdma_devices, rdma_port_info, one rx_bytes"
-        );
+        with_node_metrics(port, |families, issues| {
+            assert_collisions(issues, 2, |d| {
+                d.contains("RX-Bytes") || d.contains("rx.bytes")
+            });
+            assert!(families.contains("rdma_hw_rx_bytes_total"));
+            assert_eq!(
+                families.len(),
+                3,
+                "rdma_devices, rdma_port_info, one rx_bytes"
+            );
+        });
     }
 
     /// Legacy 64-bit files fill only the names the plain set lacks; an unreadable plain file
@@ -589,8 +621,6 @@ mod tests {
     #[test]
     fn legacy_counters_fill_only_what_the_plain_ones_lack() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             counters: crate::node::counters::Counters::new(
                 vec!["port_rcv_data".into(), "port_xmit_data".into()].into(),
                 vec![Some(10), None],
@@ -601,13 +631,12 @@ mod tests {
                 ("port_unicast_rcv_packets".into(), 9),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
+        let (issues, lines) = with_node_metrics(port, |families, issues| {
+            (issues.to_vec(), families.sample_lines())
+        });
         assert!(issues.is_empty(), "{issues:?}");
-        let lines = families.sample_lines();
         let counter =
             |name: &str| -> Vec<&String> { lines.iter().filter(|l| l.starts_with(name)).collect() };
         assert_eq!(
@@ -622,42 +651,31 @@ mod tests {
 
     #[test]
     fn a_saturated_narrow_counter_is_flagged() {
-        let families_of = |link_downed: u64| {
+        let flagged = |link_downed: u64| {
             let port = Port {
-                number: 1,
-                number_text: "1".into(),
                 counters: vec![
                     ("link_downed".into(), link_downed),
                     ("symbol_error".into(), 12),
                 ]
                 .into(),
-                ..Port::default()
+                ..port_one()
             };
-            let snapshot = one_port_node(port);
-            let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-            families.contains("rdma_port_pma_saturated")
+            with_node_metrics(port, |families, _| {
+                families.contains("rdma_port_pma_saturated")
+            })
         };
-        assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
-        assert!(!families_of(254));
+        assert!(flagged(255), "link_downed stuck at its 8-bit maximum");
+        assert!(!flagged(254));
     }
 
     #[test]
     fn driver_statistics_are_typed_by_the_netdevs_driver() {
         let typed_pfc = |driver: &str| {
-            let port = Port {
-                number: 1,
-                number_text: "1".into(),
-                link_layer: Some("Ethernet".into()),
-                netdev: Some("ens1f0np0".into()),
-                netdev_driver: Some(driver.into()),
-                ethtool: vec![("rx_pfc_ena_frames_pri3".into(), 9)].into(),
-                ..Port::default()
-            };
-            let snapshot = one_port_node(port);
-            let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-            families.contains("rdma_pfc_pause_frames_total")
+            let ethtool = vec![("rx_pfc_ena_frames_pri3".into(), 9)];
+            with_node_metrics(
+                ethernet_port("ens1f0np0", driver, ethtool),
+                |families, _| families.contains("rdma_pfc_pause_frames_total"),
+            )
         };
         assert!(typed_pfc("bnxt_en"), "Broadcom's PFC frames are typed");
         assert!(!typed_pfc("mlx5_core"), "an mlx5 netdev has no such name");
@@ -676,37 +694,32 @@ mod tests {
             ethtool.push((format!("frames_{direction}_pripause"), 1200));
             ethtool.push((format!("{direction}_pripause_3_1us_count"), 5000));
         }
-        let port = Port {
-            number: 1,
-            number_text: "1".into(),
-            link_layer: Some("Ethernet".into()),
-            netdev: Some("enp9s0".into()),
-            netdev_driver: Some("ionic".into()),
-            ethtool: ethtool.into(),
-            ..Port::default()
-        };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        let pause_frames: Vec<(String, String, u64)> = families
-            .samples()
-            .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
-            .map(|(_, labels, value)| {
-                let label = |key: &str| {
-                    labels
-                        .iter()
-                        .find(|(k, _)| *k == key)
-                        .unwrap()
-                        .1
-                        .to_string()
-                };
-                let Value::U64(value) = value else {
-                    panic!("{value:?}")
-                };
-                (label("priority"), label("direction"), value)
-            })
-            .filter(|(_, _, value)| *value > 0)
-            .collect();
+        let port = ethernet_port("enp9s0", "ionic", ethtool);
+        let (pause_frames, priority_packets) = with_node_metrics(port, |families, _| {
+            let pause_frames: Vec<(String, String, u64)> = families
+                .samples()
+                .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
+                .map(|(_, labels, value)| {
+                    let label = |key: &str| {
+                        labels
+                            .iter()
+                            .find(|(k, _)| *k == key)
+                            .unwrap()
+                            .1
+                            .to_string()
+                    };
+                    let Value::U64(value) = value else {
+                        panic!("{value:?}")
+                    };
+                    (label("priority"), label("direction"), value)
+                })
+                .filter(|(_, _, value)| *value > 0)
+                .collect();
+            (
+                pause_frames,
+                families.contains("rdma_priority_packets_total"),
+            )
+        });
         assert_eq!(
             pause_frames,
             [
@@ -714,14 +727,12 @@ mod tests {
                 ("3".into(), "tx".into(), 1200)
             ]
         );
-        assert!(!families.contains("rdma_priority_packets_total"));
+        assert!(!priority_packets);
     }
 
     #[test]
     fn port_counters_that_land_on_one_name_are_exported_once() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             counters: vec![
                 ("symbol_error".into(), 1),
                 ("port_symbol_error".into(), 2),
@@ -729,21 +740,16 @@ mod tests {
                 ("link_downed".into(), 4),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues
-            .iter()
-            .all(|i| i.reason == ReadErrorReason::NameCollision
-                && i.detail.contains("rdma_port_symbol_error")));
-        assert_eq!(
-            families.len(),
-            4,
-            "rdma_devices, rdma_port_info, one symbol_error, link_downed"
-        );
+        with_node_metrics(port, |families, issues| {
+            assert_collisions(issues, 2, |d| d.contains("rdma_port_symbol_error"));
+            assert_eq!(
+                families.len(),
+                4,
+                "rdma_devices, rdma_port_info, one symbol_error, link_downed"
+            );
+        });
     }
 
     #[test]
