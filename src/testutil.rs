@@ -25,9 +25,23 @@ pub(crate) fn scrape_selected(collectors: Collectors, selection: Selection) -> S
 /// not happen. The bounds are generous: a loaded machine stretches every thread's work.
 #[track_caller]
 pub(crate) fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let held = poll_until(within, &mut done, |&held| held);
+    assert!(held, "timed out waiting for {what}");
+}
+
+/// Reads `read` every 5 ms until `done` holds for a reading or `within` has passed, and returns
+/// the last reading: the caller's assertions show what it was.
+pub(crate) fn poll_until<T>(
+    within: Duration,
+    mut read: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
     let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        let reading = read();
+        if done(&reading) || Instant::now() > deadline {
+            return reading;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -43,6 +57,20 @@ mod tests {
             polls == 3
         });
         assert_eq!(polls, 3);
+    }
+
+    #[test]
+    fn poll_until_returns_the_last_reading_past_its_bound() {
+        let mut reads = 0;
+        let last = poll_until(
+            Duration::from_millis(20),
+            || {
+                reads += 1;
+                reads
+            },
+            |_| false,
+        );
+        assert!(last > 1, "read until the bound: {last}");
     }
 
     #[test]
