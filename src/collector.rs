@@ -345,6 +345,7 @@ impl Scrape {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::scrape_selected as encode;
 
     #[derive(Debug)]
     struct Fixed {
@@ -393,13 +394,6 @@ mod tests {
                 ok: true,
             }),
         ])
-    }
-
-    fn encode(collectors: Collectors, selection: Selection) -> String {
-        Scrape::new(Arc::new(collectors), selection, true)
-            .body(Format::OpenMetrics, &[])
-            .unwrap()
-            .to_text()
     }
 
     #[test]

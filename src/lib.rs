@@ -39,6 +39,8 @@ pub mod reload;
 pub mod server;
 pub mod sim;
 pub mod switch;
+#[cfg(test)]
+mod testutil;
 pub mod web;
 pub mod yaml;
 

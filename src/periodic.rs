@@ -245,16 +245,6 @@ impl<S: Served> PeriodicCollector<S> {
         let first = self.last(Duration::from_secs(10));
         assert!(first.finished.is_some(), "no reading");
     }
-
-    /// One scrape of this collector alone, as OpenMetrics text.
-    pub(crate) fn scrape(self: &Arc<Self>) -> String {
-        use crate::collector::{Collectors, Scrape, Selection};
-        let collectors = Collectors::new(vec![self.clone()]);
-        Scrape::new(Arc::new(collectors), Selection::All, true)
-            .body(crate::exposition::Format::OpenMetrics, &[])
-            .unwrap()
-            .to_text()
-    }
 }
 
 impl<S: Served> Collector for PeriodicCollector<S> {
@@ -290,6 +280,7 @@ impl<S: Served> Collector for PeriodicCollector<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::wait_for;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     #[test]
@@ -300,11 +291,9 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst) + 1
         })
         .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while *periodic.last() < 2 {
-            assert!(Instant::now() < deadline, "no second reading");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for("a second reading", Duration::from_secs(10), || {
+            *periodic.last() >= 2
+        });
         periodic.stop();
         // The thread takes at most one more reading after the stop.
         std::thread::sleep(MIN_INTERVAL * 3);

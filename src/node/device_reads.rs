@@ -451,6 +451,7 @@ mod tests {
     use super::*;
     use crate::node::hw_netlink::fake;
     use crate::node::tree_cache::FdBudget;
+    use crate::testutil::wait_for;
     use regex::Regex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Condvar;
@@ -521,14 +522,11 @@ mod tests {
         read: impl Fn() -> NodeSnapshot,
     ) {
         gate.release();
-        let cleared = Instant::now() + Duration::from_secs(5);
-        while reads.outstanding.lock().unwrap().contains_key("mlx5_1") {
-            assert!(
-                Instant::now() < cleared,
-                "the returned read still marks mlx5_1"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for(
+            "the returned read to unmark mlx5_1",
+            Duration::from_secs(5),
+            || !reads.outstanding.lock().unwrap().contains_key("mlx5_1"),
+        );
         let third = read();
         assert_eq!(names(&third), ["mlx5_0", "mlx5_1", "mlx5_2"]);
         assert!(third.errors.is_empty(), "{:?}", third.errors);
@@ -1023,10 +1021,10 @@ mod tests {
         assert_eq!(budget.left(), 0, "every descriptor of the budget is in use");
         drop(reads);
         // The readers drop their jobs, and the trees with them, right after answering.
-        let until = Instant::now() + Duration::from_secs(5);
-        while budget.left() != 40 {
-            assert!(Instant::now() < until, "{} of 40 given back", budget.left());
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for(
+            "all 40 descriptors given back",
+            Duration::from_secs(5),
+            || budget.left() == 40,
+        );
     }
 }

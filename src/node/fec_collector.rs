@@ -340,7 +340,7 @@ mod tests {
         encode_error, encode_reply, FecBin, FecStats, LaneCounts, Padding,
     };
     use crate::node::ethtool_netlink::uapi::ETHTOOL_LINK_MODE_FEC_RS_BIT;
-    use std::time::Instant;
+    use crate::testutil::{scrape, wait_for};
 
     /// A sysfs tree of `ports` (device, link layer, netdev); `class/net` lists `host_netdevs`.
     fn tree(ports: &[(&str, &str, &str)], host_netdevs: &[&str]) -> tempfile::TempDir {
@@ -448,7 +448,7 @@ mod tests {
         );
         // veth: the kernel's EOPNOTSUPP. enspod: no file and not in class/net (a pod's VF).
         write(dir.path(), "veth7", &encode_error(27, 1, libc::EOPNOTSUPP));
-        let text = started(dir.path(), sys.path(), FecConfig::default()).scrape();
+        let text = scrape(&started(dir.path(), sys.path(), FecConfig::default()));
         let labels = r#"{device="mlx5_0",port="1",netdev="ens1np0"}"#;
         for line in [
             format!("rdma_fec_corrected_blocks_total{labels} 1234"),
@@ -481,7 +481,7 @@ mod tests {
             histogram: true,
             ..FecConfig::default()
         };
-        let text = started(dir.path(), sys.path(), config).scrape();
+        let text = scrape(&started(dir.path(), sys.path(), config));
         for line in [
             r#"rdma_fec_lane_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0",lane="0"} 5"#,
             r#"rdma_fec_lane_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0",lane="1"} 5"#,
@@ -512,9 +512,9 @@ mod tests {
         // Two scrapes of one round (checked: a round may end between them).
         let (families, again) = loop {
             let round = collector.last(Duration::ZERO);
-            let text = collector.scrape();
+            let text = scrape(&collector);
             let families = encoded(&collector).unwrap();
-            collector.scrape();
+            scrape(&collector);
             let again = encoded(&collector).unwrap();
             if Arc::ptr_eq(&round, &collector.last(Duration::ZERO)) {
                 assert!(text.contains(r#"netdev="ens1np0"} 11"#), "{text}");
@@ -523,20 +523,11 @@ mod tests {
         };
         assert!(Arc::ptr_eq(&families, &again), "one encoding for the round");
         write(dir.path(), "ens1np0", &reply(12));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = collector.scrape();
-            if text.contains(
-                r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 12"#,
-            ) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the next round is not served:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let next =
+            r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 12"#;
+        wait_for("the next round served", Duration::from_secs(10), || {
+            scrape(&collector).contains(next)
+        });
         assert!(!Arc::ptr_eq(&families, &encoded(&collector).unwrap()));
     }
 
@@ -553,7 +544,7 @@ mod tests {
         let good = encode_reply(27, 1, 4, "ens1np0", &rs(7, 0, 9), Padding::None);
         write(dir.path(), "ens1np0", &good);
         write(dir.path(), "ens2np0", &good[..good.len() - 5]);
-        let text = started(dir.path(), sys.path(), FecConfig::default()).scrape();
+        let text = scrape(&started(dir.path(), sys.path(), FecConfig::default()));
         for line in [
             r#"rdma_fec_corrected_blocks_total{device="mlx5_0",port="1",netdev="ens1np0"} 7"#,
             r#"rdma_exporter_fec_errors_total{reason="malformed"} 1"#,

@@ -279,18 +279,14 @@ fn add_port_counters<'a>(
             Value::U64(raw)
         };
         if families.last_block(exposed) == Some(block) {
-            issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: ReadErrorReason::NameCollision,
-                detail: format!(
-                    "port {} counter {name:?} is exported as {exposed}, a name already taken",
-                    port.number_text
-                ),
-            });
+            let detail = format!(
+                "port {} counter {name:?} is exported as {exposed}, a name already taken",
+                port.number_text
+            );
+            issues.push(name_collision(device, detail));
             continue;
         }
-        let added = families.add_in(exposed, Kind::Counter, *help, block, [], value);
-        debug_assert!(added.is_ok(), "{added:?}");
+        families.counter_in(exposed, help, block, [], value);
         if super::saturation::is_saturated(name, raw) {
             families.gauge_in(
                 "rdma_port_pma_saturated",
@@ -336,21 +332,14 @@ fn add_driver_counters<'a>(
                 [],
                 Value::F64(value as f64 / 1000.0),
             ),
-            Slot::Collision => issues.push(EncodeIssue {
-                device: device.name.clone(),
-                reason: ReadErrorReason::NameCollision,
-                detail: format!("driver counter {name:?} sanitizes to a name already taken"),
-            }),
+            Slot::Collision => issues.push(name_collision(
+                device,
+                format!("driver counter {name:?} sanitizes to a name already taken"),
+            )),
             Slot::Counter { exposed, help, .. } => {
                 let added =
                     families.add_in(exposed, Kind::Counter, *help, block, [], Value::U64(value));
-                if let Err(e) = added {
-                    issues.push(EncodeIssue {
-                        device: device.name.clone(),
-                        reason: ReadErrorReason::NameCollision,
-                        detail: e.to_string(),
-                    });
-                }
+                issues.extend(added.err().map(|e| name_collision(device, e)));
             }
         }
     }
@@ -365,6 +354,90 @@ enum CounterScope {
 
 fn micros_to_seconds(micros: u64) -> Value {
     Value::F64(micros as f64 / 1e6)
+}
+
+/// A counter family of typed driver statistics: exposed name, help, and the value of the
+/// driver's figure.
+type DriverCounter = (&'static str, &'static str, fn(u64) -> Value);
+
+/// The counter families of typed driver statistics, a row a line: name, help, and the value of
+/// the driver's figure (per-priority traffic is [`PriorityTraffic`]'s).
+#[rustfmt::skip]
+mod driver_counters {
+    use super::{micros_to_seconds as seconds, DriverCounter, Value::U64};
+
+    pub const PFC_PAUSE_FRAMES: DriverCounter = ("rdma_pfc_pause_frames_total", "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).", U64);
+    pub const PFC_PAUSE_DURATION: DriverCounter = ("rdma_pfc_pause_duration_seconds_total", "Time spent paused by PFC per priority (driver microseconds, converted to seconds).", seconds);
+    pub const PFC_PAUSE_TRANSITIONS: DriverCounter = ("rdma_pfc_pause_transitions_total", "PFC XOFF to XON transitions per priority.", U64);
+    pub const GLOBAL_PAUSE_FRAMES: DriverCounter = ("rdma_global_pause_frames_total", "IEEE 802.3x global pause frames (all priorities).", U64);
+    pub const GLOBAL_PAUSE_DURATION: DriverCounter = ("rdma_global_pause_duration_seconds_total", "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).", seconds);
+    pub const PAUSE_STORM_EVENTS: DriverCounter = ("rdma_pfc_pause_storm_events_total", "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.", U64);
+    pub const PHY_DISCARDS: DriverCounter = ("rdma_phy_discards_total", "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).", U64);
+    pub const RX_OUT_OF_BUFFER: DriverCounter = ("rdma_netdev_rx_out_of_buffer_total", "Packets dropped because a netdev receive queue had no software buffers.", U64);
+    pub const LINK_DOWN_EVENTS: DriverCounter = ("rdma_phy_link_down_events_total", "Times the physical link went down (link flaps).", U64);
+    pub const PHY_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_symbol_errors_total", "Received symbol errors at the physical layer.", U64);
+    pub const PCS_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_pcs_symbol_errors_total", "Symbols the PCS/FEC layer could not correct.", U64);
+    pub const FEC_CORRECTED_BITS: DriverCounter = ("rdma_phy_fec_corrected_bit_errors_total", "Bits corrected by forward error correction (pre-FEC bit errors).", U64);
+    pub const PHY_RECEIVED_BITS: DriverCounter = ("rdma_phy_received_bit_count_total", "Bits received at the physical layer, the denominator of the bit error rate.", U64);
+    pub const PHY_CRC_ERRORS: DriverCounter = ("rdma_phy_crc_errors_total", "Frames received with a CRC error.", U64);
+}
+
+/// The labels a typed statistic adds to its netdev's: at most a priority and a direction.
+type StatLabels<'a> = [Option<Label<'a>>; 2];
+
+/// Where a typed statistic is written: its family and labels. `None` for per-priority traffic,
+/// which [`PriorityTraffic`] writes once every priority's counters are known.
+fn driver_counter<'a>(stat: TypedStat) -> Option<(&'static DriverCounter, StatLabels<'a>)> {
+    use driver_counters as c;
+    use TypedStat as T;
+    let prio = |p: u8| Some(("priority", Cow::Borrowed(PRIORITIES[usize::from(p)])));
+    let dir = |d: super::ethtool_map::Direction| Some(("direction", Cow::Borrowed(d.as_label())));
+    Some(match stat {
+        T::PriorityBytes { .. }
+        | T::PriorityPackets { .. }
+        | T::PriorityDiscards { .. }
+        | T::PriorityBufferDiscards { .. }
+        | T::PriorityCongestionDiscards { .. }
+        | T::PriorityEcnMarked { .. } => return None,
+        T::PfcPauseFrames {
+            priority,
+            direction,
+        } => (&c::PFC_PAUSE_FRAMES, [prio(priority), dir(direction)]),
+        T::PfcPauseDurationMicros {
+            priority,
+            direction,
+        } => (&c::PFC_PAUSE_DURATION, [prio(priority), dir(direction)]),
+        T::PfcPauseTransitions {
+            priority,
+            direction,
+        } => (&c::PFC_PAUSE_TRANSITIONS, [prio(priority), dir(direction)]),
+        T::GlobalPauseFrames { direction } => (&c::GLOBAL_PAUSE_FRAMES, [dir(direction), None]),
+        T::GlobalPauseDurationMicros { direction } => {
+            (&c::GLOBAL_PAUSE_DURATION, [dir(direction), None])
+        }
+        T::PauseStormEvents { severity } => (
+            &c::PAUSE_STORM_EVENTS,
+            [Some(("severity", Cow::Borrowed(severity.as_label()))), None],
+        ),
+        T::PhyDiscards { direction } => (&c::PHY_DISCARDS, [dir(direction), None]),
+        T::RxOutOfBuffer => (&c::RX_OUT_OF_BUFFER, [None, None]),
+        T::LinkDownEvents => (&c::LINK_DOWN_EVENTS, [None, None]),
+        T::PhySymbolErrors => (&c::PHY_SYMBOL_ERRORS, [None, None]),
+        T::PcsSymbolErrors => (&c::PCS_SYMBOL_ERRORS, [None, None]),
+        T::FecCorrectedBits => (&c::FEC_CORRECTED_BITS, [None, None]),
+        T::PhyReceivedBits => (&c::PHY_RECEIVED_BITS, [None, None]),
+        T::PhyCrcErrors => (&c::PHY_CRC_ERRORS, [None, None]),
+    })
+}
+
+/// The issue of a series left out because its name is taken: by another kernel name that
+/// sanitizes to it, or by a family of another type.
+fn name_collision(device: &Device, detail: impl ToString) -> EncodeIssue {
+    EncodeIssue {
+        device: device.name.clone(),
+        reason: ReadErrorReason::NameCollision,
+        detail: detail.to_string(),
+    }
 }
 
 fn add_ethtool<'a>(
@@ -393,10 +466,7 @@ fn add_ethtool<'a>(
     }
     // The netdev's hundreds of series share these three pairs: rendered once.
     let block = families.block(base_labels());
-    let prio = |p: u8| ("priority", Cow::Borrowed(PRIORITIES[usize::from(p)]));
-    let dir = |d: super::ethtool_map::Direction| ("direction", Cow::Borrowed(d.as_label()));
     let mut seen_untyped = FxHashSet::default();
-    let driver = port.netdev_driver.as_deref();
     let mut per_priority = PriorityTraffic::default();
     let types = port.ethtool_types();
     let stats = port.ethtool.names().iter().zip(port.ethtool.values());
@@ -414,13 +484,7 @@ fn add_ethtool<'a>(
                     [("stat", Cow::Borrowed(name))],
                     Value::U64(raw),
                 );
-                if let Err(e) = added {
-                    issues.push(EncodeIssue {
-                        device: device.name.clone(),
-                        reason: ReadErrorReason::NameCollision,
-                        detail: e.to_string(),
-                    });
-                }
+                issues.extend(added.err().map(|e| name_collision(device, e)));
             }
             continue;
         };
@@ -429,114 +493,11 @@ fn add_ethtool<'a>(
         if per_priority.note(stat, raw) {
             continue;
         }
-        match stat {
-            // Noted by `per_priority` above.
-            TypedStat::PriorityBytes { .. }
-            | TypedStat::PriorityPackets { .. }
-            | TypedStat::PriorityDiscards { .. }
-            | TypedStat::PriorityBufferDiscards { .. }
-            | TypedStat::PriorityCongestionDiscards { .. }
-            | TypedStat::PriorityEcnMarked { .. } => {}
-            TypedStat::PfcPauseFrames { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_frames_total",
-                "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).",
-                block,
-                [prio(priority), dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::PfcPauseDurationMicros { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_duration_seconds_total",
-                "Time spent paused by PFC per priority (driver microseconds, converted to seconds).",
-                block,
-                [prio(priority), dir(direction)],
-                micros_to_seconds(raw),
-            ),
-            TypedStat::PfcPauseTransitions { priority, direction } => families.counter_in(
-                "rdma_pfc_pause_transitions_total",
-                "PFC XOFF to XON transitions per priority.",
-                block,
-                [prio(priority), dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::GlobalPauseFrames { direction } => families.counter_in(
-                "rdma_global_pause_frames_total",
-                "IEEE 802.3x global pause frames (all priorities).",
-                block,
-                [dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::GlobalPauseDurationMicros { direction } => families.counter_in(
-                "rdma_global_pause_duration_seconds_total",
-                "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).",
-                block,
-                [dir(direction)],
-                micros_to_seconds(raw),
-            ),
-            TypedStat::PauseStormEvents { severity } => families.counter_in(
-                "rdma_pfc_pause_storm_events_total",
-                "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.",
-                block,
-                [("severity", Cow::Borrowed(severity.as_label()))],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyDiscards { direction } => families.counter_in(
-                "rdma_phy_discards_total",
-                "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).",
-                block,
-                [dir(direction)],
-                Value::U64(raw),
-            ),
-            TypedStat::RxOutOfBuffer => families.counter_in(
-                "rdma_netdev_rx_out_of_buffer_total",
-                "Packets dropped because a netdev receive queue had no software buffers.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::LinkDownEvents => families.counter_in(
-                "rdma_phy_link_down_events_total",
-                "Times the physical link went down (link flaps).",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhySymbolErrors => families.counter_in(
-                "rdma_phy_symbol_errors_total",
-                "Received symbol errors at the physical layer.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PcsSymbolErrors => families.counter_in(
-                "rdma_phy_pcs_symbol_errors_total",
-                "Symbols the PCS/FEC layer could not correct.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::FecCorrectedBits => families.counter_in(
-                "rdma_phy_fec_corrected_bit_errors_total",
-                "Bits corrected by forward error correction (pre-FEC bit errors).",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyReceivedBits => families.counter_in(
-                "rdma_phy_received_bit_count_total",
-                "Bits received at the physical layer, the denominator of the bit error rate.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
-            TypedStat::PhyCrcErrors => families.counter_in(
-                "rdma_phy_crc_errors_total",
-                "Frames received with a CRC error.",
-                block,
-                [],
-                Value::U64(raw),
-            ),
+        if let Some(((name, help, value), labels)) = driver_counter(stat) {
+            families.counter_in(name, help, block, labels.into_iter().flatten(), value(raw));
         }
     }
+    let driver = port.netdev_driver.as_deref();
     per_priority.add_metrics(families, block, pause_names_show_pfc(driver));
 }
 
@@ -579,9 +540,33 @@ pub fn add_storm_metrics<'a>(
 mod tests {
     use super::*;
 
-    /// A node of one device, `d0`, with `port`.
-    fn one_port_node(port: Port) -> NodeSnapshot {
-        NodeSnapshot {
+    /// Port 1, with nothing read.
+    fn port_one() -> Port {
+        Port {
+            number: 1,
+            number_text: "1".into(),
+            ..Port::default()
+        }
+    }
+
+    /// Ethernet port 1 on `netdev` of `driver`, with its `ethtool -S` statistics.
+    fn ethernet_port(netdev: &str, driver: &str, ethtool: Vec<(String, u64)>) -> Port {
+        Port {
+            link_layer: Some("Ethernet".into()),
+            netdev: Some(netdev.into()),
+            netdev_driver: Some(driver.into()),
+            ethtool: ethtool.into(),
+            ..port_one()
+        }
+    }
+
+    /// Encodes a node of one device, `d0`, with `port`, and hands `check` the families and the
+    /// issues.
+    fn with_node_metrics<R>(
+        port: Port,
+        check: impl FnOnce(&Families<'_>, &[EncodeIssue]) -> R,
+    ) -> R {
+        let snapshot = NodeSnapshot {
             infiniband_present: true,
             devices: vec![Device {
                 name: "d0".into(),
@@ -589,38 +574,46 @@ mod tests {
                 ..Device::default()
             }],
             errors: vec![],
-        }
+        };
+        let mut families = Families::default();
+        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
+        check(&families, &issues)
+    }
+
+    /// Asserts that `issues` are `count` name collisions, each `detail` says what it should.
+    #[track_caller]
+    fn assert_collisions(issues: &[EncodeIssue], count: usize, detail: impl Fn(&str) -> bool) {
+        assert_eq!(issues.len(), count, "{issues:?}");
+        assert!(
+            issues
+                .iter()
+                .all(|i| i.reason == ReadErrorReason::NameCollision && detail(&i.detail)),
+            "{issues:?}"
+        );
     }
 
     #[test]
     fn colliding_driver_names_keep_the_clean_one() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             hw_counters: vec![
                 ("RX-Bytes".into(), 1),
                 ("rx_bytes".into(), 2),
                 ("rx.bytes".into(), 3),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues
-            .iter()
-            .all(|i| i.reason == ReadErrorReason::NameCollision));
-        assert!(issues
-            .iter()
-            .all(|i| i.detail.contains("RX-Bytes") || i.detail.contains("rx.bytes")));
-        assert!(families.contains("rdma_hw_rx_bytes_total"));
-        assert_eq!(
-            families.len(),
-            3,
-            "rdma_devices, rdma_port_info, one rx_bytes"
-        );
+        with_node_metrics(port, |families, issues| {
+            assert_collisions(issues, 2, |d| {
+                d.contains("RX-Bytes") || d.contains("rx.bytes")
+            });
+            assert!(families.contains("rdma_hw_rx_bytes_total"));
+            assert_eq!(
+                families.len(),
+                3,
+                "rdma_devices, rdma_port_info, one rx_bytes"
+            );
+        });
     }
 
     /// Legacy 64-bit files fill only the names the plain set lacks; an unreadable plain file
@@ -628,8 +621,6 @@ mod tests {
     #[test]
     fn legacy_counters_fill_only_what_the_plain_ones_lack() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             counters: crate::node::counters::Counters::new(
                 vec!["port_rcv_data".into(), "port_xmit_data".into()].into(),
                 vec![Some(10), None],
@@ -640,13 +631,12 @@ mod tests {
                 ("port_unicast_rcv_packets".into(), 9),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
+        let (issues, lines) = with_node_metrics(port, |families, issues| {
+            (issues.to_vec(), families.sample_lines())
+        });
         assert!(issues.is_empty(), "{issues:?}");
-        let lines = families.sample_lines();
         let counter =
             |name: &str| -> Vec<&String> { lines.iter().filter(|l| l.starts_with(name)).collect() };
         assert_eq!(
@@ -661,42 +651,31 @@ mod tests {
 
     #[test]
     fn a_saturated_narrow_counter_is_flagged() {
-        let families_of = |link_downed: u64| {
+        let flagged = |link_downed: u64| {
             let port = Port {
-                number: 1,
-                number_text: "1".into(),
                 counters: vec![
                     ("link_downed".into(), link_downed),
                     ("symbol_error".into(), 12),
                 ]
                 .into(),
-                ..Port::default()
+                ..port_one()
             };
-            let snapshot = one_port_node(port);
-            let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-            families.contains("rdma_port_pma_saturated")
+            with_node_metrics(port, |families, _| {
+                families.contains("rdma_port_pma_saturated")
+            })
         };
-        assert!(families_of(255), "link_downed stuck at its 8-bit maximum");
-        assert!(!families_of(254));
+        assert!(flagged(255), "link_downed stuck at its 8-bit maximum");
+        assert!(!flagged(254));
     }
 
     #[test]
     fn driver_statistics_are_typed_by_the_netdevs_driver() {
         let typed_pfc = |driver: &str| {
-            let port = Port {
-                number: 1,
-                number_text: "1".into(),
-                link_layer: Some("Ethernet".into()),
-                netdev: Some("ens1f0np0".into()),
-                netdev_driver: Some(driver.into()),
-                ethtool: vec![("rx_pfc_ena_frames_pri3".into(), 9)].into(),
-                ..Port::default()
-            };
-            let snapshot = one_port_node(port);
-            let mut families = Families::default();
-            add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-            families.contains("rdma_pfc_pause_frames_total")
+            let ethtool = vec![("rx_pfc_ena_frames_pri3".into(), 9)];
+            with_node_metrics(
+                ethernet_port("ens1f0np0", driver, ethtool),
+                |families, _| families.contains("rdma_pfc_pause_frames_total"),
+            )
         };
         assert!(typed_pfc("bnxt_en"), "Broadcom's PFC frames are typed");
         assert!(!typed_pfc("mlx5_core"), "an mlx5 netdev has no such name");
@@ -715,37 +694,32 @@ mod tests {
             ethtool.push((format!("frames_{direction}_pripause"), 1200));
             ethtool.push((format!("{direction}_pripause_3_1us_count"), 5000));
         }
-        let port = Port {
-            number: 1,
-            number_text: "1".into(),
-            link_layer: Some("Ethernet".into()),
-            netdev: Some("enp9s0".into()),
-            netdev_driver: Some("ionic".into()),
-            ethtool: ethtool.into(),
-            ..Port::default()
-        };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        let pause_frames: Vec<(String, String, u64)> = families
-            .samples()
-            .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
-            .map(|(_, labels, value)| {
-                let label = |key: &str| {
-                    labels
-                        .iter()
-                        .find(|(k, _)| *k == key)
-                        .unwrap()
-                        .1
-                        .to_string()
-                };
-                let Value::U64(value) = value else {
-                    panic!("{value:?}")
-                };
-                (label("priority"), label("direction"), value)
-            })
-            .filter(|(_, _, value)| *value > 0)
-            .collect();
+        let port = ethernet_port("enp9s0", "ionic", ethtool);
+        let (pause_frames, priority_packets) = with_node_metrics(port, |families, _| {
+            let pause_frames: Vec<(String, String, u64)> = families
+                .samples()
+                .filter(|(name, _, _)| *name == "rdma_pfc_pause_frames_total")
+                .map(|(_, labels, value)| {
+                    let label = |key: &str| {
+                        labels
+                            .iter()
+                            .find(|(k, _)| *k == key)
+                            .unwrap()
+                            .1
+                            .to_string()
+                    };
+                    let Value::U64(value) = value else {
+                        panic!("{value:?}")
+                    };
+                    (label("priority"), label("direction"), value)
+                })
+                .filter(|(_, _, value)| *value > 0)
+                .collect();
+            (
+                pause_frames,
+                families.contains("rdma_priority_packets_total"),
+            )
+        });
         assert_eq!(
             pause_frames,
             [
@@ -753,14 +727,12 @@ mod tests {
                 ("3".into(), "tx".into(), 1200)
             ]
         );
-        assert!(!families.contains("rdma_priority_packets_total"));
+        assert!(!priority_packets);
     }
 
     #[test]
     fn port_counters_that_land_on_one_name_are_exported_once() {
         let port = Port {
-            number: 1,
-            number_text: "1".into(),
             counters: vec![
                 ("symbol_error".into(), 1),
                 ("port_symbol_error".into(), 2),
@@ -768,21 +740,16 @@ mod tests {
                 ("link_downed".into(), 4),
             ]
             .into(),
-            ..Port::default()
+            ..port_one()
         };
-        let snapshot = one_port_node(port);
-        let mut families = Families::default();
-        let issues = add_node_metrics(&mut families, &snapshot, None, &mut CounterNames::default());
-        assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues
-            .iter()
-            .all(|i| i.reason == ReadErrorReason::NameCollision
-                && i.detail.contains("rdma_port_symbol_error")));
-        assert_eq!(
-            families.len(),
-            4,
-            "rdma_devices, rdma_port_info, one symbol_error, link_downed"
-        );
+        with_node_metrics(port, |families, issues| {
+            assert_collisions(issues, 2, |d| d.contains("rdma_port_symbol_error"));
+            assert_eq!(
+                families.len(),
+                4,
+                "rdma_devices, rdma_port_info, one symbol_error, link_downed"
+            );
+        });
     }
 
     #[test]

@@ -330,6 +330,7 @@ mod tests {
     use super::*;
     use crate::collector::Collector;
     use crate::node::rdma_netlink::{DeviceResources, PortStatistics, QpState, QpType, QueuePair};
+    use crate::testutil::scrape;
 
     /// Answers with a fixed snapshot, or as a kernel without RDMA netlink.
     #[derive(Debug)]
@@ -423,7 +424,7 @@ mod tests {
         std::fs::create_dir_all(&hw).unwrap();
         std::fs::write(hw.join("out_of_buffer"), "5\n").unwrap();
         let collector = started(Fixed(Some(node())), NetlinkConfig::default(), sysfs.path());
-        let text = collector.scrape();
+        let text = scrape(&collector);
         for line in [
             r#"rdma_device_resources{device="mlx5_0",resource="qp"} 4"#,
             r#"rdma_qps{device="mlx5_0",port="1",qp_type="RC",state="RTS"} 2"#,
@@ -451,7 +452,7 @@ mod tests {
             qps_per_pid: true,
             ..NetlinkConfig::default()
         };
-        let text = started(Fixed(Some(node())), config, sysfs.path()).scrape();
+        let text = scrape(&started(Fixed(Some(node())), config, sysfs.path()));
         assert!(
             text.contains(r#"container_id="c1",owner="python3",pid="10"} 1"#),
             "{text}"
@@ -462,7 +463,7 @@ mod tests {
     fn a_kernel_without_rdma_netlink_gives_success_0_and_nothing_else() {
         let sysfs = tempfile::tempdir().unwrap();
         let collector = started(Fixed(None), NetlinkConfig::default(), sysfs.path());
-        let text = collector.scrape();
+        let text = scrape(&collector);
         assert!(
             text.contains(r#"rdma_exporter_collector_success{collector="netlink"} 0"#),
             "{text}"

@@ -158,8 +158,8 @@ fn name_thread(name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::wait_for;
     use std::sync::mpsc;
-    use std::time::Instant;
 
     fn comm_names() -> Vec<String> {
         std::fs::read_dir("/proc/self/task")
@@ -171,11 +171,9 @@ mod tests {
 
     /// Waits until `n` threads wait for work.
     fn wait_for_idle(pool: &ReaderPool, n: usize) {
-        let until = Instant::now() + Duration::from_secs(5);
-        while lock(&pool.shared.queue).waiting != n {
-            assert!(Instant::now() < until, "not {n} idle threads: {pool:?}");
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_for(&format!("{n} idle threads"), Duration::from_secs(5), || {
+            lock(&pool.shared.queue).waiting == n
+        });
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::config::PodsConfig;
 use super::{cgroup, device_map, pod_names, pod_resources, rdma_cgroup};
 use super::{PodName, PodRdmaCgroup, PodsError};
-use crate::exposition::{Families, Kind, Value};
+use crate::exposition::{Families, Value};
 use crate::node::netlink_collector::{OwnerResolver, QpOwner};
 use crate::periodic::{PeriodicCollector, Served};
 
@@ -123,9 +123,8 @@ impl Served for PodsConfig {
         errors: &BTreeMap<ErrorKey, u64>,
     ) {
         for [device, port, netdev, namespace, pod, container, resource] in &reading.devices {
-            let added = families.add(
+            families.info(
                 "rdma_device_pod_info",
-                Kind::Info,
                 "An RDMA port the kubelet assigned to a container (pod-resources API), for joins: * on (device, port) group_left(namespace, pod, container) rdma_device_pod_info.",
                 vec![
                     ("device", Cow::Borrowed(device.as_str())),
@@ -136,9 +135,7 @@ impl Served for PodsConfig {
                     ("container", Cow::Borrowed(container.as_str())),
                     ("resource", Cow::Borrowed(resource.as_str())),
                 ],
-                Value::U64(1),
             );
-            debug_assert!(added.is_ok(), "{added:?}");
         }
         for (name, cgroup) in &reading.cgroups {
             let (namespace, pod) = name

@@ -1069,14 +1069,7 @@ mod tests {
 
     /// Waits until `done` holds for the agent's stats, for at most 10 s.
     fn until(agent: &Agent, done: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let stats = agent.stats();
-            if done(&stats) || Instant::now() > deadline {
-                return stats;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::testutil::poll_until(Duration::from_secs(10), || agent.stats(), done)
     }
 
     fn answered(stats: &Stats) -> u64 {

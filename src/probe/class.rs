@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn probes_and_answers_leave_on_their_ports_class() {
         use std::sync::{Arc, Mutex};
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
 
         use crate::probe::agent::{Agent, LocalPort, Settings};
         use crate::probe::memory::MemoryFabric;
@@ -229,10 +229,11 @@ mod tests {
         };
         assert_eq!(settings.send.traffic_class, 0);
         let agent = Agent::spawn(ports, settings).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while agent.stats().ports.iter().any(|p| p.answered[0] < 2) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::testutil::poll_until(
+            Duration::from_secs(10),
+            || agent.stats(),
+            |stats| stats.ports.iter().all(|p| p.answered[0] >= 2),
+        );
         drop(agent);
         let seen = seen.lock().unwrap();
         // Probes went to the responders (QPN 100), answers to the probers (200).

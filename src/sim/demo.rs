@@ -21,6 +21,8 @@ use axum::Router;
 
 use crate::config::{Config, SwitchPolling};
 use crate::node::config::EthtoolSourceKind;
+use crate::probe::agent::LocalPort;
+use crate::probe::memory::MemoryFabric;
 use crate::process_metrics::ProcessCollector;
 use crate::server::AppState;
 use crate::switch::pfc::{PfcConfig, PfcPriorities};
@@ -125,189 +127,34 @@ pub struct Demo {
 impl Demo {
     /// Builds the fabric, writes every host's tree, starts the switch agents and the poller.
     pub async fn start(options: DemoOptions, telemetry_path: &str) -> Result<Demo, DemoError> {
-        // tmpfs where there is one: the fabric is rewritten ten times a second.
-        let shm = Path::new("/dev/shm");
-        let parent = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        remove_orphaned_fabrics(&parent);
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{FABRIC_PREFIX}{}-", std::process::id()))
-            .tempdir_in(&parent)
-            .map_err(|source| DemoError::Write {
-                path: std::env::temp_dir(),
-                source,
-            })?;
+        let dir = fabric_dir()?;
         let mut fabric = Fabric::new(options.shape, Scenario::new(options.scenario));
         fabric.time_s = options.start_at_s;
-        let profile = Profiles::builtin()
-            .map_err(|e| DemoError::Profile(e.to_string()))?
-            .get(SWITCH_PROFILE)
-            .cloned()
-            .ok_or_else(|| DemoError::Profile(format!("no built-in profile {SWITCH_PROFILE}")))?;
+        let profile = leaf_profile()?;
         write_hosts(dir.path(), &fabric)?;
         let written = fabric.hosts.iter().map(specs).collect();
-
-        let mut tables = Vec::new();
-        let mut targets = Vec::new();
-        let mut leaf_addresses = Vec::new();
-        for (index, leaf) in fabric.leaves.iter().enumerate() {
-            let table = Arc::new(LiveTable::default());
-            table.replace(&leaf_rows(&profile, &fabric, index));
-            let address = snmp_agent::start(table.clone(), COMMUNITY)
-                .await
-                .map_err(DemoError::Agent)?;
-            tables.push(table);
-            leaf_addresses.push(address);
-            targets.push(leaf_target(
-                &leaf.name,
-                &profile,
-                address,
-                options.switch_interval,
-            ));
-        }
-        let poller = Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY));
-        poller.spawn();
-
-        let names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
+        let leaves = Leaves::start(&fabric, &profile, options.switch_interval).await?;
+        let host_names: Vec<String> = fabric.hosts.iter().map(|h| h.name.clone()).collect();
         let fabric = Arc::new(Mutex::new(fabric));
-        let probes = super::probing::memory_fabric(
-            fabric.clone(),
-            super::probing::BackgroundLoss {
-                chance: options.probe_background_loss,
-                seed: options.shape.seed,
-            },
-        );
-        let mut hosts = BTreeMap::new();
-        let mut host_names = Vec::new();
-        let mut kubelets = Vec::new();
-        for (index, name) in names.iter().enumerate() {
-            let root = dir.path().join("hosts").join(name);
-            let mut config = Config::default();
-            config.node.sysfs_path = root.join("sys");
-            config.node.ethtool.source = EthtoolSourceKind::Files;
-            config.node.ethtool.stats_dir = Some(root.join("ethtool"));
-            // Simulated counters move in tick-sized steps: judge storms over ten of them.
-            config.node.pfc_storm.detection_time = options.tick * 10;
-            config.node.pfc_storm.min_paused_ratio = 0.8;
-            config.node.proc_path = root.join("proc");
-            config.pods.enabled = true;
-            config.pods.pod_resources_socket = root.join("pod-resources/kubelet.sock");
-            config.pods.pod_logs_dir = root.join("var/log/pods");
-            config.pods.interval = options.tick.max(Duration::from_secs(5));
-            {
-                let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
-                let socket_dir = root.join("pod-resources");
-                std::fs::create_dir_all(&socket_dir).map_err(|source| DemoError::Write {
-                    path: socket_dir.clone(),
-                    source,
-                })?;
-                let server = PodResourcesServer::start(
-                    &config.pods.pod_resources_socket,
-                    workload::pod_resources(&fabric, index),
-                )
-                .map_err(|source| DemoError::Write {
-                    path: config.pods.pod_resources_socket.clone(),
-                    source,
-                })?;
-                kubelets.push(server);
-            }
-            // Often enough for the QP panels, seldom enough not to slow the simulation down.
-            config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
-            // FEC answers are written beside the statistics (`fec.rs`); read as often.
-            config.node.fec.interval = options.tick.max(Duration::from_secs(1));
-            // Every NIC has a 400G module (`optics.rs`); the opt-in collector reads their pages.
-            config.node.transceiver.enabled = true;
-            config.node.transceiver.source =
-                crate::node::optics::collector::TransceiverSourceKind::Files;
-            config.node.transceiver.modules_dir = Some(root.join("modules"));
-            config.node.transceiver.interval = options.tick.max(Duration::from_secs(1));
-            config.web.telemetry_path = Some(telemetry_path.to_string());
-            // Every host probes its peers through the simulated fabric (`probing.rs`).
-            config.probe.enabled = true;
-            config.probe.host = Some(name.clone());
-            let probe_ports = {
-                let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
-                // No DCB in the simulation: the class a host without one probes on.
-                let class = crate::probe::class::choose(config.probe.traffic_class, None, None);
-                super::probing::local_ports(
-                    &probes,
-                    &fabric,
-                    index,
-                    config.probe.qkey,
-                    class.traffic_class,
-                )
-            };
-            let simulated = crate::app::Simulated {
-                netlink: Some(Arc::new(SimNetlink {
-                    fabric: fabric.clone(),
-                    host: index,
-                })),
-                probe_ports: Some(probe_ports),
-                ..crate::app::Simulated::default()
-            };
-            hosts.insert(
-                name.clone(),
-                Arc::new(crate::app::app_state_with(&config, None, None, simulated)),
-            );
-            host_names.push(name.clone());
-        }
-        // Each host's peers are the others' ports, as their /probe-address would say.
-        let published: Vec<_> = hosts
-            .values()
-            .filter_map(|state: &Arc<crate::server::AppState>| state.probe.as_ref())
-            .map(|probe| probe.published())
-            .collect();
-        for state in hosts.values() {
-            if let Some(probe) = &state.probe {
-                let own = probe.published().host;
-                probe.set_peers(
-                    published
-                        .iter()
-                        .filter(|p| p.host != own)
-                        .flat_map(|p| p.peers())
-                        .collect(),
-                );
-            }
-        }
-        for name in &options.stopped_agents {
-            let state = hosts
-                .get(name)
-                .ok_or_else(|| DemoError::UnknownHost(name.clone(), host_names.join(", ")))?;
-            if let Some(probe) = &state.probe {
-                crate::collector::Collector::retire(probe.as_ref());
-            }
-        }
-        let mut config = Config::default();
-        config.node.enabled = false;
-        config.node.netlink.enabled = false;
-        config.switch_polling = SwitchPolling::Background;
-        config.web.telemetry_path = Some(telemetry_path.to_string());
-        // The demo process's own figures go with the switches' endpoint, not with each host.
-        let process = ProcessCollector {
-            runtime: tokio::runtime::Handle::try_current().ok(),
-        };
-        let mut state = crate::app::app_state(&config, Some(poller), Some(process));
+        let agents = HostAgents::start(dir.path(), &fabric, &host_names, &options, telemetry_path)?;
+        introduce_peers(&agents.states);
+        stop_agents(&agents.states, &options.stopped_agents, &host_names)?;
         let ib = ib_state(&fabric, &options, telemetry_path);
-        // `/ib/switch` is routed with the switches' state (`server::routes`): it serves the
-        // simulated subnet's scanner, whose `/metrics` is `/ib<telemetry path>`.
-        state.ib_fabric = ib.ib_fabric.clone();
+        let state = switches_state(leaves.poller, &ib, telemetry_path);
         Ok(Demo {
             dir,
             written: Mutex::new(written),
             fabric,
-            _kubelets: kubelets,
-            host_files: Mutex::new(vec![String::new(); names.len()]),
-            tables,
+            _kubelets: agents.kubelets,
+            host_files: Mutex::new(vec![String::new(); host_names.len()]),
+            tables: leaves.tables,
             profile,
             options,
             state: Arc::new(state),
             ib: Arc::new(ib),
-            hosts,
+            hosts: agents.states,
             host_names,
-            leaf_addresses,
+            leaf_addresses: leaves.addresses,
         })
     }
 
@@ -415,6 +262,245 @@ impl Demo {
             }
         });
     }
+}
+
+/// The directory the fabric is written to, removed with the demo: on tmpfs where there is one
+/// (the fabric is rewritten ten times a second), after removing those of demos that died.
+fn fabric_dir() -> Result<tempfile::TempDir, DemoError> {
+    let shm = Path::new("/dev/shm");
+    let parent = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    remove_orphaned_fabrics(&parent);
+    tempfile::Builder::new()
+        .prefix(&format!("{FABRIC_PREFIX}{}-", std::process::id()))
+        .tempdir_in(&parent)
+        .map_err(|source| DemoError::Write {
+            path: std::env::temp_dir(),
+            source,
+        })
+}
+
+/// The built-in profile the simulated leaves answer as.
+fn leaf_profile() -> Result<Profile, DemoError> {
+    Profiles::builtin()
+        .map_err(|e| DemoError::Profile(e.to_string()))?
+        .get(SWITCH_PROFILE)
+        .cloned()
+        .ok_or_else(|| DemoError::Profile(format!("no built-in profile {SWITCH_PROFILE}")))
+}
+
+/// The leaves' SNMP agents and the poller that walks them.
+struct Leaves {
+    /// Each leaf's table, rewritten as the fabric moves.
+    tables: Vec<Arc<LiveTable>>,
+    addresses: Vec<std::net::SocketAddr>,
+    poller: Arc<Poller>,
+}
+
+impl Leaves {
+    async fn start(
+        fabric: &Fabric,
+        profile: &Profile,
+        interval: Duration,
+    ) -> Result<Leaves, DemoError> {
+        let mut tables = Vec::new();
+        let mut targets = Vec::new();
+        let mut addresses = Vec::new();
+        for (index, leaf) in fabric.leaves.iter().enumerate() {
+            let table = Arc::new(LiveTable::default());
+            table.replace(&leaf_rows(profile, fabric, index));
+            let address = snmp_agent::start(table.clone(), COMMUNITY)
+                .await
+                .map_err(DemoError::Agent)?;
+            tables.push(table);
+            addresses.push(address);
+            targets.push(leaf_target(&leaf.name, profile, address, interval));
+        }
+        let poller = Arc::new(Poller::new(targets, DEFAULT_CONCURRENCY));
+        poller.spawn();
+        Ok(Leaves {
+            tables,
+            addresses,
+            poller,
+        })
+    }
+}
+
+/// Every host's node agent, by host name, and the kubelets they ask.
+struct HostAgents {
+    states: BTreeMap<String, Arc<AppState>>,
+    /// Each host's kubelet pod-resources API, on a socket in its tree.
+    kubelets: Vec<PodResourcesServer>,
+}
+
+impl HostAgents {
+    /// The agents of the hosts `names`, in the fabric's order, each reading its tree in `dir`.
+    fn start(
+        dir: &Path,
+        fabric: &Arc<Mutex<Fabric>>,
+        names: &[String],
+        options: &DemoOptions,
+        telemetry_path: &str,
+    ) -> Result<HostAgents, DemoError> {
+        let probes = super::probing::memory_fabric(
+            fabric.clone(),
+            super::probing::BackgroundLoss {
+                chance: options.probe_background_loss,
+                seed: options.shape.seed,
+            },
+        );
+        let mut agents = HostAgents {
+            states: BTreeMap::new(),
+            kubelets: Vec::new(),
+        };
+        for (index, name) in names.iter().enumerate() {
+            let root = dir.join("hosts").join(name);
+            let config = host_config(&root, name, options, telemetry_path);
+            agents.kubelets.push(start_kubelet(&config, fabric, index)?);
+            let simulated = crate::app::Simulated {
+                netlink: Some(Arc::new(SimNetlink {
+                    fabric: fabric.clone(),
+                    host: index,
+                })),
+                probe_ports: Some(probe_ports(&config, fabric, &probes, index)),
+                ..crate::app::Simulated::default()
+            };
+            let state = crate::app::app_state_with(&config, None, None, simulated);
+            agents.states.insert(name.clone(), Arc::new(state));
+        }
+        Ok(agents)
+    }
+}
+
+/// The config of host `name`'s node agent, which reads the tree at `root`.
+fn host_config(root: &Path, name: &str, options: &DemoOptions, telemetry_path: &str) -> Config {
+    let mut config = Config::default();
+    config.node.sysfs_path = root.join("sys");
+    config.node.ethtool.source = EthtoolSourceKind::Files;
+    config.node.ethtool.stats_dir = Some(root.join("ethtool"));
+    // Simulated counters move in tick-sized steps: judge storms over ten of them.
+    config.node.pfc_storm.detection_time = options.tick * 10;
+    config.node.pfc_storm.min_paused_ratio = 0.8;
+    config.node.proc_path = root.join("proc");
+    config.pods.enabled = true;
+    config.pods.pod_resources_socket = root.join("pod-resources/kubelet.sock");
+    config.pods.pod_logs_dir = root.join("var/log/pods");
+    config.pods.interval = options.tick.max(Duration::from_secs(5));
+    // Often enough for the QP panels, seldom enough not to slow the simulation down.
+    config.node.netlink.interval = options.tick.max(Duration::from_secs(1));
+    // FEC answers are written beside the statistics (`fec.rs`); read as often.
+    config.node.fec.interval = options.tick.max(Duration::from_secs(1));
+    // Every NIC has a 400G module (`optics.rs`); the opt-in collector reads their pages.
+    config.node.transceiver.enabled = true;
+    config.node.transceiver.source = crate::node::optics::collector::TransceiverSourceKind::Files;
+    config.node.transceiver.modules_dir = Some(root.join("modules"));
+    config.node.transceiver.interval = options.tick.max(Duration::from_secs(1));
+    config.web.telemetry_path = Some(telemetry_path.to_string());
+    // Every host probes its peers through the simulated fabric (`probing.rs`).
+    config.probe.enabled = true;
+    config.probe.host = Some(name.to_string());
+    config
+}
+
+/// Host `index`'s kubelet pod-resources API, on the socket `config` names.
+fn start_kubelet(
+    config: &Config,
+    fabric: &Mutex<Fabric>,
+    index: usize,
+) -> Result<PodResourcesServer, DemoError> {
+    let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+    let socket = &config.pods.pod_resources_socket;
+    if let Some(socket_dir) = socket.parent() {
+        std::fs::create_dir_all(socket_dir).map_err(|source| DemoError::Write {
+            path: socket_dir.to_path_buf(),
+            source,
+        })?;
+    }
+    PodResourcesServer::start(socket, workload::pod_resources(&fabric, index)).map_err(|source| {
+        DemoError::Write {
+            path: socket.clone(),
+            source,
+        }
+    })
+}
+
+/// Host `index`'s ports on the simulated probe fabric.
+fn probe_ports(
+    config: &Config,
+    fabric: &Mutex<Fabric>,
+    probes: &MemoryFabric,
+    index: usize,
+) -> Vec<LocalPort> {
+    let fabric = fabric.lock().unwrap_or_else(|p| p.into_inner());
+    // No DCB in the simulation: the class a host without one probes on.
+    let class = crate::probe::class::choose(config.probe.traffic_class, None, None);
+    super::probing::local_ports(
+        probes,
+        &fabric,
+        index,
+        config.probe.qkey,
+        class.traffic_class,
+    )
+}
+
+/// Each host's peers are the others' ports, as their /probe-address would say.
+fn introduce_peers(hosts: &BTreeMap<String, Arc<AppState>>) {
+    let published: Vec<_> = hosts
+        .values()
+        .filter_map(|state| state.probe.as_ref())
+        .map(|probe| probe.published())
+        .collect();
+    for state in hosts.values() {
+        if let Some(probe) = &state.probe {
+            let own = probe.published().host;
+            probe.set_peers(
+                published
+                    .iter()
+                    .filter(|p| p.host != own)
+                    .flat_map(|p| p.peers())
+                    .collect(),
+            );
+        }
+    }
+}
+
+/// Retires the probe agents of the hosts `--stop-agent` names.
+fn stop_agents(
+    hosts: &BTreeMap<String, Arc<AppState>>,
+    stopped: &[String],
+    host_names: &[String],
+) -> Result<(), DemoError> {
+    for name in stopped {
+        let state = hosts
+            .get(name)
+            .ok_or_else(|| DemoError::UnknownHost(name.clone(), host_names.join(", ")))?;
+        if let Some(probe) = &state.probe {
+            crate::collector::Collector::retire(probe.as_ref());
+        }
+    }
+    Ok(())
+}
+
+/// The state served at the telemetry path: the switches `poller` walks, the demo process's own
+/// figures, and `/ib/switch` of the subnet's scanner `ib`.
+fn switches_state(poller: Arc<Poller>, ib: &AppState, telemetry_path: &str) -> AppState {
+    let mut config = Config::default();
+    config.node.enabled = false;
+    config.node.netlink.enabled = false;
+    config.switch_polling = SwitchPolling::Background;
+    config.web.telemetry_path = Some(telemetry_path.to_string());
+    // The demo process's own figures go with the switches' endpoint, not with each host.
+    let process = ProcessCollector {
+        runtime: tokio::runtime::Handle::try_current().ok(),
+    };
+    let mut state = crate::app::app_state(&config, Some(poller), Some(process));
+    // `/ib/switch` is routed with the switches' state (`server::routes`): it serves the
+    // simulated subnet's scanner, whose `/metrics` is `/ib<telemetry path>`.
+    state.ib_fabric = ib.ib_fabric.clone();
+    state
 }
 
 fn specs(host: &super::fabric::Host) -> Vec<NicSpec> {

@@ -268,6 +268,7 @@ mod tests {
     use crate::probe::stats::Stats;
     use crate::probe::transport::{Endpoint, Event};
     use crate::sim::fabric::Shape;
+    use crate::testutil::wait_for;
 
     /// The small shape of the end-to-end tests: `demo --hosts 2 --nics-per-host 6 --leaves 3`.
     fn small() -> Shape {
@@ -794,6 +795,8 @@ mod tests {
     }
 
     const QKEY: u32 = 0x5246_4550;
+    /// How long the fabric may take to settle after a change: a loaded machine is slow.
+    const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
     /// The peers of `host`: every other agent's ports, as their `/probe-address` says now.
     fn peers_of(agents: &[Option<Agent>], host: usize) -> Vec<Peer> {
@@ -813,18 +816,6 @@ mod tests {
             .filter(|(k, _)| k.to.host == host)
             .map(|(_, t)| t.answered)
             .sum()
-    }
-
-    /// Waits for `done` to hold, for at most 30 s; whether it did.
-    fn wait_for(done: impl Fn() -> bool) -> bool {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !done() {
-            if std::time::Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
     }
 
     /// The page's localization (`probe::localize`) over the counts since their start of the
@@ -1037,7 +1028,7 @@ mod tests {
                     .all(|n| answered_by(s, n) >= 10)
             })
         };
-        assert!(wait_for(|| all_answer(&agents)), "the fabric never settled");
+        wait_for("the fabric to settle", SETTLE_WAIT, || all_answer(&agents));
 
         // Counts of the agents that restarted, as they were when they stopped.
         let mut stopped: Vec<Stats> = Vec::new();
@@ -1067,11 +1058,8 @@ mod tests {
                     .filter(|(s, _)| s.ports[0].port.host != names[h])
                     .all(|(s, before)| answered_by(s, &names[h]) >= before + 10)
             };
-            assert!(
-                wait_for(answered_again),
-                "{} was not answered again at its new QPNs",
-                names[h]
-            );
+            let what = format!("{} to be answered again at its new QPNs", names[h]);
+            wait_for(&what, SETTLE_WAIT, answered_again);
         }
         // Every probe in flight has settled.
         let settled = |agents: &[Option<Agent>]| {

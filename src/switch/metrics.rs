@@ -8,7 +8,7 @@ use super::pfc::{self, PfcConfig};
 use super::poller::Poller;
 use super::profile::{Metric, Sample, SampleKey, SampleValue};
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, Kind, Labels, Value};
+use crate::exposition::{Families, Labels, Value};
 
 /// Where a profile metric is exported. The match in [`export`] is exhaustive: a new `Metric`
 /// does not compile until it has a family, so no column a profile walks is dropped unseen.
@@ -299,14 +299,11 @@ impl Collector for SwitchCollector {
             if let Some(snapshot) = &fresh {
                 let mut labels = switch();
                 labels.push(("source", Cow::Borrowed(pfc_source(&snapshot.samples))));
-                let added = families.add(
+                families.info(
                     "rdma_switch_pfc_source_info",
-                    Kind::Info,
                     "Where the switch's PFC counters come from: per_priority (a vendor table or gNMI), all_priorities (the standard IEEE8021-PFC-MIB, summed over priorities; the vendor table is absent on this device) or none (no PFC data: PFC storms on it cannot be seen).",
                     labels,
-                    Value::U64(1),
                 );
-                debug_assert!(added.is_ok(), "{added:?}");
             }
             snapshots.push((target.name.clone(), target.pfc, fresh));
         }

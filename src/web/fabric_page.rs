@@ -8,7 +8,8 @@ use std::fmt::Write;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
-use super::fabric_json::{FabricView, Status, PATH};
+use super::fabric_json::{FabricView, HostView, NicView, Status, SwitchView, PATH};
+use super::fabric_probes::ProbesView;
 use crate::probe::localize::Kind;
 
 /// The drawing script and its style, served from the binary (no CDN, no library).
@@ -293,168 +294,189 @@ pub fn tables(view: &FabricView) -> String {
         html.push_str("<p>The node collector is disabled: only the switches are shown.</p>");
     }
     for host in &view.hosts {
-        let _ = write!(
-            html,
-            "<h2>{} <small>RDMA devices</small></h2><p>sysfs root <code>{}</code>, last read {}; rates {}.</p>",
-            escape(&host.name),
-            escape(&host.sysfs_root),
-            host.last_read_seconds_ago
-                .map_or("never".into(), |s| format!("{s:.1} s ago")),
-            host.rate_window_seconds
-                .map_or("need a second read (no rate yet)".into(), |s| format!("over the last {s:.1} s")),
-        );
-        if !host.infiniband_present {
-            html.push_str(
-                "<p>No <code>class/infiniband</code> here: no RDMA driver is loaded.</p>",
-            );
-            continue;
-        }
-        html.push_str(
-            "<table class=\"ports\"><thead><tr><th>device</th><th>port</th><th>link layer</th>\
-             <th>state</th><th>physical state</th><th>rate</th><th>netdev</th><th>firmware</th>\
-             <th>switch port</th><th>status</th><th>rx</th><th>tx</th><th>PFC paused (share of time)</th>\
-             <th>storm sampler</th><th>ECN marks</th><th>CNPs sent / handled / ignored</th><th>errors</th></tr></thead><tbody>",
-        );
-        for nic in &host.nics {
-            let rates = nic.rates.as_ref();
-            let outlier = view
-                .peer_outliers
-                .iter()
-                .any(|o| o.host == host.name && o.device == nic.device && o.port == nic.port);
-            let pause = rates.map_or("–".into(), |r| {
-                if r.pause.is_empty() {
-                    "none".to_string()
-                } else {
-                    r.pause
-                        .iter()
-                        .map(|p| format!("p{} {} {:.0}%", p.priority, p.direction, p.share * 100.0))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            });
-            let sampler = if nic.sampler.is_empty() {
-                "no pause".to_string()
-            } else {
-                nic.sampler
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "p{} {} {:.0}%{}",
-                            s.priority,
-                            s.direction,
-                            s.paused_share * 100.0,
-                            if s.in_storm { " STORM" } else { "" }
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let switch = nic.switch.as_ref().map_or("–".into(), |s| {
-                format!(
-                    "{} {}{}",
-                    escape(&s.switch),
-                    escape(&s.port),
-                    if s.up == Some(false) { " (down)" } else { "" }
-                )
-            });
-            let _ = write!(
-                html,
-                "<tr class=\"{status}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{switch}</td><td>{}</td><td>{}</td><td>{}</td><td>{pause}</td>\
-                 <td>{sampler}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td></tr>",
-                escape(&nic.device),
-                escape(&nic.port),
-                opt(nic.link_layer.as_deref()),
-                opt(nic.state.as_deref()),
-                opt(nic.phys_state.as_deref()),
-                rate(nic.rate_bytes_per_second),
-                escape(nic.netdev.as_deref().unwrap_or("")),
-                escape(nic.firmware.as_deref().unwrap_or("")),
-                escape(&nic.label) + if outlier { " ◆ peer outlier" } else { "" },
-                gbps(rates.and_then(|r| r.rx_bytes_per_second)),
-                gbps(rates.and_then(|r| r.tx_bytes_per_second)),
-                per_second(rates.and_then(|r| r.ecn_marked_per_second)),
-                per_second(rates.and_then(|r| r.cnp_sent_per_second)),
-                per_second(rates.and_then(|r| r.cnp_handled_per_second)),
-                per_second(rates.and_then(|r| r.cnp_ignored_per_second)),
-                per_second(rates.and_then(|r| r.errors_per_second)),
-                status = nic.status.as_str(),
-            );
-        }
-        html.push_str("</tbody></table>");
-        let _ = write!(
-            html,
-            "<h3>Recent read errors on {}</h3>",
-            escape(&host.name)
-        );
-        if host.read_errors.is_empty() {
-            html.push_str("<p>None.</p>");
-        } else {
-            html.push_str("<table><thead><tr><th>when</th><th>device</th><th>reason</th><th>detail</th></tr></thead><tbody>");
-            for error in &host.read_errors {
-                let _ = write!(
-                    html,
-                    "<tr><td>{:.1} s ago</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    error.seconds_ago,
-                    escape(&error.device),
-                    escape(error.reason),
-                    escape(&error.detail)
-                );
-            }
-            html.push_str("</tbody></table>");
-        }
+        host_tables(&mut html, view, host);
     }
     if let Some(probes) = view.probes.as_ref().filter(|p| !p.failing_paths.is_empty()) {
-        let _ = write!(
-            html,
-            "<h2>Failing probe paths</h2><p>{} of {} paths between live ports lost probes over the \
-             last {:.0} s; the worst {} below.</p><table class=\"probe-paths\"><thead><tr>\
-             <th>from</th><th>to</th><th>sent</th><th>lost</th><th>lost share</th></tr></thead><tbody>",
-            probes.failing_path_count,
-            probes.paths,
-            probes.window_seconds,
-            probes.failing_paths.len(),
-        );
-        for path in &probes.failing_paths {
-            let _ = write!(
-                html,
-                "<tr><td>{} {} port {}</td><td>{} {} port {}</td><td>{}</td><td>{}</td><td>{:.1}%</td></tr>",
-                escape(&path.from.host),
-                escape(&path.from.device),
-                path.from.port,
-                escape(&path.to.host),
-                escape(&path.to.device),
-                path.to.port,
-                path.sent,
-                path.lost,
-                path.loss_share * 100.0
-            );
-        }
-        html.push_str("</tbody></table>");
+        failing_paths_table(&mut html, probes);
     }
     if !view.switches.is_empty() {
-        html.push_str("<h2>Switches</h2><table class=\"switches\"><thead><tr><th>switch</th><th>state</th><th>reason</th><th>last poll</th><th>ports with an LLDP neighbour</th></tr></thead><tbody>");
-        for switch in &view.switches {
-            let neighbours = switch
-                .ports
-                .iter()
-                .filter(|p| p.neighbor_host.is_some())
-                .count();
-            let _ = write!(
-                html,
-                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{neighbours}</td></tr>",
-                if switch.up { "ok" } else { "down" },
-                escape(&switch.name),
-                if switch.up { "✓ up" } else { "✕ down" },
-                escape(switch.reason.unwrap_or("–")),
-                switch
-                    .last_success_seconds_ago
-                    .map_or("never".into(), |s| format!("{s:.1} s ago")),
-            );
-        }
-        html.push_str("</tbody></table>");
+        switches_table(&mut html, &view.switches);
     }
     html
+}
+
+/// A host's heading, its ports and its recent read errors.
+fn host_tables(html: &mut String, view: &FabricView, host: &HostView) {
+    let _ = write!(
+        html,
+        "<h2>{} <small>RDMA devices</small></h2><p>sysfs root <code>{}</code>, last read {}; rates {}.</p>",
+        escape(&host.name),
+        escape(&host.sysfs_root),
+        host.last_read_seconds_ago
+            .map_or("never".into(), |s| format!("{s:.1} s ago")),
+        host.rate_window_seconds
+            .map_or("need a second read (no rate yet)".into(), |s| format!("over the last {s:.1} s")),
+    );
+    if !host.infiniband_present {
+        html.push_str("<p>No <code>class/infiniband</code> here: no RDMA driver is loaded.</p>");
+        return;
+    }
+    html.push_str(
+        "<table class=\"ports\"><thead><tr><th>device</th><th>port</th><th>link layer</th>\
+         <th>state</th><th>physical state</th><th>rate</th><th>netdev</th><th>firmware</th>\
+         <th>switch port</th><th>status</th><th>rx</th><th>tx</th><th>PFC paused (share of time)</th>\
+         <th>storm sampler</th><th>ECN marks</th><th>CNPs sent / handled / ignored</th><th>errors</th></tr></thead><tbody>",
+    );
+    for nic in &host.nics {
+        let outlier = view
+            .peer_outliers
+            .iter()
+            .any(|o| o.host == host.name && o.device == nic.device && o.port == nic.port);
+        nic_row(html, nic, outlier);
+    }
+    html.push_str("</tbody></table>");
+    read_errors_table(html, host);
+}
+
+/// One row of a host's ports table; `outlier`: the NIC is its rail's peer outlier.
+fn nic_row(html: &mut String, nic: &NicView, outlier: bool) {
+    let rates = nic.rates.as_ref();
+    let pause = rates.map_or("–".into(), |r| {
+        if r.pause.is_empty() {
+            "none".to_string()
+        } else {
+            r.pause
+                .iter()
+                .map(|p| format!("p{} {} {:.0}%", p.priority, p.direction, p.share * 100.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    });
+    let sampler = if nic.sampler.is_empty() {
+        "no pause".to_string()
+    } else {
+        nic.sampler
+            .iter()
+            .map(|s| {
+                format!(
+                    "p{} {} {:.0}%{}",
+                    s.priority,
+                    s.direction,
+                    s.paused_share * 100.0,
+                    if s.in_storm { " STORM" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let switch = nic.switch.as_ref().map_or("–".into(), |s| {
+        format!(
+            "{} {}{}",
+            escape(&s.switch),
+            escape(&s.port),
+            if s.up == Some(false) { " (down)" } else { "" }
+        )
+    });
+    let _ = write!(
+        html,
+        "<tr class=\"{status}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+         <td>{}</td><td>{}</td><td>{switch}</td><td>{}</td><td>{}</td><td>{}</td><td>{pause}</td>\
+         <td>{sampler}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td></tr>",
+        escape(&nic.device),
+        escape(&nic.port),
+        opt(nic.link_layer.as_deref()),
+        opt(nic.state.as_deref()),
+        opt(nic.phys_state.as_deref()),
+        rate(nic.rate_bytes_per_second),
+        escape(nic.netdev.as_deref().unwrap_or("")),
+        escape(nic.firmware.as_deref().unwrap_or("")),
+        escape(&nic.label) + if outlier { " ◆ peer outlier" } else { "" },
+        gbps(rates.and_then(|r| r.rx_bytes_per_second)),
+        gbps(rates.and_then(|r| r.tx_bytes_per_second)),
+        per_second(rates.and_then(|r| r.ecn_marked_per_second)),
+        per_second(rates.and_then(|r| r.cnp_sent_per_second)),
+        per_second(rates.and_then(|r| r.cnp_handled_per_second)),
+        per_second(rates.and_then(|r| r.cnp_ignored_per_second)),
+        per_second(rates.and_then(|r| r.errors_per_second)),
+        status = nic.status.as_str(),
+    );
+}
+
+fn read_errors_table(html: &mut String, host: &HostView) {
+    let _ = write!(
+        html,
+        "<h3>Recent read errors on {}</h3>",
+        escape(&host.name)
+    );
+    if host.read_errors.is_empty() {
+        html.push_str("<p>None.</p>");
+        return;
+    }
+    html.push_str("<table><thead><tr><th>when</th><th>device</th><th>reason</th><th>detail</th></tr></thead><tbody>");
+    for error in &host.read_errors {
+        let _ = write!(
+            html,
+            "<tr><td>{:.1} s ago</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            error.seconds_ago,
+            escape(&error.device),
+            escape(error.reason),
+            escape(&error.detail)
+        );
+    }
+    html.push_str("</tbody></table>");
+}
+
+/// The worst probe paths that lost probes, of `probes`' failing ones.
+fn failing_paths_table(html: &mut String, probes: &ProbesView) {
+    let _ = write!(
+        html,
+        "<h2>Failing probe paths</h2><p>{} of {} paths between live ports lost probes over the \
+         last {:.0} s; the worst {} below.</p><table class=\"probe-paths\"><thead><tr>\
+         <th>from</th><th>to</th><th>sent</th><th>lost</th><th>lost share</th></tr></thead><tbody>",
+        probes.failing_path_count,
+        probes.paths,
+        probes.window_seconds,
+        probes.failing_paths.len(),
+    );
+    for path in &probes.failing_paths {
+        let _ = write!(
+            html,
+            "<tr><td>{} {} port {}</td><td>{} {} port {}</td><td>{}</td><td>{}</td><td>{:.1}%</td></tr>",
+            escape(&path.from.host),
+            escape(&path.from.device),
+            path.from.port,
+            escape(&path.to.host),
+            escape(&path.to.device),
+            path.to.port,
+            path.sent,
+            path.lost,
+            path.loss_share * 100.0
+        );
+    }
+    html.push_str("</tbody></table>");
+}
+
+fn switches_table(html: &mut String, switches: &[SwitchView]) {
+    html.push_str("<h2>Switches</h2><table class=\"switches\"><thead><tr><th>switch</th><th>state</th><th>reason</th><th>last poll</th><th>ports with an LLDP neighbour</th></tr></thead><tbody>");
+    for switch in switches {
+        let neighbours = switch
+            .ports
+            .iter()
+            .filter(|p| p.neighbor_host.is_some())
+            .count();
+        let _ = write!(
+            html,
+            "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{neighbours}</td></tr>",
+            if switch.up { "ok" } else { "down" },
+            escape(&switch.name),
+            if switch.up { "✓ up" } else { "✕ down" },
+            escape(switch.reason.unwrap_or("–")),
+            switch
+                .last_success_seconds_ago
+                .map_or("never".into(), |s| format!("{s:.1} s ago")),
+        );
+    }
+    html.push_str("</tbody></table>");
 }
 
 /// The page as a response, with its content security policy.

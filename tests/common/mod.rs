@@ -565,10 +565,48 @@ pub fn copy_tree(from: &Path, to: &Path) {
 /// One `/metrics` scrape that must answer 200 with no series twice, whatever moment of a
 /// device's removal it hit.
 pub fn scrape_without_duplicates(exporter: &Exporter) -> Vec<Sample> {
-    let (status, _, body) = exporter.get("/metrics");
-    assert_eq!(status, 200, "{body}");
-    assert_no_duplicate_series(&body);
-    parse_exposition(&body)
+    parse_exposition(&exporter.metrics())
+}
+
+/// [`scrape_without_duplicates`], and how long the scrape took.
+pub fn timed_scrape(exporter: &Exporter) -> (Vec<Sample>, Duration) {
+    let started = std::time::Instant::now();
+    let samples = scrape_without_duplicates(exporter);
+    (samples, started.elapsed())
+}
+
+/// The simulated hosts of a default `demo`.
+pub const DEMO_HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
+
+/// Every simulated host's node samples from `demo` (`/hosts/<host>/metrics`, each answering
+/// 200 with no series twice), with a `host` label added.
+pub fn demo_hosts_samples(demo: &Exporter) -> Vec<Sample> {
+    let mut all = Vec::new();
+    for host in DEMO_HOSTS {
+        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
+        assert_eq!(status, 200, "{body}");
+        assert_no_duplicate_series(&body);
+        for mut sample in parse_exposition(&body) {
+            sample.labels.insert("host".into(), host.into());
+            all.push(sample);
+        }
+    }
+    all
+}
+
+/// Each series of `name` in [`demo_hosts_samples`]' samples as `host device` and value, in
+/// order (a NIC with several series of `name` appears once for each).
+pub fn demo_values_by_nic(samples: &[Sample], name: &str) -> Vec<(String, f64)> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| {
+            (
+                format!("{} {}", s.labels["host"], s.labels["device"]),
+                s.value,
+            )
+        })
+        .collect()
 }
 
 /// Runs `ip ARGS`; the error says which command failed and why.

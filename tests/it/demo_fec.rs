@@ -3,12 +3,10 @@
 //! kernel's. A healthy fabric corrects a little and loses nothing; the failing optic of
 //! `nic-optic-failure` loses blocks on its own NIC only. The flags, on the bundled node.
 
-use crate::common::{self, parse_exposition, Exporter, Sample};
+use crate::common::{self, demo_hosts_samples, parse_exposition, Exporter, Sample, DEMO_HOSTS};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-const HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
 
 fn demo(scenario: &str) -> Exporter {
     Exporter::start_subcommand(
@@ -17,31 +15,10 @@ fn demo(scenario: &str) -> Exporter {
     )
 }
 
-fn hosts_samples(demo: &Exporter) -> Vec<Sample> {
-    let mut all = Vec::new();
-    for host in HOSTS {
-        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
-        assert_eq!(status, 200, "{body}");
-        common::assert_no_duplicate_series(&body);
-        for mut sample in parse_exposition(&body) {
-            sample.labels.insert("host".into(), host.into());
-            all.push(sample);
-        }
-    }
-    all
-}
-
 /// `host device` -> value of `name`.
 fn by_nic(samples: &[Sample], name: &str) -> BTreeMap<String, f64> {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .map(|s| {
-            (
-                format!("{} {}", s.labels["host"], s.labels["device"]),
-                s.value,
-            )
-        })
+    common::demo_values_by_nic(samples, name)
+        .into_iter()
         .collect()
 }
 
@@ -55,13 +32,13 @@ fn two_readings(
 ) -> (Vec<Sample>, Vec<Sample>) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let before = loop {
-        let samples = hosts_samples(demo);
+        let samples = demo_hosts_samples(demo);
         let hosts_with_fec = by_nic(&samples, "rdma_fec_corrected_bit_errors_total")
             .keys()
             .map(|k| k.split(' ').next().unwrap().to_string())
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        if hosts_with_fec == HOSTS.len() {
+        if hosts_with_fec == DEMO_HOSTS.len() {
             break samples;
         }
         assert!(Instant::now() < deadline, "no FEC series from every host");
@@ -70,7 +47,7 @@ fn two_readings(
     std::thread::sleep(apart);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let after = hosts_samples(demo);
+        let after = demo_hosts_samples(demo);
         if moved(&before, &after) || Instant::now() > deadline {
             return (before, after);
         }
@@ -99,7 +76,7 @@ fn healthy_hosts_correct_a_little_and_lose_nothing() {
         .iter()
         .filter(|s| s.name == "rdma_port_info" && s.labels["link_layer"] == "Ethernet")
         .count();
-    assert!(roce_ports >= HOSTS.len(), "{roce_ports}");
+    assert!(roce_ports >= DEMO_HOSTS.len(), "{roce_ports}");
     for name in [
         "rdma_fec_corrected_bit_errors_total",
         "rdma_fec_corrected_blocks_total",

@@ -2,42 +2,12 @@
 //! function and root port for every NIC, read by the real node collector; only the one NIC whose
 //! link trained at x8 of x16 says it is downtrained.
 
-use crate::common::{self, parse_exposition, Exporter, Sample};
-
-const HOSTS: [&str; 4] = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"];
-
-/// Every host's node samples, with a `host` label added.
-fn hosts_samples(demo: &Exporter) -> Vec<Sample> {
-    let mut all = Vec::new();
-    for host in HOSTS {
-        let (status, _, body) = demo.get(&format!("/hosts/{host}/metrics"));
-        assert_eq!(status, 200, "{body}");
-        for mut sample in parse_exposition(&body) {
-            sample.labels.insert("host".into(), host.into());
-            all.push(sample);
-        }
-    }
-    all
-}
-
-/// `host device` -> value of every series of `name`.
-fn by_nic(samples: &[Sample], name: &str) -> Vec<(String, f64)> {
-    samples
-        .iter()
-        .filter(|s| s.name == name)
-        .map(|s| {
-            (
-                format!("{} {}", s.labels["host"], s.labels["device"]),
-                s.value,
-            )
-        })
-        .collect()
-}
+use crate::common::{self, demo_hosts_samples, demo_values_by_nic as by_nic, Exporter, Sample};
 
 #[test]
 fn the_half_width_nic_alone_is_downtrained() {
     let demo = Exporter::start_subcommand("demo", &["--scenario", "pcie-half-width"]);
-    let samples = hosts_samples(&demo);
+    let samples = demo_hosts_samples(&demo);
     let downtrained = by_nic(&samples, "rdma_pcie_link_downtrained");
     let nics = by_nic(&samples, "rdma_port_info").len();
     assert_eq!(downtrained.len(), nics, "one flag per NIC: {downtrained:?}");
@@ -79,7 +49,7 @@ fn the_half_width_nic_alone_is_downtrained() {
 #[test]
 fn a_healthy_fabric_has_no_downtrained_link() {
     let demo = Exporter::start_subcommand("demo", &["--scenario", "healthy"]);
-    let samples = hosts_samples(&demo);
+    let samples = demo_hosts_samples(&demo);
     let downtrained = by_nic(&samples, "rdma_pcie_link_downtrained");
     assert!(!downtrained.is_empty());
     assert!(

@@ -109,13 +109,6 @@ impl Fleet {
     }
 }
 
-/// One scrape of /metrics and how long it took.
-fn scrape(exporter: &Exporter) -> (Vec<Sample>, Duration) {
-    let started = Instant::now();
-    let body = exporter.metrics();
-    (parse_exposition(&body), started.elapsed())
-}
-
 fn up(samples: &[Sample], switch: &str) -> Option<f64> {
     value_of(samples, "rdma_switch_up", &[("switch", switch)])
 }
@@ -413,7 +406,7 @@ fn gnmi_servers_that_say_nothing_or_hang_up_are_retried_with_backoff() {
     // Ten seconds of retries: the backoff (0.5 s doubling, jittered) allows about five
     // attempts; a hot loop would make thousands.
     std::thread::sleep(Duration::from_secs(10).saturating_sub(started.elapsed()));
-    let (samples, _) = scrape(&exporter);
+    let (samples, _) = timed_scrape(&exporter);
     let counts = [
         (
             "silent",
@@ -466,7 +459,7 @@ fn a_gnmi_flood_of_the_same_leaves_leaves_memory_and_the_other_switches_alone() 
     let mut slowest = Duration::ZERO;
     let mut last = Vec::new();
     while started.elapsed() < Duration::from_secs(8) {
-        let (samples, took) = scrape(&exporter);
+        let (samples, took) = timed_scrape(&exporter);
         slowest = slowest.max(took);
         assert_healthy(&samples);
         last = samples;
@@ -535,7 +528,7 @@ fn a_gnmi_flood_of_new_leaves_is_cut_off_at_the_cap() {
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
     // The fourth backoff is 4 s x 0.8 at least; without it 0.6 s and the flood.
     assert!(gaps[3] > Duration::from_secs(3), "{gaps:?}");
-    let (samples, _) = scrape(&exporter);
+    let (samples, _) = timed_scrape(&exporter);
     for name in ["flood", "once"] {
         assert!(errors(&samples, name, "too_many_leaves") >= 2.0, "{name}");
         assert_only_reason(&samples, name, "too_many_leaves");

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    assert_no_duplicate_series, copy_tree, fixture, get_with, matching, parse_exposition, path_str,
-    skip_or_fail, threads, value_of, Exporter, Sample,
+    copy_tree, fixture, get_with, matching, path_str, skip_or_fail, threads, timed_scrape,
+    value_of, Exporter, Sample,
 };
 
 const HUNG: &str = "mlx5_3";
@@ -189,16 +189,6 @@ fn hung_exporter(hang: Hang) -> Option<(HungNode, Exporter)> {
     }
 }
 
-/// One scrape: its samples and how long it took.
-fn scrape(exporter: &Exporter) -> (Vec<Sample>, Duration) {
-    let started = Instant::now();
-    let (status, _, body) = exporter.get("/metrics");
-    let took = started.elapsed();
-    assert_eq!(status, 200, "after {took:?}: {body}");
-    assert_no_duplicate_series(&body);
-    (parse_exposition(&body), took)
-}
-
 fn devices_served(samples: &[Sample]) -> Vec<String> {
     let mut devices: Vec<String> = matching(samples, "rdma_port_state", &[])
         .map(|s| s.labels["device"].clone())
@@ -254,7 +244,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
     let healthy: Vec<String> = all_devices().into_iter().filter(|d| d != HUNG).collect();
 
     // The first scrape waits for the deadline, then serves the nine others.
-    let (samples, first) = scrape(&exporter);
+    let (samples, first) = timed_scrape(&exporter);
     assert!(
         first >= READ_TIMEOUT && first < READ_TIMEOUT + Duration::from_secs(3),
         "first scrape took {first:?}"
@@ -268,7 +258,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
     let mut latencies = Vec::new();
     let mut most_threads = 0;
     for n in 2..=SCRAPES + 1 {
-        let (samples, took) = scrape(&exporter);
+        let (samples, took) = timed_scrape(&exporter);
         assert!(took < READ_TIMEOUT, "scrape {n} took {took:?}");
         assert_eq!(devices_served(&samples), healthy);
         assert_eq!(timeouts(&samples), n as f64, "one timeout per scrape");
@@ -302,7 +292,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
     node.restore();
     let until = Instant::now() + Duration::from_secs(10);
     let samples = loop {
-        let (samples, _) = scrape(&exporter);
+        let (samples, _) = timed_scrape(&exporter);
         if devices_served(&samples).len() == 10 {
             break samples;
         }
@@ -311,7 +301,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
     };
     assert_eq!(devices_served(&samples), all_devices());
     let counted = timeouts(&samples);
-    let (samples, _) = scrape(&exporter);
+    let (samples, _) = timed_scrape(&exporter);
     assert_eq!(timeouts(&samples), counted, "no timeout once it reads");
     assert!(
         value_of(
@@ -323,7 +313,7 @@ fn a_hung_device_is_cut_off_by_its_deadline_and_comes_back_when_its_read_returns
         "{HUNG}'s device counters, read through the restored directory, are back"
     );
     assert_eq!(settled_readers(pid, 0).0, 0, "no reader left");
-    let healthy: Vec<Duration> = (0..SCRAPES).map(|_| scrape(&exporter).1).collect();
+    let healthy: Vec<Duration> = (0..SCRAPES).map(|_| timed_scrape(&exporter).1).collect();
     let (median, max) = median_and_max(healthy);
     eprintln!("figures: all devices healthy: {SCRAPES} scrapes, median {median:?}, max {max:?}");
     drop(node);
@@ -336,7 +326,7 @@ fn sigterm_ends_the_exporter_while_a_read_hangs() {
     let Some((node, mut exporter)) = hung_exporter(Hang::DeviceCounters) else {
         return;
     };
-    let (_, first) = scrape(&exporter);
+    let (_, first) = timed_scrape(&exporter);
     assert!(first >= READ_TIMEOUT, "{first:?}");
     assert_eq!(threads(exporter.pid(), "sysfs-read").0, 1);
     let started = Instant::now();
@@ -391,7 +381,7 @@ fn healthz_fails_when_the_walk_itself_is_wedged() {
     // ends): the devices are back by the next walk.
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        let served = devices_served(&scrape(&exporter).0);
+        let served = devices_served(&timed_scrape(&exporter).0);
         if served == all_devices() {
             break;
         }

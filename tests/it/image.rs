@@ -121,14 +121,6 @@ fn installed(program: &str) -> bool {
 
 /// A loopback port nobody listens on now (the container shares the host network: `--network
 /// host`, so that no bridge or NAT is set up).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET /metrics until it answers 200 (the container takes a moment to start).
 fn scrape(port: u16, store: &Store, name: &str) -> String {
     let url = format!("http://127.0.0.1:{port}/metrics");
@@ -426,7 +418,7 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
     assert_eq!(files, expected_files(&binary));
 
     // The demo, scraped.
-    let port = free_port();
+    let port = common::prometheus::free_port();
     let demo = format!("rfe-image-demo-{}", std::process::id());
     run(
         &store,
@@ -463,7 +455,7 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
 
     // The node agent on the fixture node, /sys read-only as the DaemonSet mounts it.
     let fixture = common::fixture("cx7-roce");
-    let port = free_port();
+    let port = common::prometheus::free_port();
     let agent = format!("rfe-image-agent-{}", std::process::id());
     run(
         &store,
@@ -509,7 +501,7 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
         let daemonset = objects.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
         let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
         let sysfs = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
-        let port = free_port();
+        let port = common::prometheus::free_port();
         let listen = format!("--web.listen-address=127.0.0.1:{port}");
         let args: Vec<&str> = container["args"]
             .as_sequence()
@@ -553,7 +545,7 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
 
     // The probe collector loads libibverbs and its providers from the image: probing is off for
     // want of RDMA devices in the container, not of the library.
-    let port = free_port();
+    let port = common::prometheus::free_port();
     let prober = format!("rfe-image-probe-{}", std::process::id());
     run(
         &store,
@@ -583,7 +575,7 @@ fn the_image_builds_from_scratch_and_runs_the_demo_and_the_node_agent_unprivileg
 
     // The InfiniBand scanner: ibnetdiscover is found on the image's PATH and runs (it gets as
     // far as opening a UMAD port, which this machine has none of).
-    let port = free_port();
+    let port = common::prometheus::free_port();
     let scanner = format!("rfe-image-ib-{}", std::process::id());
     run(
         &store,

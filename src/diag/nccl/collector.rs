@@ -23,7 +23,7 @@ use serde::Deserialize;
 use super::process::{process_hash, LogParser, ProcessLog};
 use super::verdict::{summarize, ProcessSummary, Transport};
 use crate::collector::{Collector, Outcome, Output};
-use crate::exposition::{Families, Kind, Value};
+use crate::exposition::{Families, Value};
 use crate::periodic::Periodic;
 
 /// The `nccl:` section of the config file: which logs the scan thread reads, and how often.
@@ -564,9 +564,8 @@ fn add_process_counts<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
 fn add_processes<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
     for p in &scan.processes {
         let pid: Cow<'a, str> = Cow::Owned(p.pid.to_string());
-        let added = families.add(
+        families.info(
             "rdma_nccl_process_info",
-            Kind::Info,
             "A process found in the NCCL debug logs: the network NCCL chose (empty: none), link layer of its HCAs, GPUDirect RDMA state.",
             vec![
                 ("host", Cow::Borrowed(p.host.as_str())),
@@ -575,9 +574,7 @@ fn add_processes<'a>(families: &mut Families<'a>, scan: &'a DirScan) {
                 ("link_layer", Cow::Borrowed(p.link_layer.as_str())),
                 ("gdr", Cow::Borrowed(p.gdr.as_label())),
             ],
-            Value::U64(1),
         );
-        debug_assert!(added.is_ok(), "{added:?}");
         let socket = p.transport == Transport::Socket;
         families.gauge(
             "rdma_nccl_socket_fallback",
@@ -643,7 +640,7 @@ impl Collector for NcclCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::{Collectors, Scrape, Selection};
+    use crate::testutil::{self, wait_for};
     use std::sync::{Condvar, Mutex};
 
     /// A source whose files are given in memory, newest first; a read of the file `block` names
@@ -737,24 +734,12 @@ mod tests {
         }
     }
 
-    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    /// A scan's bound here: a blocked scan is released within it.
+    const SCAN_WAIT: Duration = Duration::from_secs(30);
 
     /// One scrape of the collector through the framework: (body, collector success).
     fn scrape(collector: &Arc<NcclCollector>) -> (String, bool) {
-        let text = Scrape::new(
-            Arc::new(Collectors::new(vec![collector.clone()])),
-            Selection::All,
-            true,
-        )
-        .body(crate::exposition::Format::OpenMetrics, &[])
-        .unwrap()
-        .to_text();
+        let text = testutil::scrape(collector);
         let ok = text.contains(r#"rdma_exporter_collector_success{collector="nccl"} 1"#);
         (text, ok)
     }
@@ -765,7 +750,9 @@ mod tests {
     /// Starts a collector on `source` and waits for its first scan.
     fn started(source: &Arc<Scripted>, limits: NcclConfig) -> Arc<NcclCollector> {
         let collector = Arc::new(NcclCollector::spawn(source.clone(), limits).unwrap());
-        wait_for("the first scan", || collector.last_scan().is_some());
+        wait_for("the first scan", SCAN_WAIT, || {
+            collector.last_scan().is_some()
+        });
         collector
     }
 
@@ -778,7 +765,9 @@ mod tests {
         let first = collector.last_scan().unwrap().finished;
         source.block("b.log");
         source.add("b.log", SOCKET);
-        wait_for("the scan to block", || *source.waiting.lock().unwrap());
+        wait_for("the scan to block", SCAN_WAIT, || {
+            *source.waiting.lock().unwrap()
+        });
         for _ in 0..3 {
             let asked = Instant::now();
             let (body, ok) = scrape(&collector);
@@ -800,7 +789,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(*source.reads.lock().unwrap(), reads, "a second scan ran");
         source.release();
-        wait_for("a scan after the release", || {
+        wait_for("a scan after the release", SCAN_WAIT, || {
             collector.last_scan().unwrap().finished != first
         });
         let (body, ok) = scrape(&collector);
@@ -818,14 +807,16 @@ mod tests {
         let collector = started(&source, limits(20, 50));
         source.block("b.log");
         source.add("b.log", SOCKET);
-        wait_for("the scan to block", || *source.waiting.lock().unwrap());
+        wait_for("the scan to block", SCAN_WAIT, || {
+            *source.waiting.lock().unwrap()
+        });
         std::thread::sleep(collector.stale_after() + Duration::from_millis(50));
         let (body, ok) = scrape(&collector);
         // Still served, but the collector says it failed.
         assert!(!ok, "{body}");
         assert!(body.contains(r#"host="h1""#), "{body}");
         source.release();
-        wait_for("a fresh scan", || scrape(&collector).1);
+        wait_for("a fresh scan", SCAN_WAIT, || scrape(&collector).1);
     }
 
     #[test]

@@ -381,6 +381,7 @@ impl Served for TransceiverConfig {
 mod tests {
     use super::*;
     use crate::node::optics::{PageError, PageRequest};
+    use crate::testutil::scrape;
     use std::time::Instant;
 
     /// Every read answers with one error, or blocks forever.
@@ -463,7 +464,7 @@ mod tests {
             Behaviour::Refuse(|| PageError::NoModule),
             Duration::from_secs(5),
         );
-        let text = collector.scrape();
+        let text = scrape(&collector);
         assert!(
             text.contains(r#"rdma_transceiver_present{device="mlx5_1",port="1",netdev="eth1"} 0"#),
             "{text}"
@@ -481,7 +482,7 @@ mod tests {
             Behaviour::Refuse(|| PageError::Permission),
             Duration::from_secs(5),
         );
-        let text = collector.scrape();
+        let text = scrape(&collector);
         assert!(
             text.contains(r#"rdma_exporter_transceiver_read_errors_total{reason="permission"} 2"#),
             "{text}"
@@ -499,7 +500,7 @@ mod tests {
         let (collector, _sysfs) = started(Behaviour::Hang, Duration::from_millis(200));
         // Two ports, each bounded by the timeout: the reading ends, it does not hang.
         assert!(started_at.elapsed() < Duration::from_secs(5));
-        let text = collector.scrape();
+        let text = scrape(&collector);
         assert!(
             text.contains(r#"rdma_exporter_transceiver_read_errors_total{reason="timeout"} 2"#),
             "{text}"
