@@ -14,6 +14,8 @@
 //! by the vote, which knows each port's answer delay.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId, SLOW_RESPONDER_SECONDS};
 use crate::prom_query::{self, Labels, QueryError, Sample};
@@ -150,13 +152,26 @@ impl Queries {
         ]
     }
 
-    /// Asks every query at `time`; the first error ends the round (a half-read cluster would
-    /// be voted on wrong counts).
-    pub fn read(&self, source: &dyn Source, time: f64) -> Result<Answers, QueryError> {
+    /// Asks every query at `time`, the wiring and rails only when `kept` is older than
+    /// [`LABELS_EVERY`]; the first error ends the round (a half-read cluster would be voted on
+    /// wrong counts).
+    pub fn read(
+        &self,
+        source: &dyn Source,
+        time: f64,
+        kept: &mut KeptLabels,
+    ) -> Result<Answers, QueryError> {
+        let labels_read = kept.read_at.is_none_or(|at| at.elapsed() >= LABELS_EVERY);
+        if labels_read {
+            kept.wiring = Arc::new(source.query(&self.wiring, time)?);
+            kept.rail = Arc::new(source.query(&self.rail, time)?);
+            kept.read_at = Some(Instant::now());
+        }
         Ok(Answers {
             live: source.query(&self.live, time)?,
-            wiring: source.query(&self.wiring, time)?,
-            rail: source.query(&self.rail, time)?,
+            wiring: kept.wiring.clone(),
+            rail: kept.rail.clone(),
+            labels_read,
             port_sent: source.query(&self.port_sent, time)?,
             path_sent: source.query(&self.path_sent, time)?,
             path_lost: source.query(&self.path_lost, time)?,
@@ -165,12 +180,27 @@ impl Queries {
     }
 }
 
+/// How often the wiring and rails are read again: they change with recabling or
+/// configuration, not with each scrape, and are a third of what a round reads at scale.
+pub const LABELS_EVERY: Duration = Duration::from_secs(60);
+
+/// The wiring and rails last read, kept between rounds.
+#[derive(Debug, Default)]
+pub struct KeptLabels {
+    wiring: Arc<Vec<Sample>>,
+    rail: Arc<Vec<Sample>>,
+    read_at: Option<Instant>,
+}
+
 /// The answers of one round.
 #[derive(Debug, Clone, Default)]
 pub struct Answers {
     pub live: Vec<Sample>,
-    pub wiring: Vec<Sample>,
-    pub rail: Vec<Sample>,
+    /// Shared with the rounds until they are read again ([`KeptLabels`]).
+    pub wiring: Arc<Vec<Sample>>,
+    pub rail: Arc<Vec<Sample>>,
+    /// Whether this round read the wiring and rails.
+    pub labels_read: bool,
     pub port_sent: Vec<Sample>,
     pub path_sent: Vec<Sample>,
     pub path_lost: Vec<Sample>,
@@ -180,18 +210,22 @@ pub struct Answers {
 impl Answers {
     /// Samples read in all: what a round costs Prometheus and the localizer.
     pub fn samples(&self) -> usize {
-        [
-            &self.live,
-            &self.wiring,
-            &self.rail,
-            &self.port_sent,
-            &self.path_sent,
-            &self.path_lost,
-            &self.delay,
-        ]
-        .iter()
-        .map(|a| a.len())
-        .sum()
+        let labels = if self.labels_read {
+            self.wiring.len() + self.rail.len()
+        } else {
+            0
+        };
+        labels
+            + [
+                &self.live,
+                &self.port_sent,
+                &self.path_sent,
+                &self.path_lost,
+                &self.delay,
+            ]
+            .iter()
+            .map(|a| a.len())
+            .sum::<usize>()
     }
 }
 
@@ -455,10 +489,10 @@ mod tests {
                 let mut w = port(h, d);
                 w.push(("switch", format!("leaf{rail}")));
                 w.push(("switch_port", format!("Ethernet{h}")));
-                a.wiring.push(s(w, 1.0));
+                Arc::make_mut(&mut a.wiring).push(s(w, 1.0));
                 let mut r = port(h, d);
                 r.push(("rail", rail.to_string()));
-                a.rail.push(s(r, 1.0));
+                Arc::make_mut(&mut a.rail).push(s(r, 1.0));
                 for (kind, sent) in [(HOST, 30.0), (RAIL, 30.0), (CROSS_RAIL, 30.0)] {
                     let mut p = port(h, d);
                     p.push(("path", kind.to_string()));
@@ -521,6 +555,36 @@ mod tests {
             .paths
             .iter()
             .all(|p| p.to.host != "h2" || p.to.device != "mlx5_0"));
+    }
+
+    /// Counts the queries it answers, each with nothing.
+    #[derive(Default)]
+    struct Counting(std::cell::RefCell<Vec<String>>);
+
+    impl Source for Counting {
+        fn query(&self, expr: &str, _time: f64) -> Result<Vec<Sample>, QueryError> {
+            self.0.borrow_mut().push(expr.to_string());
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn the_wiring_and_rails_are_read_again_only_when_they_are_old() {
+        let q = Queries::new("");
+        let source = Counting::default();
+        let mut kept = KeptLabels::default();
+        assert!(q.read(&source, 0.0, &mut kept).unwrap().labels_read);
+        assert!(!q.read(&source, 5.0, &mut kept).unwrap().labels_read);
+        let asked = source.0.borrow().clone();
+        assert_eq!(asked.len(), 7 + 5, "{asked:#?}");
+        assert_eq!(asked.iter().filter(|e| **e == q.wiring).count(), 1);
+        assert_eq!(asked.iter().filter(|e| **e == q.rail).count(), 1);
+        kept.read_at = Instant::now().checked_sub(LABELS_EVERY);
+        assert!(q.read(&source, 65.0, &mut kept).unwrap().labels_read);
+        assert_eq!(
+            source.0.borrow().iter().filter(|e| **e == q.rail).count(),
+            2
+        );
     }
 
     #[test]

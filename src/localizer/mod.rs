@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::probe::localize;
 use crate::prom_query::{self, Client, Endpoint, QueryError};
 
-use input::{Queries, Source};
+use input::{KeptLabels, Queries, Source};
 use state::{ClusterVerdicts, State, Verdicts};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -102,9 +102,10 @@ impl Localizer {
                     }
                 };
                 let queries = Queries::new(&matchers);
+                let mut kept = KeptLabels::default();
                 loop {
                     let started = Instant::now();
-                    round(&client, &queries, &state);
+                    round(&client, &queries, &mut kept, &state);
                     std::thread::sleep(interval.saturating_sub(started.elapsed()));
                 }
             })?;
@@ -113,13 +114,13 @@ impl Localizer {
 }
 
 /// One round: read, vote per cluster, keep.
-pub fn round(source: &dyn Source, queries: &Queries, state: &State) {
+pub fn round(source: &dyn Source, queries: &Queries, kept: &mut KeptLabels, state: &State) {
     let started = Instant::now();
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    let answers = match queries.read(source, unix) {
+    let answers = match queries.read(source, unix, kept) {
         Ok(answers) => answers,
         Err(e) => {
             tracing::warn!("localizer: {e}");
@@ -183,12 +184,13 @@ mod tests {
             fail: Cell::new(false),
         };
         let queries = Queries::new("");
-        round(&source, &queries, &state);
+        let mut labels = KeptLabels::default();
+        round(&source, &queries, &mut labels, &state);
         let first = state.snapshot();
         assert!(first.up);
         let kept = first.last.clone().unwrap();
         source.fail.set(true);
-        round(&source, &queries, &state);
+        round(&source, &queries, &mut labels, &state);
         let after = state.snapshot();
         assert!(!after.up);
         assert_eq!(after.rounds, 2);
