@@ -161,14 +161,25 @@ impl Queries {
         time: f64,
         kept: &mut KeptLabels,
     ) -> Result<Answers, QueryError> {
-        let labels_read = kept.read_at.is_none_or(|at| at.elapsed() >= LABELS_EVERY);
+        let live = source.query(&self.live, time)?;
+        let labels_read = kept.read_at.is_none_or(|at| at.elapsed() >= LABELS_EVERY)
+            || keyed(&live)
+                .iter()
+                .any(|(key, _)| !kept.known.contains(key));
         if labels_read {
             kept.wiring = Arc::new(source.query(&self.wiring, time)?);
             kept.rail = Arc::new(source.query(&self.rail, time)?);
+            let with_rail: HashSet<(String, PortId)> =
+                keyed(&kept.rail).into_iter().map(|(key, _)| key).collect();
+            kept.known = keyed(&kept.wiring)
+                .into_iter()
+                .map(|(key, _)| key)
+                .filter(|key| with_rail.contains(key))
+                .collect();
             kept.read_at = Some(Instant::now());
         }
         Ok(Answers {
-            live: source.query(&self.live, time)?,
+            live,
             wiring: kept.wiring.clone(),
             rail: kept.rail.clone(),
             labels_read,
@@ -180,15 +191,19 @@ impl Queries {
     }
 }
 
-/// How often the wiring and rails are read again: they change with recabling or
-/// configuration, not with each scrape, and are a third of what a round reads at scale.
+/// How often the wiring and rails are read again when every live port has them: they change
+/// with recabling or configuration, not with each scrape, and are a third of what a round
+/// reads at scale.
 pub const LABELS_EVERY: Duration = Duration::from_secs(60);
 
-/// The wiring and rails last read, kept between rounds.
+/// The wiring and rails last read, kept between rounds. A live port that neither names (new,
+/// or its LLDP not in yet when they were read) has them read again at the next round.
 #[derive(Debug, Default)]
 pub struct KeptLabels {
     wiring: Arc<Vec<Sample>>,
     rail: Arc<Vec<Sample>>,
+    /// The ports both name.
+    known: HashSet<(String, PortId)>,
     read_at: Option<Instant>,
 }
 
@@ -585,6 +600,47 @@ mod tests {
             source.0.borrow().iter().filter(|e| **e == q.rail).count(),
             2
         );
+    }
+
+    /// Answers the live query with one port, whose wiring comes only from the second read on.
+    struct LateWiring {
+        queries: Queries,
+        wiring_reads: std::cell::Cell<usize>,
+    }
+
+    impl Source for LateWiring {
+        fn query(&self, expr: &str, _time: f64) -> Result<Vec<Sample>, QueryError> {
+            let one = || s(port("h1", "mlx5_0"), 1.0);
+            if expr == self.queries.live || expr == self.queries.rail {
+                return Ok(vec![one()]);
+            }
+            if expr == self.queries.wiring {
+                self.wiring_reads.set(self.wiring_reads.get() + 1);
+                if self.wiring_reads.get() > 1 {
+                    let mut w = port("h1", "mlx5_0");
+                    w.push(("switch", "leaf0".to_string()));
+                    return Ok(vec![s(w, 1.0)]);
+                }
+            }
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_live_port_without_wiring_has_it_read_again_at_once() {
+        let source = LateWiring {
+            queries: Queries::new(""),
+            wiring_reads: Default::default(),
+        };
+        let mut kept = KeptLabels::default();
+        let q = &source.queries;
+        assert!(q.read(&source, 0.0, &mut kept).unwrap().labels_read);
+        // Its LLDP was not in: read again, and kept from then on.
+        let second = q.read(&source, 5.0, &mut kept).unwrap();
+        assert!(second.labels_read);
+        assert_eq!(second.wiring.len(), 1);
+        assert!(!q.read(&source, 10.0, &mut kept).unwrap().labels_read);
+        assert_eq!(source.wiring_reads.get(), 2);
     }
 
     #[test]
