@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::collector::{Collector, Collectors};
 use crate::config::{Config, Origin};
-use crate::diag::nccl::collector::{LogDir, NcclCollector};
+use crate::nccl::collector::{LogDir, NcclCollector};
 use crate::node::config::EthtoolSourceKind;
 use crate::node::ethtool::{EthtoolSource, FileSource, IoctlSource};
 use crate::node::hw_netlink::{HwCountersSource, NetlinkHwCounters};

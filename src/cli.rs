@@ -40,7 +40,7 @@ pub enum Command {
     /// 1 problems found, 2 could not run).
     Doctor(crate::diag::doctor::DoctorArgs),
     /// Read NCCL_DEBUG=INFO logs: which network NCCL chose, GPUDirect RDMA, socket fallbacks.
-    Nccl(crate::diag::nccl::NcclArgs),
+    Nccl(crate::nccl::NcclArgs),
     /// The ECN tuning loop's reading half: from Prometheus over an nccl-tests run, whether each
     /// NIC's and switch port's ECN threshold is too high, too low or healthy (exit 0 none
     /// misconfigured, 1 misconfigured, 2 could not query).

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::diag::nccl::collector::NcclConfig;
+use crate::nccl::collector::NcclConfig;
 use crate::node::config::NodeConfig;
 use crate::yaml::{locate, ConfigError, ConfigErrors, Problem, Step};
 
@@ -31,7 +31,7 @@ pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    pub web: WebConfig,
+    pub web: ListenConfig,
     pub node: NodeConfig,
     /// Switch targets polled in the background.
     pub switches: Vec<crate::switch::config::SwitchConfig>,
@@ -80,7 +80,7 @@ pub enum SwitchPolling {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct WebConfig {
+pub struct ListenConfig {
     /// `host:port` or `:port`.
     pub listen_address: Option<String>,
     pub telemetry_path: Option<String>,

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use crate::diag::nccl::report::{self, Report};
-use crate::diag::nccl::{jobs, Evidence, LogParser};
+use crate::nccl::report::{self, Report};
+use crate::nccl::{jobs, Evidence, LogParser};
 use crate::node::ethtool::{parse_ethtool_text, EthtoolError};
 use crate::node::ethtool_ioctl::{decode_names, decode_stats, decode_strings, ETH_GSTRING_LEN};
 use crate::node::parse;
@@ -216,15 +216,15 @@ pub fn nccl_log(data: &[u8]) {
         processes.len(),
         "every process belongs to exactly one job"
     );
-    let proto_triage = crate::diag::nccl::triage::triage(vec![crate::diag::nccl::triage::run(
+    let proto_triage = crate::nccl::triage::triage(vec![crate::nccl::triage::run(
         "fuzz.log",
         [("fuzz.log", data)],
         false,
     )]);
     let report = Report {
         jobs,
-        stalls: crate::diag::nccl::stall::stalls("fuzz.log", &String::from_utf8_lossy(data)),
-        hangs: crate::diag::nccl::hang::hangs(
+        stalls: crate::nccl::stall::stalls("fuzz.log", &String::from_utf8_lossy(data)),
+        hangs: crate::nccl::hang::hangs(
             "fuzz.log",
             &String::from_utf8_lossy(data),
             std::time::Duration::from_secs(1),

@@ -29,6 +29,7 @@ mod layering;
 pub mod localizer;
 #[cfg(test)]
 mod metric_docs;
+pub mod nccl;
 pub mod node;
 pub mod periodic;
 pub mod pods;

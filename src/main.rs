@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Some(Command::Demo(args)) => demo(&args),
         Some(Command::Localize(args)) => localize(&args),
         Some(Command::Doctor(args)) => Ok(rdma_fabric_exporter::diag::doctor::main(&args)),
-        Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::diag::nccl::main(&args)),
+        Some(Command::Nccl(args)) => Ok(rdma_fabric_exporter::nccl::main(&args)),
         Some(Command::EcnTune(args)) => Ok(rdma_fabric_exporter::diag::ecn_tune::main(&args)),
         Some(Command::NcclTests(args)) => Ok(rdma_fabric_exporter::diag::nccl_tests::main(&args)),
         Some(Command::IbReport(args)) => Ok(rdma_fabric_exporter::diag::ib_report::main(&args)),

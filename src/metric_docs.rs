@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::diag::nccl::verdict::Gdr;
 use crate::direction::Direction;
+use crate::nccl::verdict::Gdr;
 use crate::node::ethtool_map::StormSeverity;
 use crate::node::rdma_netlink::{NetlinkError, QpState, QpType};
 use crate::node::reason::ReadErrorReason;

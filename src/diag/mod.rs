@@ -9,7 +9,6 @@ pub mod doctor;
 pub mod ecn_tune;
 pub mod hw_counters;
 pub mod ib_report;
-pub mod nccl;
 pub mod nccl_tests;
 pub mod ping;
 

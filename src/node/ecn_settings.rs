@@ -378,7 +378,7 @@ pub fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
 
 /// Reads the settings of `port` into it (on the device's reader, after its statistics), or
 /// takes them from `kept` while they are recent.
-pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &KeptSettings) {
+pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &KeptEcnReads) {
     if let Some((netdev, request)) = request_for(port, parameters) {
         port.ecn = kept.read(class_net, netdev, request);
     }
@@ -394,14 +394,14 @@ pub const ECN_REFRESH: Duration = Duration::from_secs(30);
 /// [`ECN_REFRESH`] to the same request. A read with errors is not kept: the next scrape reads
 /// again, and counts the errors again.
 #[derive(Debug)]
-pub struct KeptSettings {
+pub struct KeptEcnReads {
     refresh: Duration,
     reads: Mutex<FxHashMap<String, KeptRead>>,
 }
 
-impl Default for KeptSettings {
+impl Default for KeptEcnReads {
     fn default() -> Self {
-        KeptSettings::new(ECN_REFRESH)
+        KeptEcnReads::new(ECN_REFRESH)
     }
 }
 
@@ -412,10 +412,10 @@ struct KeptRead {
     settings: Option<EcnSettings>,
 }
 
-impl KeptSettings {
+impl KeptEcnReads {
     /// Reads served for `refresh` each.
-    pub fn new(refresh: Duration) -> KeptSettings {
-        KeptSettings {
+    pub fn new(refresh: Duration) -> KeptEcnReads {
+        KeptEcnReads {
             refresh,
             reads: Mutex::default(),
         }
@@ -663,7 +663,7 @@ mod tests {
             priorities: 1 << 3,
             parameters: false,
         };
-        let kept = KeptSettings::new(Duration::from_secs(3600));
+        let kept = KeptEcnReads::new(Duration::from_secs(3600));
         let on = kept.read(class_net, "ens1f0np0", request);
         let on_settings = on.settings.clone().unwrap();
         assert_eq!(on_settings.enabled(Point::Reaction, 3), Some(true));
@@ -680,7 +680,7 @@ mod tests {
         assert_eq!(off.enabled(Point::Reaction, 3), Some(false));
 
         // With no time kept, every read goes to the files.
-        let unkept = KeptSettings::new(Duration::ZERO);
+        let unkept = KeptEcnReads::new(Duration::ZERO);
         assert_eq!(
             unkept
                 .read(class_net, "ens1f0np0", request)
@@ -717,7 +717,7 @@ mod tests {
             priorities: 1 << 3,
             parameters: false,
         };
-        let kept = KeptSettings::new(Duration::from_secs(3600));
+        let kept = KeptEcnReads::new(Duration::from_secs(3600));
         let failed = kept.read(class_net, "ens1f0np0", request);
         assert_eq!(failed.errors.len(), 1, "{failed:?}");
         // Read again, and counted again, until a read succeeds; that one is kept.

@@ -126,7 +126,7 @@ pub struct NodeCollector {
     /// What the counters of each kept directory listing are exported as.
     counter_names: Mutex<counter_names::CounterNames>,
     /// Each netdev's last ECN settings, shared with the readers.
-    ecn_kept: Arc<ecn_settings::KeptSettings>,
+    ecn_kept: Arc<ecn_settings::KeptEcnReads>,
 }
 
 type StatNamesByNetdev = FxHashMap<String, KnownStats>;

@@ -14,7 +14,7 @@ use super::gnmi::session::{self, SessionMode};
 use super::gnmi::{fetch_once_capped, get_once_capped, GnmiTarget, GnmiUpdate};
 use super::poll_error::{PollError, PollErrorReason};
 use super::profile::{DecodeError, Profile, Sample};
-use super::settings::{GnmiSettings, KeptSettings};
+use super::settings::{GnmiSettings, KeptSwitchSettings};
 use super::shard::SwitchShard;
 use super::snmp::{walk_columns, Columns, SnmpTarget, WalkResult};
 
@@ -64,7 +64,7 @@ pub struct TargetState {
     /// poller show here that no switch is read by two of them.
     pub polls: u64,
     /// An SNMP switch's LLDP and PFC settings from its last walk of them (`switch::settings`).
-    pub settings: Option<Arc<KeptSettings>>,
+    pub settings: Option<Arc<KeptSwitchSettings>>,
     /// A gNMI switch's settings leaves from its last read of its profile's `settings_paths`.
     pub gnmi_settings: Arc<GnmiSettings>,
 }
@@ -404,12 +404,17 @@ impl Poller {
             .settings
             .clone();
         let keep = |result: &WalkResult| {
-            state.lock().unwrap_or_else(|p| p.into_inner()).settings =
-                Some(Arc::new(KeptSettings::of(&result.samples, Instant::now())));
+            state.lock().unwrap_or_else(|p| p.into_inner()).settings = Some(Arc::new(
+                KeptSwitchSettings::of(&result.samples, Instant::now()),
+            ));
         };
         let kept = match kept {
             Some(kept)
-                if !KeptSettings::due(Some(&kept), Instant::now(), target.settings_interval) =>
+                if !KeptSwitchSettings::due(
+                    Some(&kept),
+                    Instant::now(),
+                    target.settings_interval,
+                ) =>
             {
                 kept
             }

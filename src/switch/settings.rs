@@ -22,17 +22,17 @@ pub const DEFAULT_SETTINGS_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The settings of one switch's last walk of them.
 #[derive(Debug)]
-pub struct KeptSettings {
+pub struct KeptSwitchSettings {
     walked_at: Instant,
     samples: Vec<Sample>,
     port_names: Vec<(u32, String)>,
 }
 
-impl KeptSettings {
+impl KeptSwitchSettings {
     /// Keeps the settings of `samples`, a walk that read them at `at`, and the port names they
     /// belong to.
-    pub fn of(samples: &[Sample], at: Instant) -> KeptSettings {
-        KeptSettings {
+    pub fn of(samples: &[Sample], at: Instant) -> KeptSwitchSettings {
+        KeptSwitchSettings {
             walked_at: at,
             samples: samples
                 .iter()
@@ -45,7 +45,7 @@ impl KeptSettings {
 
     /// Whether the next poll walks every column: nothing kept, or kept for `every` (zero:
     /// every poll walks them).
-    pub fn due(kept: Option<&KeptSettings>, now: Instant, every: Duration) -> bool {
+    pub fn due(kept: Option<&KeptSwitchSettings>, now: Instant, every: Duration) -> bool {
         kept.is_none_or(|k| now.saturating_duration_since(k.walked_at) >= every)
     }
 
@@ -120,20 +120,20 @@ mod tests {
                 SampleValue::Text("host".into()),
             ),
         ];
-        let kept = KeptSettings::of(&walk, at);
+        let kept = KeptSwitchSettings::of(&walk, at);
         assert_eq!(kept.samples().len(), 1, "only the settings are kept");
-        assert!(KeptSettings::due(None, at, DEFAULT_SETTINGS_INTERVAL));
-        assert!(!KeptSettings::due(
+        assert!(KeptSwitchSettings::due(None, at, DEFAULT_SETTINGS_INTERVAL));
+        assert!(!KeptSwitchSettings::due(
             Some(&kept),
             at + DEFAULT_SETTINGS_INTERVAL / 2,
             DEFAULT_SETTINGS_INTERVAL
         ));
-        assert!(KeptSettings::due(
+        assert!(KeptSwitchSettings::due(
             Some(&kept),
             at + DEFAULT_SETTINGS_INTERVAL,
             DEFAULT_SETTINGS_INTERVAL
         ));
-        assert!(KeptSettings::due(Some(&kept), at, Duration::ZERO));
+        assert!(KeptSwitchSettings::due(Some(&kept), at, Duration::ZERO));
         assert!(kept.fits(&walk[..2]));
         let renamed = [sample(
             Metric::IfName,

@@ -40,7 +40,7 @@ const EXIT_FALLBACK: u8 = 1;
 const EXIT_INPUT: u8 = 2;
 const EXIT_NO_NCCL_LINES: u8 = 3;
 
-use super::OutputFormat;
+use crate::diag::OutputFormat;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct NcclArgs {
