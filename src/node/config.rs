@@ -16,7 +16,7 @@ use super::sysfs::DeviceFilter;
 
 /// Healthy devices read in milliseconds; this leaves a scrape with Prometheus' default 10 s
 /// timeout time to serve the other devices when one hangs.
-pub const DEFAULT_DEVICE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_DEVICE_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]

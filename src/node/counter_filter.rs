@@ -16,7 +16,7 @@ pub struct CounterFilter {
 /// A pattern that is not a regular expression; names the flag or key it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: invalid regular expression: {detail}")]
-pub struct CounterPatternError {
+pub(crate) struct CounterPatternError {
     pub what: &'static str,
     pub detail: String,
 }
@@ -38,7 +38,7 @@ impl CounterFilter {
     }
 
     /// From pattern texts (anchored here); the error names `include` or `exclude`.
-    pub fn from_patterns(
+    pub(crate) fn from_patterns(
         include: Option<&str>,
         exclude: Option<&str>,
     ) -> Result<CounterFilter, CounterPatternError> {
@@ -73,7 +73,8 @@ impl CounterFilter {
     }
 
     /// True when every counter is read.
-    pub fn is_all(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_all(&self) -> bool {
         self.include.is_none() && self.exclude.is_none()
     }
 }

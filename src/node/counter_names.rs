@@ -46,11 +46,11 @@ pub enum Slot {
 }
 
 /// The help text of a counter of a listing, by its kernel name.
-pub type HelpOf = fn(Listing, &str) -> &'static str;
+pub(crate) type HelpOf = fn(Listing, &str) -> &'static str;
 
 /// Each listing's slots, kept while a scrape meets the listing.
 #[derive(Debug, Default)]
-pub struct CounterNames {
+pub(crate) struct CounterNames {
     /// Keyed by the listing's address; the entry holds the listing, so the address is not
     /// reused while it is kept.
     kept: FxHashMap<(usize, Listing), Kept>,
@@ -86,7 +86,7 @@ impl CounterNames {
 
     /// Drops the listings no scrape met since the last call: a directory that changed or went
     /// away is not kept for the process's life.
-    pub fn forget_unmet(&mut self) {
+    pub(crate) fn forget_unmet(&mut self) {
         self.kept.retain(|_, kept| std::mem::take(&mut kept.met));
     }
 
@@ -142,7 +142,7 @@ fn derive(names: &[Box<str>], listing: Listing, help_of: HelpOf) -> Vec<Slot> {
 
 /// Exposed name of a `counters/` file (`rdma_port_<name>_total`): lowercased, leading `port_`
 /// dropped, data in bytes.
-pub fn port_counter_name(kernel_name: &str) -> String {
+pub(crate) fn port_counter_name(kernel_name: &str) -> String {
     let mut out = String::from("rdma_port_");
     let short = kernel_name.strip_prefix("port_").unwrap_or(kernel_name);
     push_driver_counter_name(&mut out, short);
@@ -155,7 +155,7 @@ pub fn port_counter_name(kernel_name: &str) -> String {
 
 /// The `counters/` name a legacy `counters_ext/` file stands for (`port_rcv_data_64` ->
 /// `port_rcv_data`, `port_unicast_xmit_packets` -> `unicast_xmit_packets`).
-pub fn counters_ext_equivalent(ext_name: &str) -> &str {
+pub(crate) fn counters_ext_equivalent(ext_name: &str) -> &str {
     let name = ext_name.strip_suffix("_64").unwrap_or(ext_name);
     if name.starts_with("port_unicast_") || name.starts_with("port_multicast_") {
         &name["port_".len()..]
@@ -166,7 +166,7 @@ pub fn counters_ext_equivalent(ext_name: &str) -> &str {
 
 /// Metric name part for a driver counter: sanitized, and the word `counter` becomes `count`
 /// because Prometheus' lint rejects counters named after their type (`..._counter_total`).
-pub fn driver_counter_name(raw: &str) -> String {
+pub(crate) fn driver_counter_name(raw: &str) -> String {
     let mut out = String::new();
     push_driver_counter_name(&mut out, raw);
     out

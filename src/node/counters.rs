@@ -29,7 +29,7 @@ impl Counters {
 
     /// (place in [`Counters::names`], name, value) of the counters that have a value: for
     /// what is kept per name list, by place.
-    pub fn iter_at(&self) -> impl Iterator<Item = (usize, &str, u64)> {
+    pub(crate) fn iter_at(&self) -> impl Iterator<Item = (usize, &str, u64)> {
         self.names
             .iter()
             .zip(&self.values)

@@ -24,17 +24,14 @@ use super::sysfs::{self, ClassDir, ClassListing, DeviceFilter, DeviceRead, NodeS
 use super::tree_cache::{DeviceTree, FdBudget, TreeCache};
 
 /// Per-port work done by the device's own reader (the netdev's driver statistics).
-pub type PortHook = dyn Fn(&str, &mut Port) + Send + Sync;
-
-/// The name of a device reader thread while it reads (`/proc/<pid>/task/*/comm`).
-pub use super::reader_pool::READER_THREAD_NAME;
+pub(crate) type PortHook = dyn Fn(&str, &mut Port) + Send + Sync;
 
 /// Devices whose read has not returned, with when that read started.
 type Outstanding = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Reads the node's devices, each within a deadline, and remembers the reads still out.
 #[derive(Debug)]
-pub struct DeviceReads {
+pub(crate) struct DeviceReads {
     outstanding: Outstanding,
     pool: ReaderPool,
     trees: TreeCache,
@@ -53,7 +50,7 @@ impl Default for DeviceReads {
 
 impl DeviceReads {
     /// Keeps at most `budget`'s descriptors open between scrapes.
-    pub fn with_budget(budget: Arc<FdBudget>) -> DeviceReads {
+    pub(crate) fn with_budget(budget: Arc<FdBudget>) -> DeviceReads {
         DeviceReads {
             outstanding: Outstanding::default(),
             pool: ReaderPool::default(),
@@ -65,12 +62,16 @@ impl DeviceReads {
 
     /// Reads port `hw_counters` over RDMA netlink where `netlink` is given, inside each
     /// device's read (its deadline bounds the request too).
-    pub fn with_hw_netlink(mut self, netlink: Option<Arc<NetlinkHwCounters>>) -> DeviceReads {
+    pub(crate) fn with_hw_netlink(
+        mut self,
+        netlink: Option<Arc<NetlinkHwCounters>>,
+    ) -> DeviceReads {
         self.hw_netlink = netlink;
         self
     }
 
     /// The kept trees (tests).
+    #[cfg(test)]
     pub fn trees(&self) -> &TreeCache {
         &self.trees
     }
@@ -155,7 +156,8 @@ impl DeviceReads {
     }
 
     /// Walks so far that stalled past `STALL_AFTER` and spread their unclaimed devices.
-    pub fn stalled_walks(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn stalled_walks(&self) -> usize {
         self.stalled_walks.load(Ordering::Relaxed)
     }
 

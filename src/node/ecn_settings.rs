@@ -229,7 +229,7 @@ pub struct EcnRead {
 
 /// An `enable/<p>` file: `0` or `1` and a newline. Anything else is garbled; an empty file is
 /// the driver's failed firmware query.
-pub fn parse_enabled(bytes: &[u8]) -> Result<bool, ValueError> {
+pub(crate) fn parse_enabled(bytes: &[u8]) -> Result<bool, ValueError> {
     match parse::attribute_text(bytes)? {
         "0" => Ok(false),
         "1" => Ok(true),
@@ -356,7 +356,7 @@ impl EcnRead {
 
 /// What to read for `port`: its RoCE netdev's settings on the priorities whose series are
 /// exported (from its driver statistics, so nothing without them), parameters if asked.
-pub fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
+pub(crate) fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
     let netdev = port.netdev.as_deref().filter(|_| port.is_ethernet())?;
     if port.netdev_in_other_netns {
         return None;
@@ -378,7 +378,7 @@ pub fn request_for(port: &Port, parameters: bool) -> Option<(&str, Request)> {
 
 /// Reads the settings of `port` into it (on the device's reader, after its statistics), or
 /// takes them from `kept` while they are recent.
-pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &KeptEcnReads) {
+pub(crate) fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &KeptEcnReads) {
     if let Some((netdev, request)) = request_for(port, parameters) {
         port.ecn = kept.read(class_net, netdev, request);
     }
@@ -388,13 +388,13 @@ pub fn read_port(class_net: &Path, port: &mut Port, parameters: bool, kept: &Kep
 /// again. They change when an operator reconfigures DCQCN, each `enable` file is a firmware
 /// query (each parameter another), and the alerts on them wait minutes; the PCIe link is kept
 /// the same way (`sysfs::PCIE_REFRESH`).
-pub const ECN_REFRESH: Duration = Duration::from_secs(30);
+pub(crate) const ECN_REFRESH: Duration = Duration::from_secs(30);
 
 /// The last error-free read of each netdev's `ecn/` (an absent directory included), served for
 /// [`ECN_REFRESH`] to the same request. A read with errors is not kept: the next scrape reads
 /// again, and counts the errors again.
 #[derive(Debug)]
-pub struct KeptEcnReads {
+pub(crate) struct KeptEcnReads {
     refresh: Duration,
     reads: Mutex<FxHashMap<String, KeptRead>>,
 }

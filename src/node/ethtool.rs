@@ -10,13 +10,13 @@ pub type RawStat = (String, u64);
 
 /// A netdev's statistic names in driver order. Drivers list the same names scrape after scrape,
 /// so one list is shared by every read that finds it unchanged: a read then allocates no name.
-pub type StatNames = super::counters::Names;
+pub(crate) type StatNames = super::counters::Names;
 
 /// A netdev's driver statistics: the names and, in the same order, the values of one read.
 pub type EthtoolStats = super::counters::Counters;
 
 /// `stats`, with `previous`'s names when they are the same list.
-pub fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
+pub(crate) fn reusing(stats: Vec<RawStat>, previous: Option<&StatNames>) -> EthtoolStats {
     let mut builder = StatsBuilder::new(previous);
     for (name, value) in &stats {
         builder.push(name, *value);

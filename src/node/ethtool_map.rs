@@ -174,7 +174,7 @@ impl Meaning {
 
 /// One NIC family: the kernel driver names it goes by, and its statistic names. `{p}` in a name
 /// stands for the 802.1p priority 0-7.
-pub struct DriverStats {
+pub(crate) struct DriverStats {
     pub drivers: &'static [&'static str],
     names: &'static [(&'static str, Meaning)],
     /// The driver lists per-priority pause statistics only for priorities with PFC enabled, so
@@ -288,7 +288,7 @@ const IONIC: DriverStats = DriverStats {
 };
 
 /// Every driver with typed statistics.
-pub const DRIVERS: &[DriverStats] = &[MLX5, BNXT, ICE, I40E, IONIC];
+pub(crate) const DRIVERS: &[DriverStats] = &[MLX5, BNXT, ICE, I40E, IONIC];
 
 /// Each table's names with `{p}` expanded; `None` stands for "driver unknown": every table.
 static BY_DRIVER: LazyLock<HashMap<Option<&'static str>, FxHashMap<String, TypedStat>>> =
@@ -327,7 +327,7 @@ fn expand(table: &DriverStats) -> FxHashMap<String, TypedStat> {
 
 /// Whether the statistics of the netdev's `driver` tell which priorities have PFC enabled (by
 /// listing pause statistics only for those). An unknown driver tells nothing.
-pub fn pause_names_show_pfc(driver: Option<&str>) -> bool {
+pub(crate) fn pause_names_show_pfc(driver: Option<&str>) -> bool {
     driver.is_some_and(|d| {
         DRIVERS
             .iter()
@@ -349,10 +349,10 @@ pub fn classify_for(driver: Option<&str>, name: &str) -> Option<TypedStat> {
 
 /// The typed meaning of each statistic of a name list, by position: classified once for a
 /// netdev's list and shared, like the list, by the reads that find it unchanged.
-pub type StatTypes = std::sync::Arc<[Option<TypedStat>]>;
+pub(crate) type StatTypes = std::sync::Arc<[Option<TypedStat>]>;
 
 /// Classifies every name of `names` as `driver`'s statistics.
-pub fn types_of(driver: Option<&str>, names: &[Box<str>]) -> StatTypes {
+pub(crate) fn types_of(driver: Option<&str>, names: &[Box<str>]) -> StatTypes {
     let typed = TypedNames::of(driver);
     names.iter().map(|name| typed.classify(name)).collect()
 }
@@ -360,7 +360,7 @@ pub fn types_of(driver: Option<&str>, names: &[Box<str>]) -> StatTypes {
 /// The typed names of one driver's table (or of every table), found once per netdev and
 /// then asked once per statistic.
 #[derive(Clone, Copy)]
-pub struct TypedNames(&'static FxHashMap<String, TypedStat>);
+pub(crate) struct TypedNames(&'static FxHashMap<String, TypedStat>);
 
 impl TypedNames {
     /// The table of `driver`; a driver without a table (or unknown: `None`) gets every table.

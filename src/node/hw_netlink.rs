@@ -57,7 +57,7 @@ const MAX_DEVICE_LIST: usize = 1 << 20;
 
 type BoxedTransport = Box<dyn Transport + Send>;
 /// Opens a transport to the kernel (a fresh `NETLINK_RDMA` socket; a fake in tests).
-pub type Opener = Arc<dyn Fn() -> io::Result<BoxedTransport> + Send + Sync>;
+pub(crate) type Opener = Arc<dyn Fn() -> io::Result<BoxedTransport> + Send + Sync>;
 type OpenFn = Box<dyn FnMut() -> io::Result<BoxedTransport> + Send>;
 
 /// The scrape-time netlink reader of a node: one [`DeviceLink`] per listed device.
@@ -171,7 +171,7 @@ enum Failure {
 }
 
 impl DeviceLink {
-    pub fn is_refused(&self) -> bool {
+    pub(crate) fn is_refused(&self) -> bool {
         self.refused
     }
 
@@ -563,7 +563,7 @@ pub(crate) mod fake {
     }
 
     /// A `CMD_GET` dump of `devices` (index, name, ports), then DONE.
-    pub fn device_list(seq: u32, devices: &[(u32, &str, u32)]) -> Vec<Vec<u8>> {
+    pub(crate) fn device_list(seq: u32, devices: &[(u32, &str, u32)]) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = devices
             .iter()
             .map(|(index, name, ports)| {
@@ -581,7 +581,7 @@ pub(crate) mod fake {
     }
 
     /// How a fake kernel answers a STAT_GET of (device name, port).
-    pub type Answerer = dyn Fn(&str, u32, u32) -> Vec<Vec<u8>> + Send + Sync;
+    pub(crate) type Answerer = dyn Fn(&str, u32, u32) -> Vec<Vec<u8>> + Send + Sync;
 
     /// A kernel of named devices (index = position) answering STAT_GET through `answer`.
     pub struct Kernel {
@@ -617,7 +617,7 @@ pub(crate) mod fake {
             )
         }
 
-        pub fn opener(self: &Arc<Self>) -> Opener {
+        pub(crate) fn opener(self: &Arc<Self>) -> Opener {
             let kernel = self.clone();
             Arc::new(move || {
                 kernel.opened.fetch_add(1, Ordering::SeqCst);

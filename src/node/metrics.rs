@@ -109,7 +109,7 @@ fn port_labels<'a>(device: &'a Device, port: &'a Port) -> [Label<'a>; 2] {
 
 /// Adds every node metric of `snapshot` to `families`, naming counters by the listings kept in
 /// `names` (it forgets the listings this scrape did not meet). Returns what had to be dropped.
-pub fn add_node_metrics<'a>(
+pub(crate) fn add_node_metrics<'a>(
     families: &mut Families<'a>,
     snapshot: &'a NodeSnapshot,
     ethtool_include: Option<&Regex>,
@@ -366,20 +366,20 @@ type DriverCounter = (&'static str, &'static str, fn(u64) -> Value);
 mod driver_counters {
     use super::{micros_to_seconds as seconds, DriverCounter, Value::U64};
 
-    pub const PFC_PAUSE_FRAMES: DriverCounter = ("rdma_pfc_pause_frames_total", "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).", U64);
-    pub const PFC_PAUSE_DURATION: DriverCounter = ("rdma_pfc_pause_duration_seconds_total", "Time spent paused by PFC per priority (driver microseconds, converted to seconds).", seconds);
-    pub const PFC_PAUSE_TRANSITIONS: DriverCounter = ("rdma_pfc_pause_transitions_total", "PFC XOFF to XON transitions per priority.", U64);
-    pub const GLOBAL_PAUSE_FRAMES: DriverCounter = ("rdma_global_pause_frames_total", "IEEE 802.3x global pause frames (all priorities).", U64);
-    pub const GLOBAL_PAUSE_DURATION: DriverCounter = ("rdma_global_pause_duration_seconds_total", "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).", seconds);
-    pub const PAUSE_STORM_EVENTS: DriverCounter = ("rdma_pfc_pause_storm_events_total", "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.", U64);
-    pub const PHY_DISCARDS: DriverCounter = ("rdma_phy_discards_total", "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).", U64);
-    pub const RX_OUT_OF_BUFFER: DriverCounter = ("rdma_netdev_rx_out_of_buffer_total", "Packets dropped because a netdev receive queue had no software buffers.", U64);
-    pub const LINK_DOWN_EVENTS: DriverCounter = ("rdma_phy_link_down_events_total", "Times the physical link went down (link flaps).", U64);
-    pub const PHY_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_symbol_errors_total", "Received symbol errors at the physical layer.", U64);
-    pub const PCS_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_pcs_symbol_errors_total", "Symbols the PCS/FEC layer could not correct.", U64);
-    pub const FEC_CORRECTED_BITS: DriverCounter = ("rdma_phy_fec_corrected_bit_errors_total", "Bits corrected by forward error correction (pre-FEC bit errors).", U64);
-    pub const PHY_RECEIVED_BITS: DriverCounter = ("rdma_phy_received_bit_count_total", "Bits received at the physical layer, the denominator of the bit error rate.", U64);
-    pub const PHY_CRC_ERRORS: DriverCounter = ("rdma_phy_crc_errors_total", "Frames received with a CRC error.", U64);
+    pub(crate) const PFC_PAUSE_FRAMES: DriverCounter = ("rdma_pfc_pause_frames_total", "PFC pause frames per priority: rx = received from the link partner (it pauses us), tx = sent by this NIC (we pause it).", U64);
+    pub(crate) const PFC_PAUSE_DURATION: DriverCounter = ("rdma_pfc_pause_duration_seconds_total", "Time spent paused by PFC per priority (driver microseconds, converted to seconds).", seconds);
+    pub(crate) const PFC_PAUSE_TRANSITIONS: DriverCounter = ("rdma_pfc_pause_transitions_total", "PFC XOFF to XON transitions per priority.", U64);
+    pub(crate) const GLOBAL_PAUSE_FRAMES: DriverCounter = ("rdma_global_pause_frames_total", "IEEE 802.3x global pause frames (all priorities).", U64);
+    pub(crate) const GLOBAL_PAUSE_DURATION: DriverCounter = ("rdma_global_pause_duration_seconds_total", "Time spent paused by IEEE 802.3x global pause (driver microseconds, converted to seconds).", seconds);
+    pub(crate) const PAUSE_STORM_EVENTS: DriverCounter = ("rdma_pfc_pause_storm_events_total", "NIC pause storm events: warning = the NIC sent pause for a long period; error = pause storm timeout reached and pause transmission disabled.", U64);
+    pub(crate) const PHY_DISCARDS: DriverCounter = ("rdma_phy_discards_total", "Packets discarded at the physical port (rx: the adapter ran out of buffers, i.e. it is congested).", U64);
+    pub(crate) const RX_OUT_OF_BUFFER: DriverCounter = ("rdma_netdev_rx_out_of_buffer_total", "Packets dropped because a netdev receive queue had no software buffers.", U64);
+    pub(crate) const LINK_DOWN_EVENTS: DriverCounter = ("rdma_phy_link_down_events_total", "Times the physical link went down (link flaps).", U64);
+    pub(crate) const PHY_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_symbol_errors_total", "Received symbol errors at the physical layer.", U64);
+    pub(crate) const PCS_SYMBOL_ERRORS: DriverCounter = ("rdma_phy_pcs_symbol_errors_total", "Symbols the PCS/FEC layer could not correct.", U64);
+    pub(crate) const FEC_CORRECTED_BITS: DriverCounter = ("rdma_phy_fec_corrected_bit_errors_total", "Bits corrected by forward error correction (pre-FEC bit errors).", U64);
+    pub(crate) const PHY_RECEIVED_BITS: DriverCounter = ("rdma_phy_received_bit_count_total", "Bits received at the physical layer, the denominator of the bit error rate.", U64);
+    pub(crate) const PHY_CRC_ERRORS: DriverCounter = ("rdma_phy_crc_errors_total", "Frames received with a CRC error.", U64);
 }
 
 /// The labels a typed statistic adds to its netdev's: at most a priority and a direction.
@@ -502,7 +502,7 @@ fn add_ethtool<'a>(
 }
 
 /// The fast PFC storm sampler's findings since the previous scrape (its `take_reports`).
-pub fn add_storm_metrics<'a>(
+pub(crate) fn add_storm_metrics<'a>(
     families: &mut Families<'a>,
     reports: &'a [super::storm::PauseReport],
 ) {

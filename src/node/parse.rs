@@ -115,7 +115,7 @@ pub fn text(bytes: &[u8]) -> Result<String, ValueError> {
 }
 
 /// An identity attribute where empty is the driver's "none" (soft-RoCE's `fw_ver`): `None`.
-pub fn text_or_none(bytes: &[u8]) -> Result<Option<String>, ValueError> {
+pub(crate) fn text_or_none(bytes: &[u8]) -> Result<Option<String>, ValueError> {
     match text(bytes) {
         Err(ValueError::Empty) => Ok(None),
         other => other.map(Some),

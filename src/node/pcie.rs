@@ -115,7 +115,7 @@ pub enum PcieErrorKind {
 
 /// A link speed: "16.0 GT/s PCIe", "8 GT/s" (older kernels) -> transfers per second;
 /// "Unknown" and "Unknown speed" (no link, or a speed the kernel cannot name) -> `None`.
-pub fn parse_speed(bytes: &[u8]) -> Result<Option<f64>, ValueError> {
+pub(crate) fn parse_speed(bytes: &[u8]) -> Result<Option<f64>, ValueError> {
     let text = attribute_text(bytes)?;
     if text.starts_with("Unknown") {
         return Ok(None);
@@ -133,14 +133,14 @@ pub fn parse_speed(bytes: &[u8]) -> Result<Option<f64>, ValueError> {
 }
 
 /// A link width: the lane count, `%u`.
-pub fn parse_width(bytes: &[u8]) -> Result<u32, ValueError> {
+pub(crate) fn parse_width(bytes: &[u8]) -> Result<u32, ValueError> {
     let text = attribute_text(bytes)?;
     text.parse()
         .map_err(|_| ValueError::NotANumber(text.to_string()))
 }
 
 /// `numa_node`: `%d`; -1 (no NUMA affinity) -> `None`.
-pub fn parse_numa_node(bytes: &[u8]) -> Result<Option<i64>, ValueError> {
+pub(crate) fn parse_numa_node(bytes: &[u8]) -> Result<Option<i64>, ValueError> {
     let text = attribute_text(bytes)?;
     let node: i64 = text
         .parse()
@@ -150,7 +150,7 @@ pub fn parse_numa_node(bytes: &[u8]) -> Result<Option<i64>, ValueError> {
 
 /// The `TOTAL_<total>` line of an `aer_dev_*` file (`total` is `ERR_COR`, `ERR_NONFATAL` or
 /// `ERR_FATAL`); a file without it, or with a count that is no number, is garbled.
-pub fn parse_aer_total(bytes: &[u8], total: &str) -> Result<u64, ValueError> {
+pub(crate) fn parse_aer_total(bytes: &[u8], total: &str) -> Result<u64, ValueError> {
     let text = attribute_text(bytes)?;
     let prefix = format!("TOTAL_{total} ");
     let count = text
@@ -168,7 +168,7 @@ pub fn parse_aer_total(bytes: &[u8], total: &str) -> Result<u64, ValueError> {
 
 /// True for a PCI address directory name: `DDDD:BB:DD.F` (the domain may be longer, as
 /// VMD's `10000`), lowercase hex as the kernel prints it.
-pub fn is_pci_address(name: &str) -> bool {
+pub(crate) fn is_pci_address(name: &str) -> bool {
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
     let mut parts = name.split(':');
     let (Some(domain), Some(bus), Some(slot_fn), None) =
@@ -193,7 +193,7 @@ const MAX_CLIMB: usize = 4;
 /// The PCI function directory of an RDMA device: `<class_dir>/infiniband/<device>/device`,
 /// else the first netdev's `<class_dir>/net/<netdev>/device`, resolved and walked up to a
 /// directory named like a PCI address. `Ok(None)`: no such link, or not on PCI.
-pub fn function_dir(
+pub(crate) fn function_dir(
     class_dir: &Path,
     device: &str,
     netdevs: &mut dyn Iterator<Item = &str>,

@@ -20,14 +20,18 @@ pub struct PcieConfig {
 }
 
 /// The PCIe families of every device of `snapshot`.
-pub fn add_node_pcie<'a>(families: &mut Families<'a>, snapshot: &'a NodeSnapshot, detail: bool) {
+pub(crate) fn add_node_pcie<'a>(
+    families: &mut Families<'a>,
+    snapshot: &'a NodeSnapshot,
+    detail: bool,
+) {
     for device in &snapshot.devices {
         add_pcie_metrics(families, device, detail);
     }
 }
 
 /// Adds the PCIe families of `device` (nothing when its PCI function is unknown).
-pub fn add_pcie_metrics<'a>(families: &mut Families<'a>, device: &'a Device, detail: bool) {
+pub(crate) fn add_pcie_metrics<'a>(families: &mut Families<'a>, device: &'a Device, detail: bool) {
     let Some(link) = &device.pcie else {
         return;
     };

@@ -69,7 +69,7 @@ const DROP_FAMILIES: [(&str, &str); 4] = [
 
 /// What one port's statistics say per priority.
 #[derive(Debug, Default)]
-pub struct PriorityTraffic {
+pub(crate) struct PriorityTraffic {
     counters: [Counters; 8],
     /// Per priority, the drop and mark counters by [`DropKind`].
     drops: [[Option<u64>; 4]; 8],
@@ -133,7 +133,7 @@ impl PriorityTraffic {
     /// does not tell), those that carried traffic. Narrower than the traffic series' rule (a
     /// lossless port also carries TCP and CNPs on other priorities): two settings series per
     /// priority, and the series budget allows about two per port.
-    pub fn settings_priorities(&self, pfc_shown: bool) -> u8 {
+    pub(crate) fn settings_priorities(&self, pfc_shown: bool) -> u8 {
         let mask =
             |keep: &dyn Fn(usize) -> bool| (0..8).filter(|&p| keep(p)).fold(0u8, |m, p| m | 1 << p);
         let pfc = mask(&|p| pfc_shown && self.pause_listed[p]);

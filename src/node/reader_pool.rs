@@ -14,16 +14,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The name of a thread running a device read.
-pub const READER_THREAD_NAME: &str = "sysfs-read";
+pub(crate) const READER_THREAD_NAME: &str = "sysfs-read";
 /// The name of a reader thread waiting for work.
-pub const IDLE_THREAD_NAME: &str = "sysfs-idle";
+pub(crate) const IDLE_THREAD_NAME: &str = "sysfs-idle";
 /// How long an idle thread waits for work before it ends.
-pub const IDLE_EXIT: Duration = Duration::from_secs(300);
+pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(300);
 
 /// What a job hands back to run once its thread counts as idle again: the delivery of its
 /// result. So a walk that starts right after the last result finds the thread available
 /// instead of starting another.
-pub type Deliver = Box<dyn FnOnce() + Send>;
+pub(crate) type Deliver = Box<dyn FnOnce() + Send>;
 
 type Job = Box<dyn FnOnce() -> Deliver + Send>;
 
@@ -45,7 +45,7 @@ struct Shared {
 
 /// The pool; dropping it ends its idle threads at once, and busy ones after their job.
 #[derive(Default)]
-pub struct ReaderPool {
+pub(crate) struct ReaderPool {
     shared: Arc<Shared>,
 }
 

@@ -95,7 +95,7 @@ pub struct PauseNow {
 
 /// What a scrape reports for one counter.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PauseReport {
+pub(crate) struct PauseReport {
     pub key: PauseKey,
     pub peak_paused_ratio: f64,
     pub storms: u64,
@@ -171,7 +171,7 @@ impl StormDetector {
 
     /// Every counter's peak since the previous call, and its storm count. The peak then starts
     /// again from the latest interval's share, so that a scrape between two samples is not 0.
-    pub fn take_reports(&self) -> Vec<PauseReport> {
+    pub(crate) fn take_reports(&self) -> Vec<PauseReport> {
         let mut tracks = self.tracks.lock().unwrap_or_else(|p| p.into_inner());
         tracks
             .iter_mut()
@@ -205,7 +205,7 @@ impl StormDetector {
     }
 
     /// Duration and success of the last sampling round, if one ran.
-    pub fn last_round(&self) -> Option<(Duration, bool)> {
+    pub(crate) fn last_round(&self) -> Option<(Duration, bool)> {
         *self.last_round.lock().unwrap_or_else(|p| p.into_inner())
     }
 

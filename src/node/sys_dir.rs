@@ -42,14 +42,14 @@ const FILE_FLAGS: OFlags = OFlags::RDONLY
 
 /// The entries of a directory named by a number, in numeric order: each number with its
 /// entry's place in the directory's [`Names`].
-pub type Numbered = Arc<[(u32, usize)]>;
+pub(crate) type Numbered = Arc<[(u32, usize)]>;
 
 /// The size bound of every attribute read: attributes are at most a page.
-pub type AttrBuf = [u8; 4096];
+pub(crate) type AttrBuf = [u8; 4096];
 
 /// An open directory; clones share it (and its cache).
 #[derive(Clone)]
-pub struct SysDir(Arc<DirNode>);
+pub(crate) struct SysDir(Arc<DirNode>);
 
 struct DirNode {
     path: PathBuf,
@@ -144,7 +144,7 @@ enum KeptFile {
 
 /// What identifies a directory and tells whether its entries changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     mtime: (i64, i64),
@@ -245,25 +245,25 @@ impl SysDir {
         &self.0.path
     }
 
-    pub fn path_of(&self, name: &str) -> PathBuf {
+    pub(crate) fn path_of(&self, name: &str) -> PathBuf {
         self.0.path.join(name)
     }
 
     /// Calls `f` with the directory's descriptor.
-    pub fn with_fd<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> std::io::Result<R> {
+    pub(crate) fn with_fd<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> std::io::Result<R> {
         let state = lock(&self.0.state);
         Ok(f(state.dir.fd()?))
     }
 
     /// Opens subdirectory `name` as the root of a cached tree sharing `tree`.
-    pub fn open_cached(&self, name: &str, tree: Arc<TreeShared>) -> std::io::Result<SysDir> {
+    pub(crate) fn open_cached(&self, name: &str, tree: Arc<TreeShared>) -> std::io::Result<SysDir> {
         let fd = self.with_fd(|fd| rustix::fs::openat(fd, name, DIR_FLAGS, Mode::empty()))??;
         SysDir::new(fd, self.path_of(name), Some(tree))
     }
 
     /// True when `name` below `parent` is still this directory, unchanged and settled: what a
     /// kept tree's root is checked with, through the class directory's entry.
-    pub fn is_entry_of(&self, parent: &SysDir, name: &str) -> bool {
+    pub(crate) fn is_entry_of(&self, parent: &SysDir, name: &str) -> bool {
         let Some(kept) = self.0.stamp else {
             return false;
         };
@@ -290,7 +290,7 @@ impl SysDir {
 
     /// True when a lookup of `name` that failed with `e` found no entry at all, as opposed to
     /// a dangling symlink or another error. A settled kept directory remembers the answer.
-    pub fn is_absent(&self, name: &str, e: &std::io::Error) -> bool {
+    pub(crate) fn is_absent(&self, name: &str, e: &std::io::Error) -> bool {
         if e.kind() != ErrorKind::NotFound {
             return false;
         }
@@ -314,11 +314,11 @@ impl SysDir {
     }
 
     /// Whether a cached tree is stale (a kept descriptor's file is gone).
-    pub fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&self) -> bool {
         self.0.tree.as_ref().is_some_and(|t| t.is_stale())
     }
 
-    pub fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
+    pub(crate) fn subdir(&self, name: &str) -> std::io::Result<SysDir> {
         let mut state = lock(&self.0.state);
         if state.known_absent(name) {
             return Err(ErrorKind::NotFound.into());
@@ -357,7 +357,7 @@ impl SysDir {
     /// The entries named by a number (`ports/1`, `gid_attrs/ndevs/0`) in numeric order, with
     /// the listing they index. A cached directory sorts once: a RoCE port's GID table lists
     /// every slot of the hardware's table (1 024 on rxe), used or not.
-    pub fn numbered_entries(&self) -> std::io::Result<(Names, Numbered)> {
+    pub(crate) fn numbered_entries(&self) -> std::io::Result<(Names, Numbered)> {
         let names = self.entries()?;
         let mut state = lock(&self.0.state);
         // Only the kept listing has a kept order: a fresh one may differ from the last.
@@ -381,7 +381,7 @@ impl SysDir {
 
     /// Entry names, listed now even in a cached tree: for directories whose entries change
     /// without the device changing (a PCI function's `net/`, where netdevs come and go).
-    pub fn entries_now(&self) -> std::io::Result<Vec<String>> {
+    pub(crate) fn entries_now(&self) -> std::io::Result<Vec<String>> {
         list(&mut lock(&self.0.state).dir)
     }
 
@@ -393,7 +393,7 @@ impl SysDir {
 
     /// As [`SysDir::read`], for entry `index` of this directory's [`SysDir::entries`] (which
     /// is `name`): a kept descriptor is found by position.
-    pub fn read_listed(
+    pub(crate) fn read_listed(
         &self,
         index: usize,
         name: &str,
@@ -404,7 +404,7 @@ impl SysDir {
 
     /// As [`SysDir::read`], for an attribute that is fixed for the device object's lifetime
     /// (a cached tree keeps its bytes).
-    pub fn read_static(&self, name: &str, buf: &mut AttrBuf) -> std::io::Result<usize> {
+    pub(crate) fn read_static(&self, name: &str, buf: &mut AttrBuf) -> std::io::Result<usize> {
         self.read_kept(Key::Name(name), buf, true)
     }
 

@@ -40,7 +40,7 @@ impl DeviceFilter {
 
 /// How long a kept tree serves a device's PCIe link reading: the alerts on it wait minutes, and a
 /// link retrains rarely.
-pub const PCIE_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const PCIE_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What one walk of the tree found.
 #[derive(Debug, Default, Clone)]
@@ -102,7 +102,7 @@ pub struct Port {
 impl Port {
     /// The type of each of `ethtool`'s statistics by position: the shared classification made
     /// for this very name list, or one made now.
-    pub fn ethtool_types(&self) -> StatTypes {
+    pub(crate) fn ethtool_types(&self) -> StatTypes {
         match &self.ethtool_typed {
             Some((names, types)) if Arc::ptr_eq(names, self.ethtool.names()) => types.clone(),
             _ => types_of(self.netdev_driver.as_deref(), self.ethtool.names()),
@@ -166,7 +166,7 @@ pub fn read_node(sysfs_root: &Path, filter: &DeviceFilter) -> NodeSnapshot {
 }
 
 /// What listing `class/infiniband` found.
-pub enum ClassListing {
+pub(crate) enum ClassListing {
     /// No such directory: no RDMA driver is loaded (not an error).
     Absent,
     /// It exists but could not be listed.
@@ -177,7 +177,7 @@ pub enum ClassListing {
 
 /// Lists `class/infiniband` below `sysfs_root`. The filter sees names only: nothing below an
 /// excluded device is ever opened.
-pub fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
+pub(crate) fn list_devices(sysfs_root: &Path, filter: &DeviceFilter) -> ClassListing {
     let class_path = sysfs_root.join("class/infiniband");
     let listing = SysDir::open(&class_path).and_then(|d| {
         let names = d.entries()?;
@@ -219,7 +219,7 @@ pub struct ClassDir {
 /// What reading one device gave: the device (unless its directory could not be opened) and
 /// every value that could not be read.
 #[derive(Debug, Default)]
-pub struct DeviceRead {
+pub(crate) struct DeviceRead {
     pub device: Option<Device>,
     pub errors: Vec<ReadError>,
 }
@@ -230,13 +230,13 @@ impl ClassDir {
     }
 
     /// Reads only the `hw_counters` that `filter` allows (ports' and devices').
-    pub fn with_hw_counters(mut self, filter: Arc<CounterFilter>) -> ClassDir {
+    pub(crate) fn with_hw_counters(mut self, filter: Arc<CounterFilter>) -> ClassDir {
         self.hw_counters = filter;
         self
     }
 
     /// Reads port `hw_counters` over RDMA netlink, each port's files where that fails.
-    pub fn with_hw_netlink(mut self, netlink: Option<Arc<NetlinkHwCounters>>) -> ClassDir {
+    pub(crate) fn with_hw_netlink(mut self, netlink: Option<Arc<NetlinkHwCounters>>) -> ClassDir {
         self.hw_netlink = netlink;
         self
     }
@@ -251,7 +251,11 @@ impl ClassDir {
 
     /// Reads device `name`, then calls `port_hook(device, port)` for each of its ports, on this
     /// thread (per-port work such as the netdev's driver statistics belongs to the device's read).
-    pub fn read_device(&self, name: &str, port_hook: &dyn Fn(&str, &mut Port)) -> DeviceRead {
+    pub(crate) fn read_device(
+        &self,
+        name: &str,
+        port_hook: &dyn Fn(&str, &mut Port),
+    ) -> DeviceRead {
         let mut walk = self.walk(name);
         // A device removed after the listing (or a dangling class symlink) is one error, not one
         // per attribute.
@@ -269,7 +273,7 @@ impl ClassDir {
     /// and descriptors from earlier reads where they are still valid (see
     /// [`super::tree_cache`]), and whatever this read opens is kept for the next one. A kept
     /// tree found stale during the read is dropped and the device read again from scratch.
-    pub fn read_device_kept(
+    pub(crate) fn read_device_kept(
         &self,
         name: &str,
         tree: &mut DeviceTree,
@@ -321,7 +325,7 @@ impl NodeSnapshot {
     }
 
     /// The snapshot of a listed class directory from its devices' reads, in their order.
-    pub fn of_reads(reads: impl IntoIterator<Item = DeviceRead>) -> NodeSnapshot {
+    pub(crate) fn of_reads(reads: impl IntoIterator<Item = DeviceRead>) -> NodeSnapshot {
         let mut snapshot = NodeSnapshot {
             infiniband_present: true,
             ..NodeSnapshot::default()
@@ -716,7 +720,7 @@ fn netdev_of(device_dir: &SysDir, port_dir: &SysDir, infiniband: bool) -> Option
 
 /// A port and the netdev behind it, as the walk names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PortNetdev {
+pub(crate) struct PortNetdev {
     pub device: String,
     pub port: String,
     pub netdev: String,
@@ -726,7 +730,7 @@ pub struct PortNetdev {
 /// the walk's own rule ([`netdev_of`]) without reading a counter: the port list of the readers
 /// on threads of their own (the storm sampler, FEC, transceivers). `ethernet_only`: the RoCE
 /// ports (link layer Ethernet). Unreadable entries are left out; the walk reports them.
-pub fn port_netdevs(
+pub(crate) fn port_netdevs(
     sysfs_root: &Path,
     filter: &DeviceFilter,
     ethernet_only: bool,

@@ -25,7 +25,7 @@ use super::pcie::PcieLink;
 use super::sys_dir::SysDir;
 
 /// The most descriptors kept, whatever the limit: a 10-NIC node keeps about 750.
-pub const MAX_KEPT_FDS: usize = 8192;
+pub(crate) const MAX_KEPT_FDS: usize = 8192;
 
 /// The soft `RLIMIT_NOFILE` whose half is [`MAX_KEPT_FDS`]: what `serve` raises its own to
 /// ([`crate::fd_limit`]).
@@ -52,7 +52,7 @@ impl FdBudget {
 
     /// Half the soft `RLIMIT_NOFILE` (sockets, switch sessions and files read once need the
     /// rest), capped at [`MAX_KEPT_FDS`].
-    pub fn from_rlimit() -> Arc<FdBudget> {
+    pub(crate) fn from_rlimit() -> Arc<FdBudget> {
         let half = usize::try_from(soft_nofile_limit() / 2).unwrap_or(usize::MAX);
         FdBudget::new(half.min(MAX_KEPT_FDS))
     }
@@ -77,7 +77,8 @@ impl FdBudget {
     }
 
     /// True once a charge was refused.
-    pub fn ran_out(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn ran_out(&self) -> bool {
         self.ran_out.load(Ordering::Relaxed)
     }
 
@@ -104,7 +105,7 @@ impl Drop for Charge {
 
 /// What every directory of one device's kept tree shares.
 #[derive(Debug)]
-pub struct TreeShared {
+pub(crate) struct TreeShared {
     pub budget: Arc<FdBudget>,
     stale: AtomicBool,
     /// The driver found for each netdev name seen on the device's ports.
@@ -124,14 +125,14 @@ impl TreeShared {
     }
 
     /// The PCIe link reading remembered less than `max_age` ago.
-    pub fn recent_pcie(&self, max_age: Duration) -> Option<Option<PcieLink>> {
+    pub(crate) fn recent_pcie(&self, max_age: Duration) -> Option<Option<PcieLink>> {
         let pcie = self.pcie.lock().unwrap_or_else(|p| p.into_inner());
         pcie.as_ref()
             .filter(|(at, _)| at.elapsed() < max_age)
             .map(|(_, link)| link.clone())
     }
 
-    pub fn remember_pcie(&self, link: Option<PcieLink>) {
+    pub(crate) fn remember_pcie(&self, link: Option<PcieLink>) {
         let mut pcie = self.pcie.lock().unwrap_or_else(|p| p.into_inner());
         *pcie = Some((Instant::now(), link));
     }
@@ -145,7 +146,7 @@ impl TreeShared {
         drivers.get(netdev).cloned()
     }
 
-    pub fn remember_netdev_driver(&self, netdev: &str, driver: Option<String>) {
+    pub(crate) fn remember_netdev_driver(&self, netdev: &str, driver: Option<String>) {
         let mut drivers = self
             .netdev_drivers
             .lock()
@@ -153,11 +154,11 @@ impl TreeShared {
         drivers.insert(netdev.to_string(), driver);
     }
 
-    pub fn mark_stale(&self) {
+    pub(crate) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Relaxed);
     }
 
-    pub fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&self) -> bool {
         self.stale.load(Ordering::Relaxed)
     }
 }
@@ -165,7 +166,7 @@ impl TreeShared {
 /// One device's kept tree: the root is the device's directory. Empty until the first read and
 /// after an invalidation.
 #[derive(Default)]
-pub struct DeviceTree {
+pub(crate) struct DeviceTree {
     pub root: Option<SysDir>,
     /// Reads served through a kept tree, and reads that (re)built it.
     pub kept_reads: u64,
@@ -174,7 +175,7 @@ pub struct DeviceTree {
 
 /// The kept trees of every listed device, by name.
 #[derive(Default)]
-pub struct TreeCache {
+pub(crate) struct TreeCache {
     budget: Option<Arc<FdBudget>>,
     devices: Mutex<HashMap<String, Arc<Mutex<DeviceTree>>>>,
 }
@@ -214,6 +215,7 @@ impl TreeCache {
     }
 
     /// Reads through kept trees and reads from scratch, summed over the devices with an entry.
+    #[cfg(test)]
     pub fn reads(&self) -> (u64, u64) {
         let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         devices.values().fold((0, 0), |(kept, fresh), tree| {
@@ -223,6 +225,7 @@ impl TreeCache {
     }
 
     /// Names of the devices with an entry (tests).
+    #[cfg(test)]
     pub fn devices(&self) -> Vec<String> {
         let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         let mut names: Vec<String> = devices.keys().cloned().collect();

@@ -36,7 +36,7 @@ pub fn answer(buf: &[u8], seq: Option<u32>, netdev: &str) -> Result<DcbAnswer, D
 }
 
 /// The errors `dcb_doit` returns, as the user needs to read them.
-pub fn from_errno(errno: i32, netdev: &str) -> DcbError {
+pub(crate) fn from_errno(errno: i32, netdev: &str) -> DcbError {
     let netdev = netdev.to_string();
     match errno {
         libc::ENODEV => DcbError::NoDevice { netdev },

@@ -68,7 +68,7 @@ impl FecReading {
     }
 }
 
-pub fn mode_label(bit: u32) -> String {
+pub(crate) fn mode_label(bit: u32) -> String {
     match bit {
         ETHTOOL_LINK_MODE_FEC_NONE_BIT => "off".into(),
         ETHTOOL_LINK_MODE_FEC_RS_BIT => "rs".into(),
@@ -178,7 +178,7 @@ fn stats(nest: &Attr<'_>) -> Result<FecStats, EthtoolNlError> {
 }
 
 /// The attributes of a FEC_GET reply (after the generic netlink header).
-pub fn decode_reply(attrs: &[u8]) -> Result<FecReading, EthtoolNlError> {
+pub(crate) fn decode_reply(attrs: &[u8]) -> Result<FecReading, EthtoolNlError> {
     let mut reading = FecReading::default();
     for attr in attrs_of(attrs) {
         let attr = attr?;
@@ -362,7 +362,8 @@ pub fn encode_reply(
 
 /// The `NLMSG_ERROR` the kernel sends for a refused FEC_GET (`-errno`, then the request's
 /// header echoed; the extended ack's TLVs are left out).
-pub fn encode_error(family: u16, seq: u32, errno: i32) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn encode_error(family: u16, seq: u32, errno: i32) -> Vec<u8> {
     let len = NLMSG_HDRLEN + 4 + NLMSG_HDRLEN;
     let mut out = Vec::with_capacity(len);
     out.extend_from_slice(&(len as u32).to_ne_bytes());
@@ -399,7 +400,7 @@ mod tests {
     /// A ConnectX-7 port at 400G in RS-FEC mode as mlx5 reports it: totals only (RS corrects
     /// across lanes), corrected bits, and a histogram of 4 bins with per-lane counts in the
     /// first (the kernel sums lanes into BIN_VAL when the driver leaves the sum unset).
-    pub fn rs_fec_with_histogram() -> FecReading {
+    pub(crate) fn rs_fec_with_histogram() -> FecReading {
         FecReading {
             active_bit: Some(ETHTOOL_LINK_MODE_FEC_RS_BIT),
             stats: Some(FecStats {

@@ -99,7 +99,7 @@ fn judge(datagram: &[u8], family: u16, seq: u32) -> Result<Verdict, EthtoolNlErr
 }
 
 /// Requests over one transport at a time; `open` makes a new one after an abandoned answer.
-pub struct Genl<T, F> {
+pub(crate) struct Genl<T, F> {
     transport: Option<T>,
     open: F,
     seq: u32,
@@ -115,7 +115,7 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Genl<T, F> {
     }
 
     #[cfg(test)]
-    pub fn transport_for_tests(&self) -> Option<&T> {
+    pub(crate) fn transport_for_tests(&self) -> Option<&T> {
         self.transport.as_ref()
     }
 
@@ -174,7 +174,7 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Genl<T, F> {
 
     /// The id of family `name`, from the controller. A kernel without the family answers
     /// ENOENT: [`EthtoolNlError::NoFamily`].
-    pub fn family_id(
+    pub(crate) fn family_id(
         &mut self,
         name: &'static str,
         timeout: Duration,
@@ -281,7 +281,7 @@ pub(super) mod tests {
     }
 
     /// The controller's answer naming `id` (with the name, as the kernel puts it first).
-    pub fn new_family(seq: u32, id: u16) -> Vec<u8> {
+    pub(crate) fn new_family(seq: u32, id: u16) -> Vec<u8> {
         let mut attrs = AttrWriter::default();
         attrs.string(CTRL_ATTR_FAMILY_NAME, "ethtool");
         attrs.u16(CTRL_ATTR_FAMILY_ID, id);

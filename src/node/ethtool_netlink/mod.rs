@@ -9,7 +9,7 @@
 //! answer's attributes ([`Answer`]); decoders of each command live beside it (`fec.rs`).
 
 pub mod fec;
-pub mod genl;
+pub(crate) mod genl;
 pub mod uapi;
 
 use std::io;
@@ -174,7 +174,7 @@ fn check_name(netdev: &str) -> Result<(), EthtoolNlError> {
 
 /// The attributes of an ethtool request about `netdev`: the header nest (`ETHTOOL_A_HEADER_
 /// DEV_NAME`, and `ETHTOOL_A_HEADER_FLAGS` when not 0), then `extra`.
-pub fn request_attrs(netdev: &str, flags: u32, extra: &AttrWriter) -> Vec<u8> {
+pub(crate) fn request_attrs(netdev: &str, flags: u32, extra: &AttrWriter) -> Vec<u8> {
     let mut attrs = AttrWriter::default();
     attrs.nested(ETHTOOL_A_HEADER, |h| {
         h.string(ETHTOOL_A_HEADER_DEV_NAME, netdev);
@@ -188,7 +188,7 @@ pub fn request_attrs(netdev: &str, flags: u32, extra: &AttrWriter) -> Vec<u8> {
 }
 
 /// An ethtool client over any transport: the family id resolved on first use and kept.
-pub struct EthtoolClient<T, F> {
+pub(crate) struct EthtoolClient<T, F> {
     genl: Genl<T, F>,
     family: Option<u16>,
 }

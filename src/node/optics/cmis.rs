@@ -15,7 +15,7 @@ use super::{DecodeError, Diagnostics, Lane, Levels, ModuleReading, Standard, Thr
 
 const PAGE: usize = 128;
 /// Lanes of bank 0; banks 1-3 (lanes 9-32) are not read.
-pub const BANK_LANES: usize = 8;
+pub(crate) const BANK_LANES: usize = 8;
 
 const MEMORY_MODEL: usize = 2;
 const FLAT_MEMORY: u8 = 1 << 7;
@@ -43,7 +43,7 @@ const LANE_BIAS: usize = 170;
 const LANE_RX_POWER: usize = 186;
 
 /// Whether the module has only page 00h (passive copper): no advertisement, no monitors.
-pub fn is_flat(lower: &[u8]) -> bool {
+pub(crate) fn is_flat(lower: &[u8]) -> bool {
     lower
         .get(MEMORY_MODEL)
         .is_some_and(|b| b & FLAT_MEMORY != 0)
@@ -51,7 +51,7 @@ pub fn is_flat(lower: &[u8]) -> bool {
 
 /// What page 01h advertises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Advertisement {
+pub(crate) struct Advertisement {
     pub temperature: bool,
     pub supply_voltage: bool,
     pub bias: bool,
@@ -87,7 +87,7 @@ impl Advertisement {
         })
     }
 
-    pub fn any_lane_monitor(&self) -> bool {
+    pub(crate) fn any_lane_monitor(&self) -> bool {
         self.bias || self.tx_power || self.rx_power
     }
 
@@ -97,7 +97,7 @@ impl Advertisement {
 }
 
 /// Media lanes of the module's first application (1-8), 8 when the descriptor says none.
-pub fn media_lanes(lower: &[u8]) -> usize {
+pub(crate) fn media_lanes(lower: &[u8]) -> usize {
     match lower
         .get(FIRST_APPLICATION_LANES)
         .map(|b| usize::from(b & 0x0F))

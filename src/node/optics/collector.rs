@@ -91,7 +91,7 @@ impl TransceiverConfig {
 
 /// What one port's read found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ModuleState {
+pub(crate) enum ModuleState {
     /// No module, or none the kernel can read (a DAC without EEPROM access, a soft device).
     Absent,
     Present(Box<ModuleReading>),
@@ -198,7 +198,7 @@ fn count_failure(
 
 /// The RDMA ports with a netdev, as the sysfs walk names them (any link layer: an InfiniBand
 /// port has a cage too). A netdev is read once even if two ports share it.
-pub fn list_ports(sysfs_root: &Path, devices: &DeviceFilter) -> Vec<PortNetdev> {
+pub(crate) fn list_ports(sysfs_root: &Path, devices: &DeviceFilter) -> Vec<PortNetdev> {
     let mut seen = HashSet::new();
     port_netdevs(sysfs_root, devices, false)
         .into_iter()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::{ModulePages, PageError, PageRequest};
 
 /// One half page.
-pub const HALF_PAGE: usize = 128;
+pub(crate) const HALF_PAGE: usize = 128;
 
 /// The file a half page lives in, below a netdev's directory.
 pub fn file_name(i2c_address: u8, page: u8, bank: u8, upper: bool) -> String {

@@ -62,7 +62,7 @@ struct Eeprom {
 
 /// The kernel's module memory, netlink first.
 #[derive(Debug)]
-pub struct KernelPages {
+pub(crate) struct KernelPages {
     netlink: EthtoolNetlink,
     /// The kernel has no ethtool family (before 5.6): straight to the ioctl from then on.
     no_netlink: AtomicBool,
@@ -97,7 +97,7 @@ impl KernelPages {
 }
 
 /// `ETHTOOL_A_MODULE_EEPROM_DATA` of a reply, exactly the length asked.
-pub fn data_of(attrs: &[u8], request: PageRequest) -> Result<Vec<u8>, EthtoolNlError> {
+pub(crate) fn data_of(attrs: &[u8], request: PageRequest) -> Result<Vec<u8>, EthtoolNlError> {
     for attr in crate::node::rdma_netlink::wire::attrs(attrs) {
         let attr = attr.map_err(|e| EthtoolNlError::Malformed(e.to_string()))?;
         if attr.kind == ETHTOOL_A_MODULE_EEPROM_DATA {
@@ -151,7 +151,7 @@ impl ModulePages for KernelPages {
 /// `kind` with `eeprom_len` bytes: SFF-8079/8472 put A0h at 0-255 and A2h at 256-511;
 /// SFF-8636/8436 put the lower page at 0-127 and upper page `p` at 128 * (p + 1). `None`:
 /// not reachable this way.
-pub fn flat_span(kind: u32, eeprom_len: u32, request: PageRequest) -> Option<u32> {
+pub(crate) fn flat_span(kind: u32, eeprom_len: u32, request: PageRequest) -> Option<u32> {
     let offset = u32::from(request.offset);
     let upper = offset >= 128;
     let start = match kind {

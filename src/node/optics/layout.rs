@@ -6,9 +6,9 @@
 use super::{DecodeError, Standard};
 
 /// Where every module answers: the identifier, lower memory and upper pages (SFF-8472's A0h).
-pub const I2C_ADDRESS: u8 = 0x50;
+pub(crate) const I2C_ADDRESS: u8 = 0x50;
 /// SFF-8472's second address, A2h: diagnostics and their thresholds.
-pub const I2C_ADDRESS_DIAGNOSTICS: u8 = 0x51;
+pub(crate) const I2C_ADDRESS_DIAGNOSTICS: u8 = 0x51;
 
 // Monitor units, as divisors so that a step count converts to the nearest double of the
 // decimal value (1000 steps of 0.1 µW print as 0.0001, not 9.999999999999999e-5).
@@ -22,7 +22,7 @@ const STEPS_PER_WATT: f64 = 10_000_000.0;
 const STEPS_PER_AMPERE: f64 = 500_000.0;
 
 /// The standard a module identifier means (SFF-8024 Table 4-1). Byte 0 of address 0x50.
-pub fn standard_of(identifier: u8) -> Result<Standard, DecodeError> {
+pub(crate) fn standard_of(identifier: u8) -> Result<Standard, DecodeError> {
     match identifier {
         // SFP/SFP+/SFP28 and modules soldered to the board with the SFP memory map.
         0x02 | 0x03 => Ok(Standard::Sff8472),
@@ -66,7 +66,7 @@ pub fn need<'a>(bytes: &'a [u8], need: usize, what: &'static str) -> Result<&'a 
 
 /// The big-endian u16 at `at` (every monitor and threshold is MSB first). The caller checked
 /// the length with [`need`]; a short buffer reads as 0 rather than panicking.
-pub fn u16_at(bytes: &[u8], at: usize) -> u16 {
+pub(crate) fn u16_at(bytes: &[u8], at: usize) -> u16 {
     match bytes.get(at..at + 2) {
         Some(&[msb, lsb]) => u16::from_be_bytes([msb, lsb]),
         _ => 0,

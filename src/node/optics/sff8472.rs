@@ -7,9 +7,9 @@ use super::layout::{self, amperes, celsius, need, text, u16_at, volts, watts};
 use super::{DecodeError, Diagnostics, Lane, ModuleReading, Standard, Thresholds};
 
 /// A0h bytes the decoder reads: up to the enhanced options byte (93).
-pub const A0_LEN: usize = 94;
+pub(crate) const A0_LEN: usize = 94;
 /// A2h bytes the decoder reads: thresholds, calibration and the monitors (96-105).
-pub const A2_LEN: usize = 106;
+pub(crate) const A2_LEN: usize = 106;
 
 // A0h, diagnostic monitoring type (byte 92).
 const A0_DIAG_TYPE: usize = 92;
@@ -41,7 +41,7 @@ const A2_TX_POWER: usize = 102;
 const A2_RX_POWER: usize = 104;
 
 /// Whether the module has diagnostics, i.e. whether A2h is worth reading.
-pub fn has_diagnostics(a0: &[u8]) -> bool {
+pub(crate) fn has_diagnostics(a0: &[u8]) -> bool {
     a0.get(A0_DIAG_TYPE)
         .is_some_and(|b| b & DIAG_IMPLEMENTED != 0)
 }

@@ -34,7 +34,7 @@ const TX_BIAS_THRESHOLDS: usize = 184;
 const TX_POWER_THRESHOLDS: usize = 192;
 
 /// Whether page 03h exists (the module's memory is paged, not flat).
-pub fn has_threshold_page(lower: &[u8]) -> bool {
+pub(crate) fn has_threshold_page(lower: &[u8]) -> bool {
     lower.get(STATUS_2).is_some_and(|b| b & FLAT_MEMORY == 0)
 }
 

@@ -33,7 +33,7 @@ impl From<WireError> for AnswerError {
 }
 
 impl AnswerError {
-    pub fn into_netlink(self, command: &'static str) -> NetlinkError {
+    pub(crate) fn into_netlink(self, command: &'static str) -> NetlinkError {
         match self {
             AnswerError::Errno(libc::EPERM) | AnswerError::Errno(libc::EACCES) => {
                 NetlinkError::PermissionDenied { command }
@@ -120,7 +120,7 @@ pub fn ends_answer(datagram: &[u8], seq: u32) -> bool {
 /// or the error that replaces it (errors are acknowledged whatever the flags, `rdma_nl_rcv_skb`
 /// in drivers/infiniband/core/netlink.c). One datagram and one `recvfrom` fewer than with the
 /// acknowledgement.
-pub fn ends_doit(datagram: &[u8], seq: u32) -> bool {
+pub(crate) fn ends_doit(datagram: &[u8], seq: u32) -> bool {
     wire::messages(datagram).any(|m| match m {
         Ok(m) => m.header.seq == seq,
         Err(_) => true,

@@ -12,7 +12,7 @@ const MAX_COMM_BYTES: u64 = 64;
 
 /// Fills `owner` of the QPs that have a pid and no kernel owner name, from
 /// `<proc_root>/<pid>/comm` (each pid read once). A process gone meanwhile leaves it empty.
-pub fn fill_owners(qps: &mut [super::QueuePair], proc_root: &Path) {
+pub(crate) fn fill_owners(qps: &mut [super::QueuePair], proc_root: &Path) {
     let mut names: HashMap<u32, String> = HashMap::new();
     for qp in qps.iter_mut().filter(|q| q.owner.is_empty()) {
         let Some(pid) = qp.pid else { continue };

@@ -55,7 +55,7 @@ impl<T: Transport, F: FnMut() -> io::Result<T>> Session<T, F> {
     }
 
     /// No transport yet: the first request opens one.
-    pub fn unopened(open: F, seq: u32) -> Self {
+    pub(crate) fn unopened(open: F, seq: u32) -> Self {
         Session {
             transport: None,
             open,

@@ -5,20 +5,21 @@
 /// `sizeof(struct nlmsghdr)`: len u32, type u16, flags u16, seq u32, pid u32.
 pub const NLMSG_HDRLEN: usize = 16;
 /// `sizeof(struct nlattr)`: len u16, type u16.
-pub const NLA_HDRLEN: usize = 4;
+pub(crate) const NLA_HDRLEN: usize = 4;
 
 pub const NLMSG_NOOP: u16 = 1;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+#[cfg(test)]
+pub(crate) const NLM_F_MULTI: u16 = 0x2;
+pub(crate) const NLM_F_ACK: u16 = 0x4;
 /// `NLM_F_ROOT | NLM_F_MATCH`.
-pub const NLM_F_DUMP: u16 = 0x300;
+pub(crate) const NLM_F_DUMP: u16 = 0x300;
 
 pub const NLA_F_NESTED: u16 = 0x8000;
-pub const NLA_F_NET_BYTEORDER: u16 = 0x4000;
+pub(crate) const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
 
 /// Rounds up to the 4-byte netlink alignment (`NLMSG_ALIGN`, `NLA_ALIGN`).
@@ -65,7 +66,7 @@ pub struct Message<'a> {
 impl Message<'_> {
     /// `NLMSG_ERROR`'s code: 0 for an acknowledgement, else a negative errno. The original
     /// request's header follows it; it is not needed.
-    pub fn error_code(&self) -> Result<i32, WireError> {
+    pub(crate) fn error_code(&self) -> Result<i32, WireError> {
         let bytes = self.payload.get(..4).ok_or(WireError::Truncated {
             what: "NLMSG_ERROR",
             need: 4,
@@ -266,7 +267,7 @@ pub const IFNAMSIZ: usize = 16;
 /// Whether the kernel could hold this netdev name (`dev_valid_name`): not empty, shorter than
 /// IFNAMSIZ, no `/`, `:`, NUL or whitespace, not `.` or `..`. Checked before a name goes into a
 /// request (DCB, ethtool), so that a hostile name is refused here, not by the kernel.
-pub fn is_valid_netdev_name(netdev: &str) -> bool {
+pub(crate) fn is_valid_netdev_name(netdev: &str) -> bool {
     !netdev.is_empty()
         && netdev.len() < IFNAMSIZ
         && netdev != "."
