@@ -43,11 +43,27 @@ pub enum GetError {
     Timeout(Duration),
 }
 
+/// What a server answered: its status, headers and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: hyper::StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Vec<u8>,
+}
+
 /// The status and the body `address` answers `get` with.
 pub async fn get(
     address: impl tokio::net::ToSocketAddrs,
     get: &Get<'_>,
 ) -> Result<(hyper::StatusCode, Vec<u8>), GetError> {
+    get_answer(address, get).await.map(|a| (a.status, a.body))
+}
+
+/// The whole answer, headers too (a peer's `ETag`).
+pub async fn get_answer(
+    address: impl tokio::net::ToSocketAddrs,
+    get: &Get<'_>,
+) -> Result<Answer, GetError> {
     tokio::time::timeout(get.timeout, unbounded_in_time(address, get))
         .await
         .unwrap_or(Err(GetError::Timeout(get.timeout)))
@@ -56,7 +72,7 @@ pub async fn get(
 async fn unbounded_in_time(
     address: impl tokio::net::ToSocketAddrs,
     get: &Get<'_>,
-) -> Result<(hyper::StatusCode, Vec<u8>), GetError> {
+) -> Result<Answer, GetError> {
     let mut request = hyper::Request::get(get.path)
         .header(HOST, get.host)
         .header(ACCEPT, get.accept);
@@ -79,7 +95,7 @@ async fn unbounded_in_time(
     let _abort = AbortOnDrop(driver);
     let response = sender.send_request(request).await.map_err(GetError::Http)?;
     let status = response.status();
-    let mut body = response.into_body();
+    let (parts, mut body) = response.into_parts();
     let mut bytes = Vec::new();
     while let Some(frame) =
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
@@ -92,7 +108,11 @@ async fn unbounded_in_time(
             bytes.extend_from_slice(&data);
         }
     }
-    Ok((status, bytes))
+    Ok(Answer {
+        status,
+        headers: parts.headers,
+        body: bytes,
+    })
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -378,8 +378,12 @@ async fn probe(
 }
 
 /// `/probe-address`: where this host's ports answer probes (GID, QPN, Q_Key per port), for its
-/// peers' agents. A 404 where probing is off.
-async fn probe_address(State(state): State<Arc<AppState>>) -> Response {
+/// peers' agents, with an `ETag` (304 to a peer that holds it already). A 404 where probing is
+/// off.
+async fn probe_address(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
     let Some(collector) = state.probe.clone() else {
         return (
             StatusCode::NOT_FOUND,
@@ -387,14 +391,8 @@ async fn probe_address(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     };
-    match serde_json::to_string(&collector.published()) {
-        Ok(json) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            json,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    }
+    let held = headers.get(axum::http::header::IF_NONE_MATCH);
+    crate::probe::peers::answer(&collector.published(), held.map(|v| v.as_bytes()))
 }
 
 /// `/probe-ping?to=PEER`: N probes now from a local port to a port of the peer set, through the

@@ -19,7 +19,7 @@
 //! port's counts, with that port's own clock (NIC clocks are unrelated to each other).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -155,6 +155,8 @@ struct Probing {
 pub struct Agent {
     stats: Arc<Mutex<Stats>>,
     peers: Arc<Mutex<Vec<Peer>>>,
+    /// The round the loop plans now: a peer refresh asks for the addresses the next rounds need.
+    round: Arc<AtomicU64>,
     /// On-demand pings for the loop to take up at its next pass.
     pings: Mutex<std::sync::mpsc::Sender<ping::Session>>,
     stop: Arc<AtomicBool>,
@@ -178,17 +180,20 @@ impl Agent {
                 .collect(),
         )));
         let peers = Arc::new(Mutex::new(Vec::new()));
+        let round = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (pings, asked) = std::sync::mpsc::channel();
         let thread = {
-            let (stats, peers, stop) = (stats.clone(), peers.clone(), stop.clone());
+            let (stats, peers, round, stop) =
+                (stats.clone(), peers.clone(), round.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("rfe-probe".into())
-                .spawn(move || run(ports, settings, &stats, &peers, &asked, &stop))?
+                .spawn(move || run(ports, settings, &stats, &peers, &round, &asked, &stop))?
         };
         Ok(Agent {
             stats,
             peers,
+            round,
             pings: Mutex::new(pings),
             stop,
             thread: Some(thread),
@@ -204,6 +209,11 @@ impl Agent {
     /// the loop itself.
     pub fn set_peers(&self, peers: Vec<Peer>) {
         *self.peers.lock().unwrap() = peers;
+    }
+
+    /// The round the loop plans now.
+    pub fn round(&self) -> u64 {
+        self.round.load(Ordering::Relaxed)
     }
 
     /// A copy of the counts so far.
@@ -255,6 +265,7 @@ fn run(
     settings: Settings,
     stats: &Mutex<Stats>,
     peers: &Mutex<Vec<Peer>>,
+    round_now: &AtomicU64,
     asked: &std::sync::mpsc::Receiver<ping::Session>,
     stop: &AtomicBool,
 ) {
@@ -304,6 +315,7 @@ fn run(
         let known_sources = KnownSources::new(known.iter().map(|p| &p.address));
         let local: Vec<Port> = states.iter().map(|s| s.local.port.clone()).collect();
         let all: Vec<Port> = known.iter().map(|p| p.port.clone()).collect();
+        round_now.store(round, Ordering::Relaxed);
         let planned = targets::plan(&local, &all, round, &settings.targets);
         let length = targets::round_length(&planned, &settings.targets);
         let plan: Vec<(usize, PathKind, Port, Address, u32)> = planned

@@ -13,10 +13,11 @@ use crate::exposition::Families;
 
 use super::agent::{Agent, LocalPort};
 use super::config::ProbeConfig;
+use super::peer_book::{PeerBook, Silence};
 use super::peers::{self, Published};
 use super::ping::{self, PingError, PortView, Report};
 use super::ping_target::{self, Known};
-use super::targets::Port;
+use super::targets::{self, Port};
 use super::transport::TransportError;
 
 /// How long one peer agent has to answer for its addresses.
@@ -386,60 +387,103 @@ fn gid_netdev(class: &Path, device: &str, port: u8, gid_index: u8) -> String {
         .unwrap_or_default()
 }
 
-/// Every `peers_refresh`: the agents the config names, asked for their addresses, handed to the
-/// loop. Ends when the collector is dropped or the loop retired.
+/// An answer older than this many refreshes is checked again before its host is probed (15
+/// minutes at the default minute): a safety net, restarts are learned sooner.
+const STALE_REFRESHES: u32 = 15;
+
+/// About every `peers_refresh` (jittered, so that a fleet started at once does not ask at one
+/// second): the agents the config names, the ones due asked ([`PeerBook::asks`]), every known
+/// port handed to the loop. Ends when the collector is dropped or the loop retired.
 fn refresh_peers(
     agent: &Weak<Agent>,
     config: &ProbeConfig,
     own_host: &str,
     stopped: &mpsc::Receiver<()>,
 ) {
+    let period = config.peers_refresh;
+    let mut book = PeerBook::new(period.saturating_mul(STALE_REFRESHES), period);
+    let mut silence = Silence::default();
+    let settings = config.settings().targets;
     let mut failing = false;
     loop {
-        let mut agents = config.peers.clone();
-        let mut problems = Vec::new();
-        if let Some(file) = &config.peers_file {
-            match peers::read_agents_file(file) {
-                Ok(found) => agents.extend(found),
-                Err(e) => problems.push(e.to_string()),
-            }
-        }
-        if let Some(name) = &config.peers_dns {
-            match peers::resolve_agents(name) {
-                Ok(found) => agents.extend(found),
-                Err(e) => problems.push(e.to_string()),
-            }
-        }
-        agents.sort();
-        agents.dedup();
-        let (published, errors) = peers::fetch(&agents, PEER_TIMEOUT);
-        problems.extend(errors.iter().map(|e| e.to_string()));
-        let Some(agent) = agent.upgrade() else {
+        let (agents, mut problems) = named_agents(config);
+        book.set_agents(&agents);
+        let Some(live) = agent.upgrade() else {
             return;
         };
-        agent.set_peers(
-            published
-                .iter()
-                .filter(|p| p.host != own_host)
-                .flat_map(Published::peers)
-                .collect(),
-        );
-        drop(agent);
+        let silent = silence.look(&live.stats());
+        let local: Vec<Port> = live.local_ports().into_iter().map(|(_, p)| p.port).collect();
+        let round = live.round();
+        drop(live);
+        let ports = book.ports();
+        // The next refresh may come up to half a period late; rounds last `min_round` at least.
+        let rounds = (period.as_secs_f64() * 1.5 / settings.min_round.as_secs_f64().max(1e-3))
+            .ceil() as u64;
+        let reached = targets::hosts_reached(&local, &ports, round..round + rounds, &settings);
+        let (asks, _) = book.asks(Instant::now(), &reached, &silent);
+        let mut errors = 0;
+        for (asked, answer) in peers::fetch(&asks, PEER_TIMEOUT) {
+            if let Err(e) = &answer {
+                errors += 1;
+                problems.push(e.to_string());
+            }
+            book.record(&asked, answer, Instant::now());
+        }
+        let Some(live) = agent.upgrade() else {
+            return;
+        };
+        live.set_peers(book.peers(own_host));
+        drop(live);
         // Said once until the peers all answer again, not at every refresh.
         if !problems.is_empty() && !failing {
             tracing::warn!(
-                "probe peers: {} of {} agents did not answer: {}",
-                errors.len(),
-                agents.len(),
+                "probe peers: {errors} of {} agents asked did not answer: {}",
+                asks.len(),
                 problems.join("; ")
             );
         }
         failing = !problems.is_empty();
-        match stopped.recv_timeout(config.peers_refresh) {
+        match stopped.recv_timeout(jittered(period)) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             _ => return,
         }
     }
+}
+
+/// The agents the config names: `peers`, the file's and the DNS name's, each once; and what
+/// could not be read.
+fn named_agents(config: &ProbeConfig) -> (Vec<String>, Vec<String>) {
+    let mut agents = config.peers.clone();
+    let mut problems = Vec::new();
+    if let Some(file) = &config.peers_file {
+        match peers::read_agents_file(file) {
+            Ok(found) => agents.extend(found),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if let Some(name) = &config.peers_dns {
+        match peers::resolve_agents(name) {
+            Ok(found) => agents.extend(found),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    agents.sort();
+    agents.dedup();
+    (agents, problems)
+}
+
+/// `period` times a random factor in [0.5, 1.5): the agents' refreshes drift apart.
+fn jittered(period: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState's keys are random per process; the clock makes each draw differ.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let factor = 0.5 + (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    period.mul_f64(factor)
 }
 
 #[cfg(test)]
@@ -447,6 +491,17 @@ mod tests {
     use super::*;
 
     /// The netdev is the one the kernel binds to the GID the port probes on; none is empty.
+    #[test]
+    fn refreshes_are_spread_over_half_to_one_and_a_half_periods() {
+        let period = Duration::from_secs(60);
+        let waits: Vec<Duration> = (0..64).map(|_| jittered(period)).collect();
+        assert!(waits
+            .iter()
+            .all(|w| *w >= period / 2 && *w < period * 3 / 2));
+        let distinct: std::collections::HashSet<&Duration> = waits.iter().collect();
+        assert!(distinct.len() > 32, "{waits:?}");
+    }
+
     #[test]
     fn a_ports_netdev_is_its_probe_gids() {
         let sys = tempfile::tempdir().unwrap();

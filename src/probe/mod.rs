@@ -21,6 +21,7 @@ pub mod localize;
 pub mod memory;
 pub mod metrics;
 pub mod packet;
+pub mod peer_book;
 pub mod peers;
 pub mod ping;
 pub mod ping_target;

@@ -109,74 +109,166 @@ pub fn resolve_agents(name: &str) -> Result<Vec<String>, PeerError> {
     Ok(agents)
 }
 
+/// `/probe-address`'s answer: the JSON with its `ETag`, or `304 Not Modified` without a body
+/// when the asker holds that answer already (`If-None-Match`), so that a peer checking whether
+/// this agent restarted costs a few hundred bytes.
+pub fn answer(published: &Published, if_none_match: Option<&[u8]>) -> axum::response::Response {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    let json = match serde_json::to_string(published) {
+        Ok(json) => json,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
+    let tag = etag(json.as_bytes());
+    if if_none_match.is_some_and(|held| matches(held, &tag)) {
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response();
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::ETAG, tag),
+        ],
+        json,
+    )
+        .into_response()
+}
+
+/// A strong validator of an answer: its SHA-256, cut to 128 bits (a collision would only delay
+/// learning a restart to the peer's own packets), quoted as HTTP spells it.
+fn etag(body: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, body);
+    let hex: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("\"{hex}\"")
+}
+
+/// Whether `If-None-Match` (a list of tags, weak ones compared weakly, or `*`) names `tag`.
+fn matches(if_none_match: &[u8], tag: &str) -> bool {
+    let Ok(list) = std::str::from_utf8(if_none_match) else {
+        return false;
+    };
+    list.split(',').map(str::trim).any(|held| {
+        held == "*" || held.strip_prefix("W/").unwrap_or(held) == tag
+    })
+}
+
+/// One agent to ask, with the `ETag` of its last answer when there was one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub agent: String,
+    pub etag: Option<String>,
+}
+
+/// What an agent answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Its addresses, and the tag to ask with next time.
+    New {
+        published: Published,
+        etag: Option<String>,
+    },
+    /// The same as the tag asked with: nothing changed.
+    Unchanged,
+}
+
 /// Agents asked at once.
 const CONCURRENT_ASKS: usize = 32;
 
-/// Asks each agent for its addresses, at most `timeout` each, up to 32 at once; the addresses
-/// of those that answered, and an error for each that did not.
-pub fn fetch(agents: &[String], timeout: Duration) -> (Vec<Published>, Vec<PeerError>) {
+/// Asks each agent for its addresses (conditionally where a tag is known), at most `timeout`
+/// each, up to 32 at once: each agent's answer or error, in the order of `asks`.
+pub fn fetch(asks: &[Ask], timeout: Duration) -> Vec<(String, Result<Answer, PeerError>)> {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            let error = PeerError::Agent {
-                agent: "*".into(),
-                message: format!("no runtime: {e}"),
+            let failed = |ask: &Ask| {
+                let error = PeerError::Agent {
+                    agent: ask.agent.clone(),
+                    message: format!("no runtime: {e}"),
+                };
+                (ask.agent.clone(), Err(error))
             };
-            return (Vec::new(), vec![error]);
+            return asks.iter().map(failed).collect();
         }
     };
     runtime.block_on(async {
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_ASKS));
-        let mut asks = tokio::task::JoinSet::new();
-        for agent in agents {
+        let mut running = tokio::task::JoinSet::new();
+        for (index, ask) in asks.iter().enumerate() {
             // Owned: the task outlives this borrow.
-            let (agent, slots) = (agent.clone(), slots.clone());
-            asks.spawn(async move {
+            let (ask, slots) = (ask.clone(), slots.clone());
+            running.spawn(async move {
                 let _slot = slots.acquire_owned().await;
-                get(&agent, timeout).await
+                (index, get(&ask, timeout).await)
             });
         }
-        let mut published = Vec::new();
-        let mut errors = Vec::new();
-        while let Some(joined) = asks.join_next().await {
-            match joined {
-                Ok(Ok(p)) => published.push(p),
-                Ok(Err(e)) => errors.push(e),
-                Err(e) => errors.push(PeerError::Agent {
-                    agent: "*".into(),
-                    message: e.to_string(),
-                }),
+        let mut answers: Vec<Option<Result<Answer, PeerError>>> =
+            asks.iter().map(|_| None).collect();
+        while let Some(joined) = running.join_next().await {
+            // A task only ends by returning (nothing in it panics, nothing aborts it).
+            if let Ok((index, answer)) = joined {
+                answers[index] = Some(answer);
             }
         }
-        published.sort_by(|a, b| a.host.cmp(&b.host));
-        (published, errors)
+        asks.iter()
+            .zip(answers)
+            .map(|(ask, answer)| {
+                let answer = answer.unwrap_or_else(|| {
+                    Err(PeerError::Agent {
+                        agent: ask.agent.clone(),
+                        message: "the ask ended without an answer".into(),
+                    })
+                });
+                (ask.agent.clone(), answer)
+            })
+            .collect()
     })
 }
 
-/// `GET http://<agent>/probe-address`, its answer bounded.
-async fn get(agent: &str, timeout: Duration) -> Result<Published, PeerError> {
+/// `GET http://<agent>/probe-address`, its answer bounded; `If-None-Match` with the tag held.
+async fn get(ask: &Ask, timeout: Duration) -> Result<Answer, PeerError> {
+    let agent = ask.agent.as_str();
     let failed = |message: String| PeerError::Agent {
         agent: agent.to_string(),
         message,
+    };
+    let conditional;
+    let headers: &[(hyper::header::HeaderName, &str)] = match &ask.etag {
+        Some(tag) => {
+            conditional = [(hyper::header::IF_NONE_MATCH, tag.as_str())];
+            &conditional
+        }
+        None => &[],
     };
     let request = crate::bounded_get::Get {
         path: PATH,
         host: agent,
         accept: "application/json",
-        headers: &[],
+        headers,
         max_bytes: MAX_ANSWER_BYTES,
         timeout,
     };
-    let (status, bytes) = crate::bounded_get::get(agent, &request)
+    let answer = crate::bounded_get::get_answer(agent, &request)
         .await
         .map_err(|e| failed(e.to_string()))?;
-    if !status.is_success() {
-        return Err(failed(format!("{PATH} answered {status}")));
+    if answer.status == hyper::StatusCode::NOT_MODIFIED && ask.etag.is_some() {
+        return Ok(Answer::Unchanged);
     }
-    serde_json::from_slice(&bytes).map_err(|e| failed(format!("{PATH}: {e}")))
+    if !answer.status.is_success() {
+        return Err(failed(format!("{PATH} answered {}", answer.status)));
+    }
+    let published =
+        serde_json::from_slice(&answer.body).map_err(|e| failed(format!("{PATH}: {e}")))?;
+    let etag = answer
+        .headers
+        .get(hyper::header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    Ok(Answer::New { published, etag })
 }
 
 #[cfg(test)]
@@ -209,10 +301,14 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let closed = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let (published, errors) = fetch(std::slice::from_ref(&closed), Duration::from_secs(2));
-        assert!(published.is_empty());
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].to_string().starts_with(&closed), "{}", errors[0]);
+        let ask = Ask {
+            agent: closed.clone(),
+            etag: None,
+        };
+        let answers = fetch(&[ask], Duration::from_secs(2));
+        assert_eq!(answers.len(), 1);
+        let error = answers[0].1.as_ref().unwrap_err();
+        assert!(error.to_string().starts_with(&closed), "{error}");
     }
 
     /// A RoCE port and an InfiniBand one: the IB port's LID goes out at `/probe-address` and

@@ -11,7 +11,9 @@
 //! Each probe of a path carries a flow label from a rotating set: RoCEv2 derives the UDP source
 //! port from it, so successive rounds take different ECMP members.
 
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::time::Duration;
 
 /// One RDMA port that probes or answers.
@@ -122,6 +124,45 @@ pub fn plan<'p>(
         }
     }
     targets
+}
+
+/// The other hosts that the plans of `rounds` reach from `local`: the same windows as [`plan`]
+/// over the same sorted list, made once. The hosts whose addresses a peer refresh makes sure
+/// of ([`super::peer_book`]).
+pub fn hosts_reached<'p>(
+    local: &[Port],
+    peers: &'p [Port],
+    rounds: Range<u64>,
+    settings: &Settings,
+) -> BTreeSet<&'p str> {
+    let mut sorted: Vec<&Port> = peers.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    let count = rounds.end.saturating_sub(rounds.start);
+    let mut reached = BTreeSet::new();
+    for me in local {
+        let offset = spread(me);
+        for (same_rail, size) in [(true, settings.rail_sample), (false, settings.cross_sample)] {
+            let away: Vec<&Port> = sorted
+                .iter()
+                .copied()
+                .filter(|p| p.host != me.host && (p.rail == me.rail) == same_rail)
+                .collect();
+            // Windows that cover the list wholly: no need to walk them.
+            if u128::from(count) * size as u128 >= away.len() as u128 && size > 0 {
+                reached.extend(away.iter().map(|p| p.host.as_str()));
+                continue;
+            }
+            for round in rounds.clone() {
+                reached.extend(
+                    window(&away, size, round, offset)
+                        .into_iter()
+                        .map(|p| p.host.as_str()),
+                );
+            }
+        }
+    }
+    reached
 }
 
 /// `size` consecutive items of `all`, the window moving by `size` each round and starting at a
@@ -284,6 +325,27 @@ mod tests {
             .map(|round| plan(&me, &all, round, &settings)[0].flow_label)
             .collect();
         assert_eq!(labels, (1..=8).collect());
+    }
+
+    /// The hosts a refresh makes sure of are those the rounds' plans probe, no more, no fewer.
+    #[test]
+    fn the_hosts_reached_are_the_plans_other_hosts() {
+        let all = fabric(200, 8);
+        let me = local(&all, "gpu-07");
+        let settings = Settings::default();
+        for rounds in [5..7, 1000..1010, 3..3] {
+            let planned: BTreeSet<&str> = rounds
+                .clone()
+                .flat_map(|round| plan(&me, &all, round, &settings))
+                .filter(|t| t.to.host != "gpu-07")
+                .map(|t| t.to.host.as_str())
+                .collect();
+            let reached = hosts_reached(&me, &all, rounds.clone(), &settings);
+            assert_eq!(reached, planned, "rounds {rounds:?}");
+            assert!(reached.len() < 199, "{rounds:?}: {}", reached.len());
+        }
+        // Enough rounds to cover every rail: every other host, walked or not.
+        assert_eq!(hosts_reached(&me, &all, 0..25, &settings).len(), 199);
     }
 
     #[test]
