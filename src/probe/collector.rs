@@ -412,13 +412,17 @@ fn refresh_peers(
             return;
         };
         let silent = silence.look(&live.stats());
-        let local: Vec<Port> = live.local_ports().into_iter().map(|(_, p)| p.port).collect();
+        let local: Vec<Port> = live
+            .local_ports()
+            .into_iter()
+            .map(|(_, p)| p.port)
+            .collect();
         let round = live.round();
         drop(live);
         let ports = book.ports();
         // The next refresh may come up to half a period late; rounds last `min_round` at least.
-        let rounds = (period.as_secs_f64() * 1.5 / settings.min_round.as_secs_f64().max(1e-3))
-            .ceil() as u64;
+        let rounds =
+            (period.as_secs_f64() * 1.5 / settings.min_round.as_secs_f64().max(1e-3)).ceil() as u64;
         let reached = targets::hosts_reached(&local, &ports, round..round + rounds, &settings);
         let (asks, _) = book.asks(Instant::now(), &reached, &silent);
         let mut errors = 0;

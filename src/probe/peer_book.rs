@@ -217,7 +217,24 @@ mod tests {
                     port: 1,
                     rail,
                     address: Address {
-                        gid: [n as u8, (n >> 8) as u8, rail as u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        gid: [
+                            n as u8,
+                            (n >> 8) as u8,
+                            rail as u8,
+                            1,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                        ],
                         qpn: qpn + rail,
                         qkey: 1,
                         lid: None,
@@ -238,7 +255,9 @@ mod tests {
     impl Fleet {
         fn new(hosts: usize, rails: u32) -> Fleet {
             Fleet {
-                agents: (0..hosts).map(|n| format!("10.0.{}.{}:9866", n / 256, n % 256)).collect(),
+                agents: (0..hosts)
+                    .map(|n| format!("10.0.{}.{}:9866", n / 256, n % 256))
+                    .collect(),
                 published: (0..hosts).map(|n| published(n, rails, 100)).collect(),
                 asked: Vec::new(),
             }
@@ -286,21 +305,26 @@ mod tests {
         let mut book = PeerBook::new(10 * MINUTE, MINUTE);
         let start = Instant::now();
         let none = BTreeSet::new();
-        let first = fleet.refresh(&mut book, start, &none, &none);
+        let quiet = BTreeSet::new();
+        let first = fleet.refresh(&mut book, start, &none, &quiet);
         assert_eq!(first.first, 300);
         assert_eq!(book.peers("gpu-000").len(), 299 * 8);
         let all = book.ports();
-        let local: Vec<Port> = all.iter().filter(|p| p.host == "gpu-000").cloned().collect();
+        let local: Vec<Port> = all
+            .iter()
+            .filter(|p| p.host == "gpu-000")
+            .cloned()
+            .collect();
         let settings = Settings::default();
         // Within `stale_after`: nothing is asked, whatever the plan reaches.
         fleet.asked.clear();
         let reached = targets::hosts_reached(&local, &all, 60..62, &settings);
-        fleet.refresh(&mut book, start + MINUTE, &reached, &none);
+        fleet.refresh(&mut book, start + MINUTE, &reached, &quiet);
         assert!(fleet.asked.is_empty(), "{:?}", fleet.asked);
         // Stale: the hosts of the next two rounds' plan, each once, and no other.
         let later = start + 11 * MINUTE;
         let reached = targets::hosts_reached(&local, &all, 660..662, &settings);
-        let reasons = fleet.refresh(&mut book, later, &reached, &none);
+        let reasons = fleet.refresh(&mut book, later, &reached, &quiet);
         let asked: BTreeSet<&str> = fleet.asked.iter().map(String::as_str).collect();
         assert_eq!(asked, reached);
         assert_eq!(fleet.asked.len(), reached.len());
@@ -308,7 +332,7 @@ mod tests {
         assert!(reached.len() < 200, "{}", reached.len());
         // Asked again at once, they are fresh: nothing more.
         fleet.asked.clear();
-        fleet.refresh(&mut book, later, &reached, &none);
+        fleet.refresh(&mut book, later, &reached, &quiet);
         assert!(fleet.asked.is_empty());
     }
 
@@ -320,7 +344,8 @@ mod tests {
         let mut book = PeerBook::new(10 * MINUTE, MINUTE);
         let start = Instant::now();
         let none = BTreeSet::new();
-        fleet.refresh(&mut book, start, &none, &none);
+        let quiet = BTreeSet::new();
+        fleet.refresh(&mut book, start, &none, &quiet);
         fleet.published[7] = published(7, 2, 900);
         let silent: BTreeSet<String> = ["gpu-007".to_string()].into();
         fleet.asked.clear();
@@ -338,7 +363,7 @@ mod tests {
         fleet.refresh(&mut book, start + 2 * MINUTE, &none, &silent);
         assert!(fleet.asked.is_empty(), "{:?}", fleet.asked);
         // Heard again, then silent again: a new silence, asked again.
-        fleet.refresh(&mut book, start + 3 * MINUTE, &none, &none);
+        fleet.refresh(&mut book, start + 3 * MINUTE, &none, &quiet);
         fleet.refresh(&mut book, start + 4 * MINUTE, &none, &silent);
         assert_eq!(fleet.asked, ["gpu-007"]);
     }
@@ -350,6 +375,7 @@ mod tests {
         let mut book = PeerBook::new(10 * MINUTE, MINUTE);
         let start = Instant::now();
         let none = BTreeSet::new();
+        let quiet = BTreeSet::new();
         book.set_agents(&["a:1".into(), "b:1".into()]);
         let failed = || {
             Err(PeerError::Agent {
@@ -358,7 +384,7 @@ mod tests {
             })
         };
         let due = |book: &mut PeerBook, at: Duration| -> Vec<String> {
-            book.asks(start + at, &none, &none)
+            book.asks(start + at, &none, &quiet)
                 .0
                 .into_iter()
                 .map(|a| a.agent)

@@ -149,9 +149,9 @@ fn matches(if_none_match: &[u8], tag: &str) -> bool {
     let Ok(list) = std::str::from_utf8(if_none_match) else {
         return false;
     };
-    list.split(',').map(str::trim).any(|held| {
-        held == "*" || held.strip_prefix("W/").unwrap_or(held) == tag
-    })
+    list.split(',')
+        .map(str::trim)
+        .any(|held| held == "*" || held.strip_prefix("W/").unwrap_or(held) == tag)
 }
 
 /// One agent to ask, with the `ETag` of its last answer when there was one.
