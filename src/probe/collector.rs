@@ -13,7 +13,7 @@ use crate::exposition::Families;
 
 use super::agent::{Agent, LocalPort};
 use super::config::ProbeConfig;
-use super::peer_book::{PeerBook, Silence};
+use super::peer_book::{self, PeerBook, Silence};
 use super::peers::{self, Published};
 use super::ping::{self, PingError, PortView, Report};
 use super::ping_target::{self, Known};
@@ -387,10 +387,6 @@ fn gid_netdev(class: &Path, device: &str, port: u8, gid_index: u8) -> String {
         .unwrap_or_default()
 }
 
-/// An answer older than this many refreshes is checked again before its host is probed (15
-/// minutes at the default minute): a safety net, restarts are learned sooner.
-const STALE_REFRESHES: u32 = 15;
-
 /// About every `peers_refresh` (jittered, so that a fleet started at once does not ask at one
 /// second): the agents the config names, the ones due asked ([`PeerBook::asks`]), every known
 /// port handed to the loop. Ends when the collector is dropped or the loop retired.
@@ -401,7 +397,7 @@ fn refresh_peers(
     stopped: &mpsc::Receiver<()>,
 ) {
     let period = config.peers_refresh;
-    let mut book = PeerBook::new(period.saturating_mul(STALE_REFRESHES), period);
+    let mut book = PeerBook::for_refresh_period(period);
     let mut silence = Silence::default();
     let settings = config.settings().targets;
     let mut failing = false;
@@ -420,9 +416,7 @@ fn refresh_peers(
         let round = live.round();
         drop(live);
         let ports = book.ports();
-        // The next refresh may come up to half a period late; rounds last `min_round` at least.
-        let rounds =
-            (period.as_secs_f64() * 1.5 / settings.min_round.as_secs_f64().max(1e-3)).ceil() as u64;
+        let rounds = peer_book::rounds_ahead(period, &settings);
         let reached = targets::hosts_reached(&local, &ports, round..round + rounds, &settings);
         let (asks, _) = book.asks(Instant::now(), &reached, &silent);
         let mut errors = 0;

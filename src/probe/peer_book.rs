@@ -16,7 +16,18 @@ use std::time::{Duration, Instant};
 use super::agent::Peer;
 use super::peers::{Answer, Ask, PeerError, Published};
 use super::stats::Stats;
-use super::targets::Port;
+use super::targets::{Port, Settings};
+
+/// An answer older than this many refresh periods is checked again before its host is probed
+/// (an hour at the default minute): a safety net. Restarts are learned sooner, from the
+/// peer's packets or its silence, and a 304 costs a few hundred bytes.
+pub const STALE_REFRESHES: u32 = 60;
+
+/// The rounds a refresh looks ahead: the next refresh may come up to half a period late
+/// (jitter), and rounds last `min_round` at least.
+pub fn rounds_ahead(period: Duration, settings: &Settings) -> u64 {
+    (period.as_secs_f64() * 1.5 / settings.min_round.as_secs_f64().max(1e-3)).ceil() as u64
+}
 
 /// One agent's last answer.
 #[derive(Debug, Default)]
@@ -56,6 +67,12 @@ pub struct Reasons {
 }
 
 impl PeerBook {
+    /// The book a refresh every `period` keeps: answers stale after [`STALE_REFRESHES`]
+    /// periods, a failed ask retried after one.
+    pub fn for_refresh_period(period: Duration) -> PeerBook {
+        PeerBook::new(period.saturating_mul(STALE_REFRESHES), period)
+    }
+
     pub fn new(stale_after: Duration, retry_after: Duration) -> PeerBook {
         PeerBook {
             entries: BTreeMap::new(),

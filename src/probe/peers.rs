@@ -311,6 +311,67 @@ mod tests {
         assert!(error.to_string().starts_with(&closed), "{error}");
     }
 
+    /// Over real HTTP: the first ask gets the addresses and a tag; asked with that tag, the
+    /// agent says 304 and nothing else; after its restart (new QPNs) the same tag gets the new
+    /// addresses and a new tag. `If-None-Match` lists and weak tags are understood.
+    #[test]
+    fn a_peer_held_already_answers_not_modified_until_it_changes() {
+        use std::sync::{Arc, Mutex};
+        let port = |qpn| PublishedPort {
+            device: "mlx5_0".into(),
+            port: 1,
+            rail: 0,
+            address: Address {
+                gid: [3; 16],
+                qpn,
+                qkey: 9,
+                lid: None,
+            },
+        };
+        let current = Arc::new(Mutex::new(Published {
+            host: "gpu-05".into(),
+            ports: vec![port(17)],
+        }));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let agent = listener.local_addr().unwrap().to_string();
+        let served = current.clone();
+        let app = axum::Router::new().route(
+            PATH,
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
+                let published = served.lock().unwrap().clone();
+                async move {
+                    let held = headers.get(axum::http::header::IF_NONE_MATCH);
+                    answer(&published, held.map(|v| v.as_bytes()))
+                }
+            }),
+        );
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        let ask = |etag: Option<String>| {
+            let asks = [Ask {
+                agent: agent.clone(),
+                etag,
+            }];
+            fetch(&asks, Duration::from_secs(5)).remove(0).1.unwrap()
+        };
+        let Answer::New { published, etag } = ask(None) else {
+            panic!("the first ask is answered in full");
+        };
+        assert_eq!(published.ports[0].address.qpn, 17);
+        let tag = etag.expect("an ETag");
+        assert_eq!(ask(Some(tag.clone())), Answer::Unchanged);
+        assert_eq!(ask(Some(format!("\"other\", W/{tag}"))), Answer::Unchanged);
+        current.lock().unwrap().ports = vec![port(99)];
+        let Answer::New { published, etag } = ask(Some(tag.clone())) else {
+            panic!("a restarted peer answers its new addresses");
+        };
+        assert_eq!(published.ports[0].address.qpn, 99);
+        assert_ne!(etag.as_deref(), Some(tag.as_str()));
+        runtime.shutdown_background();
+    }
+
     /// A RoCE port and an InfiniBand one: the IB port's LID goes out at `/probe-address` and
     /// comes back into its peer's address, where its address handles are built from it.
     #[test]
