@@ -51,7 +51,7 @@ pub const KNOWN: [&str; 33] = [
 ];
 
 /// Names not in [`KNOWN`] the process keeps at most.
-pub const MAX_INTERNED: usize = 1024;
+pub(crate) const MAX_INTERNED: usize = 1024;
 
 /// A counter's IBTA name, as an id: equal names have equal ids in the whole process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -74,7 +74,7 @@ fn gbps(speed: Option<LinkSpeed>) -> Option<GaugeValue> {
 
 /// Data and packet counters: left out in errors-only mode, which keeps the error and congestion
 /// counters (symbol errors, discards, PortXmitWait...) at a fraction of the series.
-pub fn is_traffic_counter(ibta_name: &str) -> bool {
+pub(crate) fn is_traffic_counter(ibta_name: &str) -> bool {
     ibta_name.ends_with("Data") || ibta_name.ends_with("Pkts")
 }
 
@@ -166,7 +166,7 @@ impl PortFamilies {
     }
 
     /// Encodes the ports of `switches`, in that order.
-    pub fn encode_switches<'a>(
+    pub(crate) fn encode_switches<'a>(
         switches: impl Iterator<Item = &'a IbNode>,
         errors_only: bool,
     ) -> PortFamilies {

@@ -16,7 +16,7 @@ use crate::exposition::{Families, Value};
 /// need. The scan itself (every port's counters: hundreds of MB on a large subnet) is dropped
 /// once encoded.
 #[derive(Debug, Default)]
-pub struct ScanSummary {
+pub(crate) struct ScanSummary {
     /// Nodes by kind, in [`NodeKind`] order: switches, HCAs, routers.
     pub nodes: [u64; 3],
     pub switch_ports: u64,
@@ -41,7 +41,7 @@ impl ScanSummary {
 
 /// One finished scan as the collector serves it.
 #[derive(Debug, Default)]
-pub struct ScanReading {
+pub(crate) struct ScanReading {
     /// `None` until the first scan ends.
     pub result: Option<Result<ScanSummary, ScanError>>,
     /// Scans finished since the start, this one included.
@@ -56,7 +56,7 @@ pub struct ScanReading {
 }
 
 /// The scan's own figures; `fresh` is false when the served scan is older than it should be.
-pub fn add_self(families: &mut Families<'_>, reading: &ScanReading, fresh: bool) {
+pub(crate) fn add_self(families: &mut Families<'_>, reading: &ScanReading, fresh: bool) {
     let Some(result) = &reading.result else {
         families.gauge(
             "rdma_ib_fabric_scan_success",

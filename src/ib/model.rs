@@ -288,7 +288,7 @@ impl FabricScan {
 /// `SymbolErrorCounter` -> `symbol_error`, `PortXmitWait` -> `xmit_wait`,
 /// `PortXmitData` -> `xmit_data_bytes` x4. Names not in the table: snake case of the IBTA name,
 /// a leading `port_` and a trailing `_counter` dropped, `pkts` spelled `packets`.
-pub fn counter_metric_stem(ibta_name: &str) -> (String, u64) {
+pub(crate) fn counter_metric_stem(ibta_name: &str) -> (String, u64) {
     let known: Option<(&str, u64)> = match ibta_name {
         "SymbolErrorCounter" => Some(("symbol_error", 1)),
         "LinkErrorRecoveryCounter" => Some(("link_error_recovery", 1)),

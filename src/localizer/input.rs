@@ -194,7 +194,7 @@ impl Queries {
 /// How often the wiring and rails are read again when every live port has them: they change
 /// with recabling or configuration, not with each scrape, and are a third of what a round
 /// reads at scale.
-pub const LABELS_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const LABELS_EVERY: Duration = Duration::from_secs(60);
 
 /// The wiring and rails last read, kept between rounds. A live port that neither names (new,
 /// or its LLDP not in yet when they were read) has them read again at the next round.

@@ -33,7 +33,7 @@ fn verdict_labels(cluster: &str, v: &Verdict) -> Vec<Label<'static>> {
 
 /// The most NICs a verdict lists one by one in `rdma_localization_hurt_nic_info` (a spine verdict
 /// can hurt a fabric's every NIC); `rdma_localization_verdict_hurt_nics` counts them all.
-pub const MAX_HURT_SERIES: usize = 64;
+pub(crate) const MAX_HURT_SERIES: usize = 64;
 
 /// A hurt NIC's labels: its own `host`, `device` and `port` (they join with the agents' series,
 /// `rdma_device_pod_info` among them), and the verdict's as `verdict_*`.

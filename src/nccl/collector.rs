@@ -287,7 +287,7 @@ struct Tailed {
 /// appended since the previous one (a file that did not change costs a `stat`), starts over on
 /// a file replaced (rotation) or truncated, and forgets files that left the limits.
 #[derive(Debug, Default)]
-pub struct Tailer {
+pub(crate) struct Tailer {
     files: std::collections::HashMap<PathBuf, Tailed>,
 }
 
@@ -497,7 +497,7 @@ impl NcclCollector {
     }
 
     /// The last finished scan, if any.
-    pub fn last_scan(&self) -> Option<Arc<DirScan>> {
+    pub(crate) fn last_scan(&self) -> Option<Arc<DirScan>> {
         self.scans.last().as_ref().clone()
     }
 

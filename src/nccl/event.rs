@@ -259,7 +259,7 @@ pub fn classify(message: &str, warn: bool) -> Option<Event> {
 }
 
 /// The `ibv_wc_status` of a `Got completion ... with status=N` line, anywhere in `text`.
-pub fn completion_status(text: &str) -> Option<u32> {
+pub(crate) fn completion_status(text: &str) -> Option<u32> {
     if !text.contains("Got completion ") {
         return None;
     }

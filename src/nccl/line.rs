@@ -42,7 +42,7 @@ static BARE: LazyLock<Regex> =
 
 /// The record of a line without prefix (see [`BARE`]): its host is empty, its pid 0; the
 /// caller names the process after its input.
-pub fn bare_record(line: &str) -> Option<Record<'_>> {
+pub(crate) fn bare_record(line: &str) -> Option<Record<'_>> {
     let caps = BARE.captures(line)?;
     let level = match caps.name("level")?.as_str() {
         "WARN" => Level::Warn,
@@ -66,7 +66,7 @@ pub fn records(line: &str) -> (&str, Vec<Record<'_>>) {
 /// As `records`, but a prefix glued to the previous record's text (`...Using network IBh2:2:2`)
 /// starts at the longest suffix of its host that `known_host` accepts: the host regex cannot
 /// tell `IBh2` from `h2`, hosts seen on earlier lines can.
-pub fn records_with_hosts(
+pub(crate) fn records_with_hosts(
     line: &str,
     known_host: impl Fn(&str) -> bool,
 ) -> (&str, Vec<Record<'_>>) {

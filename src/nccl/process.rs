@@ -30,7 +30,7 @@ const MAX_NETWORKS: usize = 16;
 /// interfaces, settings, channel nets): far above what a process has, bounded for garbage.
 const MAX_PER_PROCESS: usize = 256;
 /// Dropped processes a parser counts one by one by default; beyond, its count stays there.
-pub const MAX_DROPPED_COUNTED: usize = 1 << 17;
+pub(crate) const MAX_DROPPED_COUNTED: usize = 1 << 17;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub enum SignalKind {
@@ -109,7 +109,7 @@ impl LogParser {
     }
 
     /// A parser that keeps at most `max_processes` processes (host, pid).
-    pub fn with_max_processes(max_processes: usize) -> Self {
+    pub(crate) fn with_max_processes(max_processes: usize) -> Self {
         LogParser {
             processes: BTreeMap::new(),
             hosts: BTreeSet::new(),
@@ -121,13 +121,13 @@ impl LogParser {
     }
 
     /// Evidence keeps only line numbers, no file name or text.
-    pub fn without_evidence_text(mut self) -> Self {
+    pub(crate) fn without_evidence_text(mut self) -> Self {
         self.evidence_text = false;
         self
     }
 
     /// Counts at most `max` dropped processes one by one (memory: 8 bytes and change each).
-    pub fn set_max_dropped_counted(&mut self, max: usize) {
+    pub(crate) fn set_max_dropped_counted(&mut self, max: usize) {
         self.max_dropped_counted = max;
     }
 
@@ -138,7 +138,7 @@ impl LogParser {
 
     /// Distinct processes left out because the cap was reached (saturates at
     /// [`MAX_DROPPED_COUNTED`]).
-    pub fn processes_dropped(&self) -> u64 {
+    pub(crate) fn processes_dropped(&self) -> u64 {
         self.dropped.len() as u64
     }
 
@@ -233,7 +233,7 @@ impl LogParser {
 }
 
 /// A process's key as the dropped counts hash it.
-pub fn process_hash(host: &str, pid: u32) -> u64 {
+pub(crate) fn process_hash(host: &str, pid: u32) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (host, pid).hash(&mut hasher);
     hasher.finish()
@@ -357,7 +357,7 @@ impl ProcessLog {
 
     /// Takes in what `later` (the same process, read after) says, as if its lines had been fed
     /// after this one's: the collector parses file by file and merges.
-    pub fn absorb(&mut self, later: &ProcessLog) {
+    pub(crate) fn absorb(&mut self, later: &ProcessLog) {
         if later.version.is_some() {
             self.version.clone_from(&later.version);
         }

@@ -12,7 +12,7 @@ const PROTOCOLS: [&str; 3] = ["LL", "LL128", "Simple"];
 ///
 /// A per-collective value (`allreduce:simple`) does not count: the collectives it does not name
 /// keep every protocol. An unknown name does not count either (NCCL rejects the value).
-pub fn only_simple(value: &str) -> bool {
+pub(crate) fn only_simple(value: &str) -> bool {
     let value = value.trim().trim_matches(['"', '\'']).trim();
     if value.is_empty() || value.contains([':', ';']) {
         return false;

@@ -41,7 +41,7 @@ static CTIME: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The instant of the first timestamp near the start of `line`; `None` when it has none or
 /// it names no real date (a month 13, a February 30).
-pub fn line_time(line: &str) -> Option<Timestamp> {
+pub(crate) fn line_time(line: &str) -> Option<Timestamp> {
     let mut end = line.len().min(SEARCHED);
     while !line.is_char_boundary(end) {
         end -= 1;

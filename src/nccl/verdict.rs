@@ -82,7 +82,7 @@ pub enum VerdictKind {
 
 impl VerdictKind {
     /// Whether the command should exit 1 for it.
-    pub fn is_failure(self) -> bool {
+    pub(crate) fn is_failure(self) -> bool {
         matches!(
             self,
             VerdictKind::SocketFallback | VerdictKind::MissingNetwork
@@ -135,7 +135,7 @@ impl Job {
     }
 }
 
-pub fn summarize(process: &ProcessLog) -> ProcessSummary {
+pub(crate) fn summarize(process: &ProcessLog) -> ProcessSummary {
     let chosen = process.networks.last().map(|(net, _)| net.clone());
     // Before v2.18 there is no `Using network`: the channels' net name says it, and without
     // channels (a log cut short, an excerpt) the transport that initialised: IB's, else the

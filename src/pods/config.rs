@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// The kubelet's pod-resources socket.
-pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// `pods:`: the `pods` collector.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

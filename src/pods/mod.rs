@@ -19,9 +19,9 @@ pub mod collector;
 pub mod config;
 pub mod device_map;
 mod error;
-pub mod pod_names;
+pub(crate) mod pod_names;
 pub mod pod_resources;
-pub mod rdma_cgroup;
+pub(crate) mod rdma_cgroup;
 
 pub use error::PodsError;
 
@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 /// A container as its cgroup path names it (`/proc/<pid>/cgroup`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ContainerRef {
+pub(crate) struct ContainerRef {
     /// The pod's UID with dashes (`5f1c...-...`), as the API server and kube-state-metrics'
     /// `kube_pod_info{uid}` spell it; systemd's cgroup driver writes underscores.
     pub pod_uid: String,
@@ -69,7 +69,7 @@ impl Runtime {
 
 /// A pod's name, from the kubelet's pod log directories (`<namespace>_<pod>_<uid>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodName {
+pub(crate) struct PodName {
     pub namespace: String,
     pub pod: String,
 }
@@ -97,14 +97,14 @@ pub struct DeviceTarget {
 
 /// A pod's RDMA cgroup (`rdma.current`, `rdma.max`), by RDMA device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodRdmaCgroup {
+pub(crate) struct PodRdmaCgroup {
     pub pod_uid: String,
     pub devices: BTreeMap<String, RdmaCgroupDevice>,
 }
 
 /// One device's line in `rdma.current` and `rdma.max`. `None` in a limit means `max`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RdmaCgroupDevice {
+pub(crate) struct RdmaCgroupDevice {
     pub hca_handle: u64,
     pub hca_object: u64,
     pub max_hca_handle: Option<u64>,

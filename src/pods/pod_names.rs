@@ -15,7 +15,7 @@ use super::PodName;
 
 /// More pod log directories than any node runs (the kubelet's `maxPods` is 110 by default, a
 /// few hundred at most): past it the directory is not what we think it is.
-pub const MAX_ENTRIES: usize = 10_000;
+pub(crate) const MAX_ENTRIES: usize = 10_000;
 
 /// UID (with dashes) -> namespace and pod name, from the entries of `pod_logs_dir`.
 pub fn read(pod_logs_dir: &Path) -> Result<HashMap<String, PodName>, PodsError> {

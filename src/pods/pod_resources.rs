@@ -19,9 +19,6 @@ pub mod proto {
 
 use proto::pod_resources_lister_client::PodResourcesListerClient;
 
-/// Where the kubelet serves the API.
-pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
 /// The largest answer decoded: a node's few hundred pods take kilobytes; a kubelet (or
 /// something in its place) sending more is refused rather than buffered.
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -69,7 +66,7 @@ async fn list_unbounded(socket: &Path) -> Result<Vec<AssignedDevice>, PodsError>
 }
 
 /// One [`AssignedDevice`] per device ID of every container, sorted and without repeats.
-pub fn assigned_devices(answer: proto::ListPodResourcesResponse) -> Vec<AssignedDevice> {
+pub(crate) fn assigned_devices(answer: proto::ListPodResourcesResponse) -> Vec<AssignedDevice> {
     let mut devices = Vec::new();
     for pod in answer.pod_resources {
         for container in &pod.containers {

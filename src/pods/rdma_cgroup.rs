@@ -164,7 +164,7 @@ fn read_file(path: &Path) -> Result<Option<String>, PodsError> {
 
 /// One line's values; `None` is `max` (or, in `rdma.current`, absent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RdmaValues {
+pub(crate) struct RdmaValues {
     pub hca_handle: Option<u64>,
     pub hca_object: Option<u64>,
 }

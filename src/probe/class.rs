@@ -14,9 +14,9 @@ use std::path::Path;
 use crate::node::dcb::{DcbAnswer, DcbSource, DscpLookup, Trust};
 
 /// The DSCP probes ride when nothing says which one RoCE uses.
-pub const DEFAULT_DSCP: u8 = 26;
+pub(crate) const DEFAULT_DSCP: u8 = 26;
 /// [`DEFAULT_DSCP`] as a GRH traffic class (DSCP << 2, ECN bits 0).
-pub const DEFAULT_TRAFFIC_CLASS: u8 = DEFAULT_DSCP << 2;
+pub(crate) const DEFAULT_TRAFFIC_CLASS: u8 = DEFAULT_DSCP << 2;
 
 /// Where a port's class came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,7 @@ fn ofed_global(class: &Path, device: &str, port: u8) -> Option<u8> {
 }
 
 /// The class of `device` port `port`, whose RoCE netdev is `netdev` (empty on InfiniBand).
-pub fn of_port(
+pub(crate) fn of_port(
     config: Option<u8>,
     class: &Path,
     device: &str,

@@ -107,7 +107,7 @@ impl Default for ProbeConfig {
 }
 
 /// "RFEP" in ASCII: a Q_Key no other UD user of the port is likely to pick.
-pub const DEFAULT_QKEY: u32 = 0x5246_4550;
+pub(crate) const DEFAULT_QKEY: u32 = 0x5246_4550;
 
 impl ProbeConfig {
     /// The loop's settings.

@@ -15,12 +15,12 @@ use super::transport::{Address, Endpoint, Event, SendOptions, TransportError};
 
 /// What happens to one packet from one endpoint to another: dropped (`None`) or delivered
 /// after a delay in nanoseconds.
-pub type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send + Sync>;
+pub(crate) type Fate = Box<dyn Fn(&Address, &Address, &SendOptions) -> Option<u64> + Send + Sync>;
 
 /// How long after a packet's arrival its receiver, at the address given, first sees it, in
 /// nanoseconds: the packet is stamped when it arrived, as a NIC stamps its completion, but
 /// the poll that finds it comes this much later.
-pub type Lag = Box<dyn Fn(&Address) -> u64 + Send + Sync>;
+pub(crate) type Lag = Box<dyn Fn(&Address) -> u64 + Send + Sync>;
 
 /// A packet on its way: when it arrives, when its receiver sees it, its payload, who sent it.
 struct InFlight {
@@ -195,7 +195,8 @@ impl MemoryFabric {
     }
 
     /// Removes one endpoint only, as a device that one endpoint finds gone before the other.
-    pub fn remove_endpoint(&self, gid: [u8; 16], qpn: u32) {
+    #[cfg(test)]
+    pub(crate) fn remove_endpoint(&self, gid: [u8; 16], qpn: u32) {
         let mut shared = self.shared.lock().unwrap();
         let key = (u128::from_be_bytes(gid), qpn);
         shared.queues.remove(&key);

@@ -25,7 +25,7 @@ pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s
 }
 
 /// [`encode`] with the answer delay's window ending at `now`.
-pub fn encode_at<'s>(
+pub(crate) fn encode_at<'s>(
     stats: &'s Stats,
     per_target: bool,
     now: Instant,

@@ -24,7 +24,7 @@ pub mod packet;
 pub mod peer_book;
 pub mod peers;
 pub mod ping;
-pub mod ping_target;
+pub(crate) mod ping_target;
 pub mod rails;
 pub mod responder;
 pub mod restarts;

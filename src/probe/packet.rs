@@ -29,7 +29,7 @@
 use thiserror::Error;
 
 /// The payload's first bytes: anything else on the Q_Key is not ours.
-pub const MAGIC: [u8; 4] = *b"RFEP";
+pub(crate) const MAGIC: [u8; 4] = *b"RFEP";
 /// The format version this build speaks.
 pub const VERSION: u8 = 1;
 /// Every packet's length. Longer payloads are refused, not truncated: a peer that pads is not
@@ -106,7 +106,7 @@ impl Packet {
     }
 
     /// A probe from a port that answers on QPN `answers_on`, in its agent's start `epoch`.
-    pub fn probe_from(seq: u64, answers_on: u32, epoch: u32) -> Packet {
+    pub(crate) fn probe_from(seq: u64, answers_on: u32, epoch: u32) -> Packet {
         Packet {
             kind: Kind::Probe,
             seq,

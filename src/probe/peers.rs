@@ -80,7 +80,7 @@ pub enum PeerError {
 
 /// The agents of a peers file: `host:port` lines (blank lines and `#` comments skipped), or a
 /// Prometheus file-SD document (YAML or JSON: a list of `{targets: [...]}`).
-pub fn read_agents_file(path: &Path) -> Result<Vec<String>, PeerError> {
+pub(crate) fn read_agents_file(path: &Path) -> Result<Vec<String>, PeerError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| PeerError::File(path.display().to_string(), e))?;
     #[derive(Deserialize)]
@@ -99,7 +99,7 @@ pub fn read_agents_file(path: &Path) -> Result<Vec<String>, PeerError> {
 }
 
 /// The agents behind a DNS name, `name:port`: one `ip:port` per address.
-pub fn resolve_agents(name: &str) -> Result<Vec<String>, PeerError> {
+pub(crate) fn resolve_agents(name: &str) -> Result<Vec<String>, PeerError> {
     let addresses = name
         .to_socket_addrs()
         .map_err(|e| PeerError::Dns(name.to_string(), e))?;

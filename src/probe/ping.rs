@@ -25,15 +25,15 @@ use super::transport::gid_text;
 pub const PATH: &str = "/probe-ping";
 
 /// The most probes one ask may send.
-pub const MAX_COUNT: u32 = 1_000;
+pub(crate) const MAX_COUNT: u32 = 1_000;
 /// The shortest time between two probes of one ask: 100 a second, half a responder's
 /// per-source allowance (`responder::Limits::per_source`), so the rounds' probes from the same
 /// port are still answered.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 /// The longest one ask may take to send (count x interval).
-pub const MAX_DURATION: Duration = Duration::from_secs(60);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(60);
 /// Asks an agent runs at once; more are refused (503), not queued.
-pub const MAX_SESSIONS: usize = 4;
+pub(crate) const MAX_SESSIONS: usize = 4;
 
 /// What became of one probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,7 +147,7 @@ pub enum PingError {
 
 /// Probes an ask sends when it names no count, and their spacing.
 pub const DEFAULT_COUNT: u32 = 10;
-pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// An ask as `/probe-ping` takes it: `to` (a host, `host/device[/port]` or a GID), `from` (a
 /// local device, `device/port` or GID), `count`, `interval` (`100ms`), `flow_label`, and `qpn`
@@ -376,7 +376,7 @@ impl Session {
     }
 
     /// When the next probe is due; `None` when none will be.
-    pub fn next_at(&self) -> Option<Instant> {
+    pub(crate) fn next_at(&self) -> Option<Instant> {
         (self.sent < self.count).then_some(self.next)
     }
 

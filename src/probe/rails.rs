@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The first rail of devices that no source places.
-pub const UNPLACED_BASE: u32 = 100;
+pub(crate) const UNPLACED_BASE: u32 = 100;
 
 /// Where a device's rail came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct Nic {
 }
 
 /// The rail of every device of `nics`, by device name.
-pub fn assign(
+pub(crate) fn assign(
     nics: &[Nic],
     config: &BTreeMap<String, u32>,
     accelerators: &[Vec<String>],
@@ -158,7 +158,7 @@ fn pci_path(link: &Path) -> Vec<String> {
 }
 
 /// `<sysfs>/class/infiniband/<device>/device`'s PCI path.
-pub fn nic_pci_path(sysfs: &Path, device: &str) -> Vec<String> {
+pub(crate) fn nic_pci_path(sysfs: &Path, device: &str) -> Vec<String> {
     pci_path(&sysfs.join("class/infiniband").join(device).join("device"))
 }
 

@@ -58,7 +58,7 @@ impl Source {
 /// The peer set's addresses as sources are matched against them: by GID, and for packets
 /// without a GRH (InfiniBand within a subnet) by LID within the receiving port's subnet.
 #[derive(Debug, Default)]
-pub struct KnownSources {
+pub(crate) struct KnownSources {
     gids: HashSet<[u8; 16]>,
     /// (subnet prefix, LID) -> the peer's GID; `None` where two peers claim it (a source that
     /// could be either is not named).
@@ -90,7 +90,7 @@ impl KnownSources {
     /// GRH, known when its GID is a peer's; without one, the peer with its LID in the local
     /// subnet (a packet from another subnet carries a GRH), its GID filled in. `None`: not a
     /// peer's.
-    pub fn identify(&self, source: Source, local_gid: &[u8; 16]) -> Option<Source> {
+    pub(crate) fn identify(&self, source: Source, local_gid: &[u8; 16]) -> Option<Source> {
         if source.gid != [0; 16] {
             return self.gids.contains(&source.gid).then_some(source);
         }
@@ -101,7 +101,7 @@ impl KnownSources {
 }
 
 /// A GID's subnet prefix, its first 8 bytes.
-pub fn subnet_prefix(gid: &[u8; 16]) -> [u8; 8] {
+pub(crate) fn subnet_prefix(gid: &[u8; 16]) -> [u8; 8] {
     let mut prefix = [0u8; 8];
     prefix.copy_from_slice(&gid[..8]);
     prefix
@@ -225,7 +225,7 @@ impl Responder {
     }
 
     /// Forgets sources silent for `idle_ns`, so the table tracks the current peers.
-    pub fn forget_idle(&mut self, now_ns: u64, idle_ns: u64) {
+    pub(crate) fn forget_idle(&mut self, now_ns: u64, idle_ns: u64) {
         self.sources
             .retain(|_, bucket| now_ns.saturating_sub(bucket.at_ns) < idle_ns);
     }

@@ -27,7 +27,7 @@ const MAX_HELD: usize = 16_384;
 
 /// What became of a probe that got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Lost on its path: counted lost.
     Lost,
     /// Sent to an agent that was restarting (or left the peer set): not a path's loss.
@@ -75,7 +75,7 @@ struct Held {
 
 /// The peer ports' addresses and the probes held for their agents. Owned by the probe loop.
 #[derive(Debug)]
-pub struct Restarts {
+pub(crate) struct Restarts {
     grace: Duration,
     ports: HashMap<[u8; 16], PeerPort>,
     hosts: HashMap<String, PeerHost>,
@@ -145,7 +145,13 @@ impl Restarts {
     /// agent is start `epoch` (0: unsaid) and was up at `alive` (the arrival less the probe
     /// timeout: the probe left at most that long ago). Sources outside the peer set teach
     /// nothing: they are not probed.
-    pub fn heard_probe(&mut self, gid: [u8; 16], answers_on: u32, epoch: u32, alive: Instant) {
+    pub(crate) fn heard_probe(
+        &mut self,
+        gid: [u8; 16],
+        answers_on: u32,
+        epoch: u32,
+        alive: Instant,
+    ) {
         let Some(host) = self.ports.get(&gid).map(|p| p.host.clone()) else {
             return;
         };
@@ -164,7 +170,7 @@ impl Restarts {
 
     /// An answer from peer GID `gid` (the address probed) to a probe sent at `sent`, from its
     /// agent's start `epoch` (0: unsaid).
-    pub fn heard_answer(&mut self, gid: [u8; 16], epoch: u32, sent: Instant) {
+    pub(crate) fn heard_answer(&mut self, gid: [u8; 16], epoch: u32, sent: Instant) {
         let Some(host) = self.ports.get(&gid).map(|p| p.host.clone()) else {
             return;
         };

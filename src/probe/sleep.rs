@@ -45,7 +45,7 @@ impl Default for Watch {
 /// The loop's endpoints as its sleeps see them: which have work, and when to look again.
 /// Endpoints are numbered by the loop.
 #[derive(Default)]
-pub struct Sleeper {
+pub(crate) struct Sleeper {
     /// The epoll set; `None` until the first sleep, and where it cannot be made (then every
     /// endpoint is polled on the loop's timer).
     epoll: Option<OwnedFd>,
@@ -78,7 +78,7 @@ impl Sleeper {
 
     /// Hands ready endpoint `id` the wake-up it gave, if any, and asks it to signal its next
     /// completion (before it is polled: what comes after the poll then wakes the sleep).
-    pub fn arm(
+    pub(crate) fn arm(
         &mut self,
         id: usize,
         endpoint: &mut dyn Endpoint,

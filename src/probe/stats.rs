@@ -20,15 +20,15 @@ use super::targets::{PathKind, Port};
 use super::transport::Address;
 
 /// How long a target that lost a probe keeps its own series after its last loss, in ns.
-pub const LOSS_MEMORY: u64 = 600_000_000_000;
+pub(crate) const LOSS_MEMORY: u64 = 600_000_000_000;
 
 /// Upper bounds of the network RTT histogram's buckets, seconds: from a path inside one leaf
 /// (under 10 µs on hardware) or over the spine (under 25 µs) to a congested or software path
 /// (soft-RoCE: about 1 ms; tens of ms under netem).
-pub const RTT_BUCKETS: [f64; 8] = [5e-6, 10e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 25e-3];
+pub(crate) const RTT_BUCKETS: [f64; 8] = [5e-6, 10e-6, 25e-6, 100e-6, 250e-6, 1e-3, 5e-3, 25e-3];
 
 /// How far back the mean answer delay looks: answers sent in the last 10 seconds.
-pub const ANSWER_DELAY_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const ANSWER_DELAY_WINDOW: Duration = Duration::from_secs(10);
 
 /// The delays a port's responder took to answer (from a probe's arrival to its answer's post,
 /// as it writes them into its answers), over the last [`ANSWER_DELAY_WINDOW`]: one slot per

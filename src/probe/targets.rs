@@ -194,7 +194,7 @@ fn flow_label(n: u64, count: u32) -> u32 {
 
 /// The length of a round that keeps the plan within the rates: every port sends one probe per
 /// target a round.
-pub fn round_length(targets: &[Target<'_>], settings: &Settings) -> Duration {
+pub(crate) fn round_length(targets: &[Target<'_>], settings: &Settings) -> Duration {
     let mut per_from: Vec<usize> = Vec::new();
     for target in targets {
         if per_from.len() <= target.from {

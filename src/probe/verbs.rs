@@ -58,7 +58,7 @@ const SEND_SLOT: usize = 256;
 /// The room a UD receive leaves for the GRH in front of the payload.
 const GRH: usize = 40;
 /// The largest payload sent.
-pub const MAX_PAYLOAD: usize = SEND_SLOT;
+pub(crate) const MAX_PAYLOAD: usize = SEND_SLOT;
 const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 64;
 /// The bit that tells a send's work request id from a receive's (the slot index).
@@ -144,7 +144,6 @@ pub fn open(device: &str, port: u8, qkey: u32) -> Result<VerbsEndpoint, Transpor
         uverbs,
         checked: Instant::now(),
         gone: false,
-        failed_receives: 0,
         last_hw_ns: std::cell::Cell::new(0),
     };
     // On failure the partly built endpoint is dropped, which closes what was opened.
@@ -463,7 +462,6 @@ pub struct VerbsEndpoint {
     uverbs: PathBuf,
     checked: Instant,
     gone: bool,
-    failed_receives: u64,
     /// The last device clock read (hardware clock), for a read that fails.
     last_hw_ns: std::cell::Cell<u64>,
 }
@@ -910,13 +908,8 @@ impl VerbsEndpoint {
         verbs_rc("ibv_post_recv", rc)
     }
 
-    /// Receives posted this many times over (failed reposts are retried at each poll).
-    pub fn failed_receives(&self) -> u64 {
-        self.failed_receives
-    }
-
     /// The GID table index the endpoint sends from.
-    pub fn gid_index(&self) -> u8 {
+    pub(crate) fn gid_index(&self) -> u8 {
         self.link.gid_index
     }
 
@@ -1293,7 +1286,6 @@ impl VerbsEndpoint {
             } else {
                 // On a UD QP a failed receive means the QP is in (or going to) the error state:
                 // reposting would only flush again. The next poll looks.
-                self.failed_receives += 1;
                 self.suspect = true;
                 self.unposted.push(slot);
                 continue;

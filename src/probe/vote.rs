@@ -25,30 +25,30 @@
 use super::localize::Kind;
 
 /// A candidate needs at least this many lost probes through it.
-pub const MIN_LOST: u64 = 3;
+pub(crate) const MIN_LOST: u64 = 3;
 /// ... a loss rate through it at least this many times that of the paths avoiding it ...
-pub const MIN_RATIO: f64 = 4.0;
+pub(crate) const MIN_RATIO: f64 = 4.0;
 /// ... and evidence that background loss reaches with at most this chance in a window, over all
 /// candidates together (Bonferroni; the tail is Chernoff's bound, so it errs toward silence).
-pub const ALPHA: f64 = 1e-6;
+pub(crate) const ALPHA: f64 = 1e-6;
 /// A host, leaf or the spine stands only when its loss is not explained by this many of its
 /// worst ports (or leaves).
-pub const MAX_CHILD_FAULTS: usize = 3;
+pub(crate) const MAX_CHILD_FAULTS: usize = 3;
 /// A leaf whose uplinks lose at least this share of the probes in one direction sends into an
 /// ECMP member that delivers nothing (`leaf`); less, a link drops part of what it carries
 /// (`uplink`).
 pub const LEAF_LOSS: f64 = 0.2;
 /// A host whose every port has been silent this long (seconds) and whose probes are lost is
 /// `host` (down). A rolling restart takes less.
-pub const HOST_DOWN_SECONDS: f64 = 60.0;
+pub(crate) const HOST_DOWN_SECONDS: f64 = 60.0;
 /// ... and this share of the probes sent toward it in the window must have been lost.
-pub const DOWN_LOSS: f64 = 0.9;
+pub(crate) const DOWN_LOSS: f64 = 0.9;
 /// A path fails when it lost at least this many probes ...
-pub const PATH_MIN_LOST: u64 = 2;
+pub(crate) const PATH_MIN_LOST: u64 = 2;
 /// ... and background loss gives that many with a chance under this.
-pub const PATH_ALPHA: f64 = 1e-4;
+pub(crate) const PATH_ALPHA: f64 = 1e-4;
 /// At most this many loss verdicts a window (the loop's bound).
-pub const MAX_VERDICTS: usize = 32;
+pub(crate) const MAX_VERDICTS: usize = 32;
 /// The lowest background rate the vote assumes (a path set that lost nothing).
 const P_FLOOR: f64 = 1e-7;
 

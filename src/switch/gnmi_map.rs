@@ -207,7 +207,7 @@ impl GnmiProfile {
     }
 
     /// The settings paths, read with a request of their own.
-    pub fn settings_paths(&self) -> Vec<proto::Path> {
+    pub(crate) fn settings_paths(&self) -> Vec<proto::Path> {
         parsed(&self.settings_path_texts)
     }
 

@@ -3,7 +3,7 @@
 
 pub mod config;
 pub mod gnmi;
-pub mod gnmi_map;
+pub(crate) mod gnmi_map;
 pub mod metrics;
 pub mod pfc;
 pub mod poll_error;

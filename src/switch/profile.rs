@@ -95,7 +95,7 @@ impl Metric {
     }
 
     /// The port's PFC configuration, as opposed to counters: read as small numbers.
-    pub fn is_setting(self) -> bool {
+    pub(crate) fn is_setting(self) -> bool {
         matches!(self, Metric::PfcEnabled | Metric::PriorityQueue)
     }
 
@@ -285,7 +285,7 @@ impl Profile {
     }
 
     /// [`Profile::walk_roots`] of the columns whose metric `wanted` accepts.
-    pub fn walk_roots_of(&self, wanted: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
+    pub(crate) fn walk_roots_of(&self, wanted: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
         roots(
             self.columns
                 .iter()
@@ -295,7 +295,7 @@ impl Profile {
 
     /// Fallback column OIDs to walk once [`Profile::walk_roots`] gave no sample of the metric
     /// they stand in for (`found` tells which metrics came back).
-    pub fn fallback_roots(&self, found: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
+    pub(crate) fn fallback_roots(&self, found: impl Fn(Metric) -> bool) -> Vec<Vec<u32>> {
         roots(
             self.columns
                 .iter()
@@ -543,7 +543,7 @@ impl Profiles {
     }
 
     /// Built-in profiles, then every `*.yml` in `dir` (a file named like a built-in replaces it).
-    pub fn with_dir(dir: &Path) -> Result<Profiles, ProfileError> {
+    pub(crate) fn with_dir(dir: &Path) -> Result<Profiles, ProfileError> {
         let read = |path: &Path| {
             crate::bounded_read::read_to_string(path, crate::yaml::MAX_FILE_BYTES).map_err(
                 |source| ProfileError::Read {

@@ -57,7 +57,7 @@ pub fn hashmod(value: &str, modulus: u64) -> u64 {
 
 impl SwitchShard {
     /// The bucket `name` falls in (the replica that owns it).
-    pub fn bucket_of(&self, name: &str) -> u64 {
+    pub(crate) fn bucket_of(&self, name: &str) -> u64 {
         hashmod(name, self.count)
     }
 

@@ -168,7 +168,7 @@ fn snmp_value(value: &Value) -> SnmpValue {
 
 /// Which of a profile's columns a walk reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Columns {
+pub(crate) enum Columns {
     All,
     /// Counters and port state: every column but those that change rarely.
     Counters,
@@ -193,7 +193,7 @@ pub async fn walk(target: &SnmpTarget, profile: &Profile) -> Result<WalkResult, 
 }
 
 /// [`walk`] of the `columns` given.
-pub async fn walk_columns(
+pub(crate) async fn walk_columns(
     target: &SnmpTarget,
     profile: &Profile,
     columns: Columns,

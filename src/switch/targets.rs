@@ -14,7 +14,7 @@ use crate::yaml::{Problem, Step};
 
 /// RFC 3414 11.2: an SNMPv3 password shorter than this is refused by agents (and by net-snmp
 /// tools), so the switch would answer every poll with an authentication error.
-pub const MIN_USM_PASSWORD_CHARS: usize = 8;
+pub(crate) const MIN_USM_PASSWORD_CHARS: usize = 8;
 
 /// The targets of every switch that is right, and the problems of the others.
 pub fn build(
@@ -275,7 +275,7 @@ fn snmp_target(
 }
 
 /// `host` becomes `host:port`; `host:port` and `[v6]:port` stay as they are.
-pub fn with_default_port(address: &str, port: u16) -> String {
+pub(crate) fn with_default_port(address: &str, port: u16) -> String {
     let has_port = match address.rsplit_once(':') {
         Some((host, p)) => p.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']')),
         None => false,

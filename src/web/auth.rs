@@ -53,7 +53,7 @@ fn dummy_hash(cost: u32) -> BcryptHash {
 /// costs no single cost matches every user; the highest keeps a wrong name from ever being the
 /// cheap answer). Made at config load: tens of milliseconds per cost, once per process.
 /// `None` without users.
-pub fn unknown_user_hash(users: &BTreeMap<String, BcryptHash>) -> Option<BcryptHash> {
+pub(crate) fn unknown_user_hash(users: &BTreeMap<String, BcryptHash>) -> Option<BcryptHash> {
     users
         .values()
         .filter_map(|h| h.0.parse::<bcrypt::HashParts>().ok())
@@ -85,7 +85,7 @@ pub enum Verdict {
     Busy,
 }
 
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     /// SHA-256 of (user, password, stored hash) of checks that passed: a changed hash or
     /// password misses, and no password is kept in memory. A hit needs no bcrypt and no slot,
     /// so a scraper verified once goes through any flood of bad attempts.

@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 
 /// Open connections per client key; an entry goes when its last connection closes.
 #[derive(Debug, Default)]
-pub struct ClientShares {
+pub(crate) struct ClientShares {
     open: Mutex<HashMap<IpAddr, usize>>,
     max_per_client: usize,
 }
 
 /// One connection's place in its client's share, given back on drop.
 #[derive(Debug)]
-pub struct ShareSlot {
+pub(crate) struct ShareSlot {
     shares: Arc<ClientShares>,
     key: IpAddr,
 }

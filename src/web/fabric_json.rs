@@ -30,17 +30,17 @@ use crate::switch::profile::{Metric, SampleValue};
 pub const PATH: &str = "/api/v1/fabric";
 /// A walk younger than this is reused as it is; an older one is refreshed by one walk, shared
 /// by every request that arrives meanwhile.
-pub const STALE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(5);
 
 /// A tx pause share above this while receiving less than `SOURCE_MAX_RX_UTILIZATION` of the
 /// line rate makes a NIC the storm source: the thresholds of `RdmaPfcStormSource`.
-pub const SOURCE_MIN_TX_PAUSED: f64 = 0.9;
-pub const SOURCE_MAX_RX_UTILIZATION: f64 = 0.1;
+pub(crate) const SOURCE_MIN_TX_PAUSED: f64 = 0.9;
+pub(crate) const SOURCE_MAX_RX_UTILIZATION: f64 = 0.1;
 /// A link paused more than this share of the time (either way) is drawn as paused.
-pub const PAUSED_SHARE: f64 = 0.05;
+pub(crate) const PAUSED_SHARE: f64 = 0.05;
 /// ECN-marked share of received packets above which marking is heavy (healthy DCQCN marks
 /// about 2e-4 in the demo).
-pub const ECN_HEAVY_SHARE: f64 = 1e-3;
+pub(crate) const ECN_HEAVY_SHARE: f64 = 1e-3;
 
 /// One node whose walks the page reads.
 pub struct HostFeed {

@@ -197,7 +197,7 @@ pub fn storm_sources(view: &FabricView) -> String {
 }
 
 /// What the gray-failure mark means (the legend's line and the section's calm line).
-pub const OUTLIER_LEGEND: &str = "◆ peer outlier: far worse than the other NICs of its rail on retransmissions, CNPs handled, rx pause, FEC corrections or bytes sent (a gray failure; RdmaNicPeerOutlier holds it for 30 minutes)";
+pub(crate) const OUTLIER_LEGEND: &str = "◆ peer outlier: far worse than the other NICs of its rail on retransmissions, CNPs handled, rx pause, FEC corrections or bytes sent (a gray failure; RdmaNicPeerOutlier holds it for 30 minutes)";
 
 /// The NICs that stand out from their rail, with the signals they stand out on.
 pub fn peer_outliers(view: &FabricView) -> String {
@@ -254,7 +254,7 @@ fn suspect_name(v: &super::fabric_probes::VerdictView) -> String {
 }
 
 /// The probes' verdicts with their evidence (where hosts probe).
-pub fn probe_suspects(view: &FabricView) -> String {
+pub(crate) fn probe_suspects(view: &FabricView) -> String {
     let Some(probes) = &view.probes else {
         return String::new();
     };

@@ -18,11 +18,11 @@ use super::fabric_rates::PortRates;
 use crate::direction::Direction;
 
 /// Share of the line rate a NIC must send to count as a peer (`rdma:nic_peer_member:info`).
-pub const MIN_TX_UTILIZATION: f64 = 0.01;
+pub(crate) const MIN_TX_UTILIZATION: f64 = 0.01;
 /// Peers a rail needs before its median means anything.
-pub const MIN_PEERS: usize = 3;
+pub(crate) const MIN_PEERS: usize = 3;
 /// Iglewicz and Hoaglin's outlier threshold on the modified z-score.
-pub const OUTLIER_SCORE: f64 = 3.5;
+pub(crate) const OUTLIER_SCORE: f64 = 3.5;
 /// The modified z-score's constant: the MAD of a normal distribution over its sigma.
 const MAD_TO_SIGMA: f64 = 0.6745;
 /// The spread is at least this share of the median (`rdma:rail_peer_signal:spread5m`).
@@ -46,7 +46,7 @@ pub struct Signal {
     read: fn(&PortRates) -> Option<f64>,
 }
 
-pub const SIGNALS: [Signal; 5] = [
+pub(crate) const SIGNALS: [Signal; 5] = [
     Signal {
         name: "transport_errors",
         worse: Worse::Higher,

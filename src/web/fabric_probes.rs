@@ -26,10 +26,10 @@ pub const MIN_WINDOW: Duration = Duration::from_secs(30);
 /// A host's counts are kept at most this often.
 const KEEP_EVERY: Duration = Duration::from_secs(5);
 /// At most this many failing paths are listed (worst first); the count says how many fail.
-pub const MAX_PATHS_SHOWN: usize = 100;
+pub(crate) const MAX_PATHS_SHOWN: usize = 100;
 
 /// One probing host the page reads.
-pub struct ProbeFeed<'a> {
+pub(crate) struct ProbeFeed<'a> {
     /// The host's name on the page (its node agent's).
     pub host: &'a str,
     pub collector: &'a ProbeCollector,
@@ -83,7 +83,7 @@ fn increase(now: u64, before: u64) -> u64 {
 
 /// The counts of each probing host as the page saw them.
 #[derive(Default)]
-pub struct ProbeMemory {
+pub(crate) struct ProbeMemory {
     hosts: Mutex<HashMap<String, Kept>>,
 }
 
@@ -132,7 +132,7 @@ impl Kept {
 }
 
 /// A port on the page.
-pub type PortRef = PortId;
+pub(crate) type PortRef = PortId;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbesView {

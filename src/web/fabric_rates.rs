@@ -98,7 +98,7 @@ fn sum_per_second(
 }
 
 /// The rates of `after` against `before`, `seconds` apart.
-pub fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates> {
+pub(crate) fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates> {
     if !(seconds > 0.0 && seconds.is_finite()) {
         return None;
     }
@@ -187,7 +187,7 @@ pub fn port_rates(before: &Port, after: &Port, seconds: f64) -> Option<PortRates
 
 impl PortRates {
     /// The highest paused share in `direction`, with its priority.
-    pub fn max_pause(&self, direction: Direction) -> Option<PauseShare> {
+    pub(crate) fn max_pause(&self, direction: Direction) -> Option<PauseShare> {
         self.pause
             .iter()
             .filter(|p| p.direction == direction.as_label())

@@ -12,11 +12,11 @@
 //! `fabric_probes` (the probes' failing paths and verdicts).
 
 pub mod auth;
-pub mod client_share;
+pub(crate) mod client_share;
 pub mod fabric_json;
 pub mod fabric_page;
-pub mod fabric_peers;
-pub mod fabric_probes;
+pub(crate) mod fabric_peers;
+pub(crate) mod fabric_probes;
 pub mod fabric_rates;
 pub mod negotiate;
 pub mod panic_guard;
@@ -42,7 +42,7 @@ pub use crate::yaml::ConfigError as WebConfigError;
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WebConfigFile {
+pub(crate) struct WebConfigFile {
     #[serde(default)]
     pub tls_server_config: Option<tls::TlsServerConfig>,
     #[serde(default)]
@@ -53,9 +53,10 @@ pub struct WebConfigFile {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HttpServerConfig {
+pub(crate) struct HttpServerConfig {
     /// Accepted for compatibility; only HTTP/1.1 is served.
     #[serde(default)]
+    #[allow(dead_code)]
     pub http2: Option<bool>,
     #[serde(default)]
     pub headers: Headers,
@@ -64,7 +65,7 @@ pub struct HttpServerConfig {
 /// The headers exporter-toolkit allows (others are refused, as there).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Headers {
+pub(crate) struct Headers {
     #[serde(rename = "Content-Security-Policy")]
     pub content_security_policy: Option<String>,
     #[serde(rename = "X-Frame-Options")]
@@ -221,7 +222,7 @@ impl LiveWebConfig {
     }
 
     /// Reloads when a watched file changed; looks at most once per `RELOAD_CHECK_INTERVAL`.
-    pub fn reload_if_changed(&self) {
+    pub(crate) fn reload_if_changed(&self) {
         let mut checks = self.checks.lock().unwrap_or_else(|e| e.into_inner());
         if checks.last.elapsed() < RELOAD_CHECK_INTERVAL {
             return;

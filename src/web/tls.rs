@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TlsServerConfig {
+pub(crate) struct TlsServerConfig {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
     #[serde(default)]
@@ -27,11 +27,12 @@ pub struct TlsServerConfig {
     pub max_version: Option<TlsVersion>,
     /// Accepted for compatibility: rustls always picks by the server's order.
     #[serde(default)]
+    #[allow(dead_code)]
     pub prefer_server_cipher_suites: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Deserialize)]
-pub enum ClientAuthType {
+pub(crate) enum ClientAuthType {
     #[default]
     NoClientCert,
     RequestClientCert,
@@ -42,7 +43,7 @@ pub enum ClientAuthType {
 
 /// Go's names; rustls has no TLS 1.0/1.1, so those are refused when loading.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Deserialize)]
-pub enum TlsVersion {
+pub(crate) enum TlsVersion {
     TLS10,
     TLS11,
     TLS12,
@@ -54,7 +55,7 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Builds the server config; returns it with the files it read (watched for reloads).
-pub fn server_config(
+pub(crate) fn server_config(
     config: &TlsServerConfig,
     base: &Path,
 ) -> Result<(rustls::ServerConfig, Vec<PathBuf>), String> {

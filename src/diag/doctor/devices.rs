@@ -11,7 +11,7 @@ const RESOURCE_FIX: &str = "mount /dev/infiniband into the container, or request
      resource of the RDMA device plugin (e.g. rdma/rdma_shared_device_a: 1) so it injects them";
 
 /// `class/infiniband` present and non-empty.
-pub fn check_presence(sysfs: &Path, snapshot: &NodeSnapshot) -> Finding {
+pub(crate) fn check_presence(sysfs: &Path, snapshot: &NodeSnapshot) -> Finding {
     let class = sysfs.join("class/infiniband");
     if snapshot.devices.is_empty() {
         return Finding::host(
@@ -35,7 +35,7 @@ pub fn check_presence(sysfs: &Path, snapshot: &NodeSnapshot) -> Finding {
 
 /// `<dev>/infiniband/uverbs*` and `rdma_cm`: present and openable read-write, which is what
 /// libibverbs and librdmacm do first.
-pub fn check_dev_files(dev: &Path) -> Vec<Finding> {
+pub(crate) fn check_dev_files(dev: &Path) -> Vec<Finding> {
     let dir = dev.join("infiniband");
     let mut names: Vec<String> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries

@@ -8,7 +8,7 @@ use super::report::{Finding, Severity};
 
 /// One populated entry of `ports/<n>/gids/<index>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GidEntry {
+pub(crate) struct GidEntry {
     pub index: u32,
     pub gid: Ipv6Addr,
     /// `gid_attrs/types/<index>`: `IB/RoCE v1` or `RoCE v2`.
@@ -19,7 +19,7 @@ pub struct GidEntry {
 
 /// Reads the populated entries; empty slots (all zero) and unreadable attributes are skipped,
 /// as the kernel answers EINVAL for the attributes of an empty slot.
-pub fn read_table(port_dir: &Path) -> Vec<GidEntry> {
+pub(crate) fn read_table(port_dir: &Path) -> Vec<GidEntry> {
     let Ok(entries) = std::fs::read_dir(port_dir.join("gids")) else {
         return Vec::new();
     };
@@ -49,7 +49,7 @@ pub fn read_table(port_dir: &Path) -> Vec<GidEntry> {
 }
 
 /// The GID an address gets: IPv4 as `::ffff:a.b.c.d`, IPv6 as itself.
-pub fn gid_of(address: IpAddr) -> Ipv6Addr {
+pub(crate) fn gid_of(address: IpAddr) -> Ipv6Addr {
     match address {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         IpAddr::V6(v6) => v6,
@@ -57,7 +57,7 @@ pub fn gid_of(address: IpAddr) -> Ipv6Addr {
 }
 
 /// One finding per address: the RoCE v2 GID index NCCL/UCX would pick, or its absence.
-pub fn check_addresses(
+pub(crate) fn check_addresses(
     table: &[GidEntry],
     device: &str,
     port: u32,

@@ -14,13 +14,13 @@ const MEMLOCK_FIX: &str = "set ulimit -l unlimited (memlock in /etc/security/lim
 
 /// The soft RLIMIT_MEMLOCK: `None` is unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemlockLimit {
+pub(crate) struct MemlockLimit {
     pub bytes: Option<u64>,
 }
 
 /// Reads `Max locked memory` from `<procfs>/self/limits` (so fixtures can give it), falling
 /// back to getrlimit(2) when that file cannot be read.
-pub fn memlock_limit(procfs: &Path) -> (MemlockLimit, String) {
+pub(crate) fn memlock_limit(procfs: &Path) -> (MemlockLimit, String) {
     let path = procfs.join("self/limits");
     if let Some(limit) = std::fs::read_to_string(&path)
         .ok()
@@ -53,7 +53,7 @@ fn parse_limits(text: &str) -> Option<MemlockLimit> {
 }
 
 /// Whether CAP_IPC_LOCK is in `CapEff` of `<procfs>/self/status`; `None` when unreadable.
-pub fn has_ipc_lock(procfs: &Path) -> Option<bool> {
+pub(crate) fn has_ipc_lock(procfs: &Path) -> Option<bool> {
     let text = std::fs::read_to_string(procfs.join("self/status")).ok()?;
     let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
     let mask = u64::from_str_radix(hex, 16).ok()?;

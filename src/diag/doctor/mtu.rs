@@ -9,14 +9,14 @@ use std::path::Path;
 use super::report::{Finding, Severity};
 
 /// The bytes `iboe_get_mtu` takes off the netdev MTU.
-pub const ROCE_HEADER_BYTES: u32 = 96;
+pub(crate) const ROCE_HEADER_BYTES: u32 = 96;
 /// The largest IB MTU, and the one a lossless RDMA fabric is built for.
-pub const FULL_ROCE_MTU: u32 = 4096;
+pub(crate) const FULL_ROCE_MTU: u32 = 4096;
 /// The classic Ethernet MTU: above it, jumbo frames were set on purpose.
 const ETHERNET_MTU: u32 = 1500;
 
 /// The RoCE active MTU a netdev MTU gives, as `iboe_get_mtu` computes it; `None` below 256.
-pub fn roce_active_mtu(netdev_mtu: u32) -> Option<u32> {
+pub(crate) fn roce_active_mtu(netdev_mtu: u32) -> Option<u32> {
     let room = netdev_mtu.saturating_sub(ROCE_HEADER_BYTES);
     [4096, 2048, 1024, 512, 256]
         .into_iter()
@@ -24,7 +24,7 @@ pub fn roce_active_mtu(netdev_mtu: u32) -> Option<u32> {
 }
 
 /// `class/net/<netdev>/mtu`.
-pub fn read_mtu(sysfs: &Path, netdev: &str) -> Result<u32, String> {
+pub(crate) fn read_mtu(sysfs: &Path, netdev: &str) -> Result<u32, String> {
     let path = sysfs.join("class/net").join(netdev).join("mtu");
     let text = crate::bounded_read::read_to_string(&path, 64)
         .map_err(|e| format!("{}: {e}", path.display()))?;

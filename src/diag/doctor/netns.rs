@@ -61,7 +61,7 @@ impl NetnsView {
     }
 
     /// Addresses RoCE can use: IPv6 link-local ones always have a GID and NCCL ignores them.
-    pub fn routable_addresses(&self, netdev: &str) -> Vec<IpAddr> {
+    pub(crate) fn routable_addresses(&self, netdev: &str) -> Vec<IpAddr> {
         self.interfaces
             .get(netdev)
             .into_iter()
@@ -119,7 +119,11 @@ fn parse_view(path: &Path, text: &str) -> Result<NetnsView, DoctorError> {
 }
 
 /// How this process seems to reach its RoCE netdevs, judged by which of them it sees.
-pub fn guess_mode(view: &NetnsView, roce_netdevs: &[String], vf_netdevs: &[String]) -> Finding {
+pub(crate) fn guess_mode(
+    view: &NetnsView,
+    roce_netdevs: &[String],
+    vf_netdevs: &[String],
+) -> Finding {
     let visible: Vec<&String> = roce_netdevs.iter().filter(|n| view.has(n)).collect();
     let others: Vec<&str> = view
         .interfaces
@@ -163,7 +167,7 @@ pub fn guess_mode(view: &NetnsView, roce_netdevs: &[String], vf_netdevs: &[Strin
 /// `partial` is true when some RoCE netdevs are here and some are not (host-device / SR-IOV
 /// pods get a few ports on purpose): a missing one is then a warning about NCCL_IB_HCA, not a
 /// failure.
-pub fn check_netdev(
+pub(crate) fn check_netdev(
     view: &NetnsView,
     device: &str,
     port: u32,
@@ -234,7 +238,7 @@ pub fn check_netdev(
 
 /// Whether the device's PCI function is an SR-IOV VF: it has a `physfn` link to its PF (looked
 /// at, not followed: the PF's directory need not be visible).
-pub fn is_vf(sysfs: &Path, device: &str) -> bool {
+pub(crate) fn is_vf(sysfs: &Path, device: &str) -> bool {
     let pci: PathBuf = sysfs.join("class/infiniband").join(device).join("device");
     std::fs::symlink_metadata(pci.join("physfn")).is_ok()
 }

@@ -7,7 +7,7 @@ use crate::node::sysfs::Device;
 use super::report::{Finding, Severity};
 
 /// `None` for a device without a known PCI function (soft devices on veths, non-PCI devices).
-pub fn check_link(device: &Device) -> Option<Finding> {
+pub(crate) fn check_link(device: &Device) -> Option<Finding> {
     let link = device.pcie.as_ref()?;
     let message = describe(link);
     let finding = |severity| Finding::device("pcie", &device.name, severity, &message);

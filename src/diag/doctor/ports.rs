@@ -8,7 +8,7 @@ use super::report::{Finding, Severity};
 const STATE_ACTIVE: u32 = 4;
 const PHYS_LINK_UP: u32 = 5;
 
-pub fn check_state(device: &str, port: &Port) -> Finding {
+pub(crate) fn check_state(device: &str, port: &Port) -> Finding {
     let state = port.state.as_ref().map(|(_, s)| s.as_str()).unwrap_or("?");
     let phys = port
         .phys_state
@@ -41,7 +41,7 @@ pub fn check_state(device: &str, port: &Port) -> Finding {
 
 /// Compares the port's rate with `expected_gbps`, or else with the fastest port of the same
 /// link layer on this node (NICs of one role are normally bought and cabled alike).
-pub fn check_rate(
+pub(crate) fn check_rate(
     devices: &[Device],
     device: &str,
     port: &Port,

@@ -17,7 +17,7 @@ const MIN_BYTES: u64 = 64 << 20;
 const MIN_COVERED_SHARE: f64 = 0.5;
 
 /// Bytes per priority, both directions.
-pub fn priority_bytes(stats: &[RawStat]) -> Option<[u64; 8]> {
+pub(crate) fn priority_bytes(stats: &[RawStat]) -> Option<[u64; 8]> {
     let get = |name: String| stats.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
     if get("rx_prio0_bytes".into()).is_none() && get("tx_prio0_bytes".into()).is_none() {
         return None;
@@ -32,7 +32,7 @@ pub fn priority_bytes(stats: &[RawStat]) -> Option<[u64; 8]> {
 }
 
 /// RDMA bytes, both directions; `None` when the driver does not count them apart.
-pub fn rdma_bytes(stats: &[RawStat]) -> Option<u64> {
+pub(crate) fn rdma_bytes(stats: &[RawStat]) -> Option<u64> {
     let names = [
         "rx_vport_rdma_unicast_bytes",
         "tx_vport_rdma_unicast_bytes",

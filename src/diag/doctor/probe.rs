@@ -25,7 +25,7 @@ const COLLECTORS: [&str; 3] = ["probe", "sysfs", "ethtool"];
 
 /// One port's counters at one scrape, as the exporter serves them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PortCounts {
+pub(crate) struct PortCounts {
     /// `rdma_probe_up`.
     pub up: Option<f64>,
     /// Probes sent and lost, all path kinds.

@@ -11,7 +11,7 @@ use super::trust::priorities;
 
 /// Which priorities have PFC enabled, and who said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PfcView {
+pub(crate) struct PfcView {
     /// Bit `p` set: PFC enabled on priority `p`.
     pub enabled: u8,
     pub source: String,
@@ -20,7 +20,7 @@ pub struct PfcView {
 /// mlx5 creates `rx_prio<p>_pause` only for priorities with PFC enabled, so their presence tells
 /// the PFC set without DCB netlink; `None` when the driver has no mlx5-style per-priority
 /// statistics at all.
-pub fn inferred_pfc(stats: &[RawStat]) -> Option<u8> {
+pub(crate) fn inferred_pfc(stats: &[RawStat]) -> Option<u8> {
     let has = |name: &str| stats.iter().any(|(n, _)| n == name);
     if !stats.iter().any(|(n, _)| n.starts_with("rx_prio0_")) {
         return None;
@@ -34,7 +34,7 @@ pub fn inferred_pfc(stats: &[RawStat]) -> Option<u8> {
 
 /// PFC from DCB netlink when it answers with a PFC attribute, else inferred from the driver
 /// statistics (saying why DCB netlink was not used); `Err` says why neither could tell.
-pub fn pfc_view(
+pub(crate) fn pfc_view(
     dcb: &Result<DcbAnswer, DcbError>,
     stats: &Result<Vec<RawStat>, EthtoolError>,
     netdev: &str,
@@ -70,7 +70,7 @@ pub fn pfc_view(
 
 /// PFC on `priority`, the priority RoCE uses (`how` says how that was found, or is empty when
 /// it is the `--roce-priority` setting).
-pub fn check_pfc(
+pub(crate) fn check_pfc(
     view: &Result<PfcView, String>,
     device: &str,
     port: u32,
@@ -137,7 +137,13 @@ pub fn check_pfc(
 /// exporter reads it (`node::ecn_settings`); upstream kernels keep these in debugfs, so their
 /// absence is no problem. A file that cannot be read or parsed (an empty one is the driver's
 /// failed firmware query) is said to be unreadable, never taken for "off".
-pub fn check_ecn(sysfs: &Path, device: &str, port: u32, netdev: &str, priority: u8) -> Finding {
+pub(crate) fn check_ecn(
+    sysfs: &Path,
+    device: &str,
+    port: u32,
+    netdev: &str,
+    priority: u8,
+) -> Finding {
     let class_net = sysfs.join("class/net");
     let ecn = class_net.join(netdev).join("ecn");
     let finding = |severity, message: String| Finding::port("ecn", device, port, severity, message);

@@ -78,7 +78,7 @@ impl Finding {
         }
     }
 
-    pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
+    pub(crate) fn with_fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
         self
     }

@@ -19,7 +19,7 @@ const NEAR_LIMIT: f64 = 0.9;
 const OBJECT_TYPES: [&str; 5] = ["pd", "cq", "qp", "mr", "srq"];
 
 /// Counts per device and resource type (`qp`, `cq`, `mr`, ...).
-pub type Usage = BTreeMap<String, BTreeMap<String, u64>>;
+pub(crate) type Usage = BTreeMap<String, BTreeMap<String, u64>>;
 
 pub fn check(tool: &Path, sysfs: &Path) -> Vec<Finding> {
     let usage = match run_tool(tool) {

@@ -12,7 +12,7 @@ use super::report::{Finding, Severity};
 use super::{mtu, prio_traffic, qos, trust};
 
 /// The priority checked when nothing tells the one RoCE uses: the common lossless choice.
-pub const DEFAULT_ROCE_PRIORITY: u8 = 3;
+pub(crate) const DEFAULT_ROCE_PRIORITY: u8 = 3;
 
 /// What the checks of one port need besides the port.
 pub struct Sources<'a> {

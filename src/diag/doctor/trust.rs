@@ -17,7 +17,7 @@ const MAX_KNOB_BYTES: u64 = 4096;
 
 /// The IP traffic class (ToS byte) RoCE packets carry, and where that was learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrafficClass {
+pub(crate) struct TrafficClass {
     pub value: u8,
     pub source: String,
 }
@@ -30,7 +30,7 @@ impl TrafficClass {
 
 /// The priority RoCE traffic lands on, and how that was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RocePriority {
+pub(crate) struct RocePriority {
     pub priority: u8,
     pub how: String,
 }
@@ -39,7 +39,7 @@ pub struct RocePriority {
 /// then one line per rule (`src_ip=...,dst_ip=...,tclass=<N>`); empty when neither.
 /// (`traffic_class_show` in MLNX_OFED's drivers/infiniband/hw/mlx5/main_ext.c.)
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OfedTrafficClass {
+pub(crate) struct OfedTrafficClass {
     pub global: Option<u8>,
     pub rules: usize,
 }
@@ -74,7 +74,7 @@ fn read_knob(path: &Path) -> Option<Result<String, String>> {
 }
 
 /// The traffic class RoCE uses on `device` port `port`, with the facts learned on the way.
-pub fn roce_traffic_class(
+pub(crate) fn roce_traffic_class(
     sysfs: &Path,
     device: &str,
     port: u32,
@@ -158,7 +158,7 @@ pub fn roce_traffic_class(
 }
 
 /// The trust mode and the priority the traffic class maps to; `None` where that cannot be told.
-pub fn check_trust(
+pub(crate) fn check_trust(
     dcb: &Result<DcbAnswer, DcbError>,
     tclass: &TrafficClass,
     device: &str,

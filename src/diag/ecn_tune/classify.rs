@@ -16,22 +16,22 @@ use serde::Serialize;
 
 /// Paused more than this share of the window: PFC, not ECN, is controlling congestion
 /// (`RdmaEcnThresholdTooHigh`: `rdma:nic_pfc_rx_paused_ratio:max_rate5m > 0.05`).
-pub const PFC_SIGNIFICANT: f64 = 0.05;
+pub(crate) const PFC_SIGNIFICANT: f64 = 0.05;
 /// Paused less than this share: no PFC to speak of (`RdmaEcnThresholdPossiblyTooLow`:
 /// `rdma:nic_pfc_rx_paused_ratio:max_rate5m < 0.001`).
-pub const PFC_NEAR_ZERO: f64 = 0.001;
+pub(crate) const PFC_NEAR_ZERO: f64 = 0.001;
 /// Fewer ECN signals per packet than this: ECN is not acting on this port's traffic
 /// (`RdmaEcnThresholdTooHigh`: `rdma:nic_cnp_handled_per_packet:ratio_rate5m < 1e-5`).
-pub const ECN_FEEDBACK_LOW: f64 = 1e-5;
+pub(crate) const ECN_FEEDBACK_LOW: f64 = 1e-5;
 /// More ECN signals per packet than this: congestion control brakes hard
 /// (`RdmaEcnThresholdPossiblyTooLow`: `rdma:nic_cnp_sent_per_packet:ratio_rate5m > 1e-3`).
-pub const ECN_FEEDBACK_HIGH: f64 = 1e-3;
+pub(crate) const ECN_FEEDBACK_HIGH: f64 = 1e-3;
 /// Throughput below this share of line rate is "far below line rate"; at or above it,
 /// "near line rate" for the healthy verdict (both the alert's and the dashboard's 0.5).
-pub const FAR_BELOW_LINE_RATE: f64 = 0.5;
+pub(crate) const FAR_BELOW_LINE_RATE: f64 = 0.5;
 /// Throughput at or below this share of line rate is too little traffic to judge ECN by (the
 /// alert's lower bound `> 0.05`, the dashboard's "Idle").
-pub const TRAFFIC_FLOOR: f64 = 0.05;
+pub(crate) const TRAFFIC_FLOOR: f64 = 0.05;
 
 /// What the window says about one port, each number averaged over the window. `None` when
 /// Prometheus had no series (or only NaN: 0/0 on an idle port) for it.
@@ -91,7 +91,7 @@ impl Class {
     }
 
     /// A misconfiguration the command exits 1 for.
-    pub fn is_misconfiguration(self) -> bool {
+    pub(crate) fn is_misconfiguration(self) -> bool {
         matches!(self, Class::TooHigh | Class::TooLow)
     }
 }

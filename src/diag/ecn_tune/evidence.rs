@@ -50,23 +50,23 @@ const SWITCH_DETAIL_LABELS: [&str; 9] = [
 const QUANTA_BITS: f64 = 65_535.0 * 512.0;
 /// A NIC that pauses its switch port more than this share of the time is a storm source or a
 /// stuck receiver (the agent's storm rule uses 0.9; half is already no ECN question).
-pub const PAUSING_ITS_SWITCH: f64 = 0.5;
+pub(crate) const PAUSING_ITS_SWITCH: f64 = 0.5;
 /// Frames per second received from a neighbour that `RdmaSwitchPfcPauseSustained` pages on.
 const SWITCH_RX_PFC_SUSTAINED: f64 = 10_000.0;
 /// The probes' RTT rose in the window when it is more than this many times its baseline...
-pub const PROBE_RTT_RISE_FACTOR: f64 = 1.5;
+pub(crate) const PROBE_RTT_RISE_FACTOR: f64 = 1.5;
 /// ...and at least this much more, seconds, where the NIC stamps the probes (`clock` label
 /// `hardware`): a few microseconds are the path mix (a rotating sample of targets, same leaf or
 /// over the spine), not queues...
-pub const PROBE_RTT_RISE_MIN_SECONDS: f64 = 10e-6;
+pub(crate) const PROBE_RTT_RISE_MIN_SECONDS: f64 = 10e-6;
 /// ...or this much where the host's clock times them (`software`, or not known): the probe
 /// loop reads that clock at polls up to 100 µs apart, later on a busy host, so the mean moves
 /// by tens of microseconds with the host's load alone (the demo's moves 10 -> 20 µs).
-pub const PROBE_RTT_RISE_MIN_SECONDS_SOFTWARE: f64 = 100e-6;
+pub(crate) const PROBE_RTT_RISE_MIN_SECONDS_SOFTWARE: f64 = 100e-6;
 
 /// Whether the probes' mean RTT rose from `before` to `now` by more than noise: both
 /// [`PROBE_RTT_RISE_FACTOR`] times and the clock's floor.
-pub fn probe_rtt_rose(now: f64, before: f64, clock: Option<&str>) -> bool {
+pub(crate) fn probe_rtt_rose(now: f64, before: f64, clock: Option<&str>) -> bool {
     let floor = if clock == Some("hardware") {
         PROBE_RTT_RISE_MIN_SECONDS
     } else {
@@ -514,7 +514,7 @@ fn probe_rtts(q: &Queries) -> Result<ProbeRtts, QueryError> {
 }
 
 /// `12.3 µs`, `4.56 ms`.
-pub fn rtt_text(seconds: f64) -> String {
+pub(crate) fn rtt_text(seconds: f64) -> String {
     if seconds >= 1e-3 {
         format!("{:.2} ms", seconds * 1e3)
     } else {

@@ -45,7 +45,7 @@ pub struct Thresholds {
     pub traffic_floor: f64,
 }
 
-pub const THRESHOLDS: Thresholds = Thresholds {
+pub(crate) const THRESHOLDS: Thresholds = Thresholds {
     pfc_significant: classify::PFC_SIGNIFICANT,
     pfc_near_zero: classify::PFC_NEAR_ZERO,
     ecn_feedback_low: classify::ECN_FEEDBACK_LOW,

@@ -23,10 +23,10 @@
 use serde::Serialize;
 
 /// Kmin and Kmax per Gb/s of line rate (HPCC's DCQCN settings: 100 KB and 400 KB at 25 Gb/s).
-pub const KMIN_BYTES_PER_GBPS: f64 = 4_000.0;
-pub const KMAX_BYTES_PER_GBPS: f64 = 16_000.0;
+pub(crate) const KMIN_BYTES_PER_GBPS: f64 = 4_000.0;
+pub(crate) const KMAX_BYTES_PER_GBPS: f64 = 16_000.0;
 /// Marking probability at Kmax (HPCC's DCQCN settings).
-pub const PMAX: f64 = 0.2;
+pub(crate) const PMAX: f64 = 0.2;
 /// Signal speed in copper and fibre, about two thirds of c.
 const SIGNAL_METRES_PER_SECOND: f64 = 2.0e8;
 /// Time both ends of a link take to act on PAUSE (MAC and PHY, assumed).
@@ -83,7 +83,7 @@ pub const SOURCES: [&str; 3] = [
     "Intel Ethernet 800 Series Linux Flow Control Configuration Guide for RDMA Use Cases (635330), DCQCN: PFC must not trigger early (precluding ECN) nor late (drops)",
 ];
 
-pub fn suggest(inputs: Inputs) -> Result<Suggestion, ThresholdError> {
+pub(crate) fn suggest(inputs: Inputs) -> Result<Suggestion, ThresholdError> {
     if inputs.ports == 0 {
         return Err(ThresholdError::NoPorts);
     }
@@ -148,7 +148,7 @@ pub fn suggest(inputs: Inputs) -> Result<Suggestion, ThresholdError> {
 }
 
 /// `64MB`, `64MiB`, `67108864`: decimal (KB, MB, GB) and binary (KiB, MiB, GiB) units.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -84,7 +84,7 @@ pub fn last(duration: Duration, now: f64) -> Window {
 
 /// A time as Prometheus' API takes it: RFC 3339 (`2025-10-14T12:00:00Z`, an offset, fractional
 /// seconds) or Unix seconds (`1760443200`, `1760443200.5`).
-pub fn parse_time(flag: &'static str, text: &str) -> Result<f64, WindowError> {
+pub(crate) fn parse_time(flag: &'static str, text: &str) -> Result<f64, WindowError> {
     let bad = |message: &str| WindowError::BadTime {
         flag,
         text: text.to_string(),
@@ -103,7 +103,7 @@ pub fn parse_time(flag: &'static str, text: &str) -> Result<f64, WindowError> {
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -124,7 +124,7 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 
 /// Date and time fields, checked for range.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CivilTime {
+pub(crate) struct CivilTime {
     pub year: i64,
     pub month: u32,
     pub day: u32,
@@ -171,7 +171,7 @@ impl CivilTime {
     }
 
     /// Unix seconds, reading the fields as UTC.
-    pub fn as_utc(&self) -> f64 {
+    pub(crate) fn as_utc(&self) -> f64 {
         let days = days_from_civil(self.year, self.month, self.day);
         (days * 86_400
             + i64::from(self.hour) * 3600
@@ -181,7 +181,7 @@ impl CivilTime {
 }
 
 /// RFC 3339 date-time: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`.
-pub fn parse_rfc3339(text: &str) -> Option<f64> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<f64> {
     let base = CivilTime::parse(text.get(..19)?)?;
     let mut rest = &text[19..];
     let mut fraction = 0.0;
@@ -219,7 +219,7 @@ pub fn parse_rfc3339(text: &str) -> Option<f64> {
 }
 
 /// Unix seconds as RFC 3339 in UTC, to the second.
-pub fn rfc3339(unix: f64) -> String {
+pub(crate) fn rfc3339(unix: f64) -> String {
     if !unix.is_finite() {
         return "invalid time".into();
     }

@@ -13,7 +13,7 @@ use crate::ib::model::{CounterValues, Guid, IbNode, IbPort, LinkSpeed, LinkWidth
 
 /// The counters that count errors: IBTA PortCounters' error fields, and any other field named
 /// as an error, discard or drop (PortRcvErrorDetails' `PortMalformedPktErrors`...).
-pub fn is_error_counter(name: &str) -> bool {
+pub(crate) fn is_error_counter(name: &str) -> bool {
     matches!(
         name,
         "SymbolErrorCounter" | "LinkErrorRecoveryCounter" | "LinkDownedCounter" | "VL15Dropped"
@@ -143,7 +143,7 @@ pub struct Findings {
 }
 
 impl Findings {
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.degraded_links.is_empty()
             && self.error_ports.is_empty()
             && self.congested_ports.is_empty()

@@ -16,9 +16,9 @@ use crate::diag::OutputFormat;
 use crate::ib::diags::detect::{parse_any, Parsed};
 use crate::ib::diags::merge::merge;
 
-pub const EXIT_FINDINGS: u8 = 1;
-pub const EXIT_UNREADABLE: u8 = 2;
-pub const EXIT_NOT_DIAGS: u8 = 3;
+pub(crate) const EXIT_FINDINGS: u8 = 1;
+pub(crate) const EXIT_UNREADABLE: u8 = 2;
+pub(crate) const EXIT_NOT_DIAGS: u8 = 3;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct IbReportArgs {

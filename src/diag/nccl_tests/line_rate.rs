@@ -68,7 +68,7 @@ pub struct LineRate {
 }
 
 impl LineRate {
-    pub fn from_flag(gbit_per_s: f64) -> LineRate {
+    pub(crate) fn from_flag(gbit_per_s: f64) -> LineRate {
         LineRate {
             source: Source::Flag,
             per_gpu_gbit_per_s: gbit_per_s,
@@ -81,14 +81,14 @@ impl LineRate {
     }
 
     /// GB/s, the unit of nccl-tests' bandwidth columns.
-    pub fn per_gpu_gbyte_per_s(&self) -> f64 {
+    pub(crate) fn per_gpu_gbyte_per_s(&self) -> f64 {
         self.per_gpu_gbit_per_s / 8.0
     }
 }
 
 /// This host's share per GPU, or `None` when no RDMA port is active with a known rate.
 /// `run_ranks_per_host` counts the GPUs when the PCI bus shows none.
-pub fn from_sysfs(sysfs: &Path, run_ranks_per_host: Option<usize>) -> Option<LineRate> {
+pub(crate) fn from_sysfs(sysfs: &Path, run_ranks_per_host: Option<usize>) -> Option<LineRate> {
     let snapshot = read_node(sysfs, &DeviceFilter::default());
     let active: Vec<PortRate> = snapshot
         .devices

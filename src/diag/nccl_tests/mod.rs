@@ -27,7 +27,7 @@ const EXIT_UNREADABLE: u8 = 2;
 const EXIT_NOT_NCCL_TESTS: u8 = 3;
 
 /// Larger inputs are refused: a run with NCCL_DEBUG=INFO of a large job stays far below it.
-pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct NcclTestsArgs {
@@ -74,7 +74,7 @@ pub enum InputError {
 }
 
 /// The input's name for the report and its bytes, bounded by `MAX_INPUT_BYTES`.
-pub fn read_input(path: &Path) -> Result<(String, Vec<u8>), InputError> {
+pub(crate) fn read_input(path: &Path) -> Result<(String, Vec<u8>), InputError> {
     if path.as_os_str() == "-" {
         let name = "<stdin>".to_string();
         let mut bytes = Vec::new();

@@ -97,7 +97,7 @@ pub struct Row {
 
 impl Row {
     /// The better busbw of the two halves.
-    pub fn best_busbw_gbps(&self) -> f64 {
+    pub(crate) fn best_busbw_gbps(&self) -> f64 {
         self.out_of_place.busbw_gbps.max(self.in_place.busbw_gbps)
     }
 }
@@ -164,7 +164,7 @@ impl Run {
     }
 
     /// The most ranks on one host (the GPUs per node the run used).
-    pub fn ranks_per_host(&self) -> Option<usize> {
+    pub(crate) fn ranks_per_host(&self) -> Option<usize> {
         self.hosts()
             .iter()
             .map(|h| self.devices.iter().filter(|d| d.host == *h).count())
@@ -172,7 +172,7 @@ impl Run {
     }
 
     /// Sum of every `#wrong` figure (saturating).
-    pub fn wrong_total(&self) -> u64 {
+    pub(crate) fn wrong_total(&self) -> u64 {
         self.rows
             .iter()
             .flat_map(|r| [r.out_of_place.wrong, r.in_place.wrong])

@@ -19,12 +19,12 @@ use super::line_rate::LineRate;
 use super::parse::Run;
 
 /// Exit codes shared with `nccl`: 0 healthy (or not judged), 1 a problem found.
-pub const EXIT_HEALTHY: u8 = 0;
-pub const EXIT_PROBLEM: u8 = 1;
+pub(crate) const EXIT_HEALTHY: u8 = 0;
+pub(crate) const EXIT_PROBLEM: u8 = 1;
 
 /// Below this largest message the bandwidth has not reached its plateau (latency dominates):
 /// the line-rate check needs at least one row this large.
-pub const MIN_JUDGED_BYTES: u64 = 64 << 20;
+pub(crate) const MIN_JUDGED_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

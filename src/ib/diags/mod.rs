@@ -25,7 +25,7 @@ pub struct NotThisTool(pub &'static str);
 /// The IBTA name for a counter: perfquery and ibqueryerrors print IBTA names
 /// (`SymbolErrorCounter`), perfquery 1.x (OFED 1.4 era) printed short ones (`SymbolErrors`,
 /// `XmtData`); both become the model's key.
-pub fn canonical_counter(name: &str) -> &str {
+pub(crate) fn canonical_counter(name: &str) -> &str {
     match name {
         "SymbolErrors" => "SymbolErrorCounter",
         "LinkRecovers" => "LinkErrorRecoveryCounter",
@@ -50,7 +50,7 @@ pub fn canonical_counter(name: &str) -> &str {
 /// The width in bits of a PortCounters field (IBTA vol. 1, 16.1.3.5), for telling a counter
 /// stuck at its maximum from a real count; `None` for the 64-bit extended ones and unknown
 /// names. PortXmitWait is 32 bits in PortCounters (perfquery without `-x` and ibqueryerrors).
-pub fn counter_bits(name: &str) -> Option<u32> {
+pub(crate) fn counter_bits(name: &str) -> Option<u32> {
     Some(match name {
         "SymbolErrorCounter"
         | "PortRcvErrors"

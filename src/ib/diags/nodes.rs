@@ -41,7 +41,13 @@ impl Nodes {
 
     /// Merges `port` into the node's port of the same number: fields still `None` are taken,
     /// counters are added (a later value of the same counter wins: the later output).
-    pub fn merge_port(&mut self, guid: Guid, kind: NodeKind, description: &str, port: IbPort) {
+    pub(crate) fn merge_port(
+        &mut self,
+        guid: Guid,
+        kind: NodeKind,
+        description: &str,
+        port: IbPort,
+    ) {
         let node = self.node(guid, kind, description);
         let slot = port_slot(node, port.number);
         fill(slot, port);
@@ -72,7 +78,7 @@ impl Nodes {
 
     /// The merged nodes, sorted by GUID, with ports in ascending order and each remote's
     /// description taken from the remote node where the link line had none.
-    pub fn into_nodes(self) -> Vec<IbNode> {
+    pub(crate) fn into_nodes(self) -> Vec<IbNode> {
         let descriptions: BTreeMap<Guid, String> = self
             .nodes
             .values()

@@ -46,12 +46,6 @@ pub enum RunError {
     },
 }
 
-impl RunError {
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, RunError::Timeout { .. })
-    }
-}
-
 /// Runs `program args` and returns its stdout (lossy UTF-8) when it exits 0 within the limits.
 pub fn run(program: &Path, args: &[String], limits: RunLimits) -> Result<String, RunError> {
     let name = program.display().to_string();

@@ -14,7 +14,7 @@ pub fn width(word: &str) -> Option<LinkWidth> {
 }
 
 /// A generation's name as the tools print it (`SDR` .. `XDR`, `FDR10`).
-pub fn speed_name(word: &str) -> Option<LinkSpeed> {
+pub(crate) fn speed_name(word: &str) -> Option<LinkSpeed> {
     Some(match word.to_ascii_uppercase().as_str() {
         "SDR" => LinkSpeed::Sdr,
         "DDR" => LinkSpeed::Ddr,
@@ -32,7 +32,7 @@ pub fn speed_name(word: &str) -> Option<LinkSpeed> {
 /// The signalling rate of one lane in Gb/s as iblinkinfo prints it (`2.5`, `5.0`, `10.0`,
 /// `10.3125` FDR10, `14.0625`, `25.78125`, `53.125`, `106.25`, `212.5`). Ranges rather than
 /// exact values: some versions and scripts round (`25.78`, `14.0`).
-pub fn speed_lane_gbps(word: &str) -> Option<LinkSpeed> {
+pub(crate) fn speed_lane_gbps(word: &str) -> Option<LinkSpeed> {
     let gbps: f64 = word.parse().ok()?;
     if !gbps.is_finite() || gbps <= 0.0 {
         return None;
@@ -52,7 +52,7 @@ pub fn speed_lane_gbps(word: &str) -> Option<LinkSpeed> {
 }
 
 /// `4xEDR` (ibnetdiscover's topology file) into width and speed.
-pub fn width_speed(word: &str) -> Option<(LinkWidth, LinkSpeed)> {
+pub(crate) fn width_speed(word: &str) -> Option<(LinkWidth, LinkSpeed)> {
     let x = word.find(['x', 'X'])?;
     let w = width(&word[..=x])?;
     let s = speed_name(&word[x + 1..])?;
@@ -60,7 +60,7 @@ pub fn width_speed(word: &str) -> Option<(LinkWidth, LinkSpeed)> {
 }
 
 /// PortState as printed: `Active`, `Down`, `Init`, `Armed` (any case, `ACTIVE` from ibstatus).
-pub fn port_state(word: &str) -> Option<PortState> {
+pub(crate) fn port_state(word: &str) -> Option<PortState> {
     Some(match word.to_ascii_lowercase().as_str() {
         "down" => PortState::Down,
         "init" | "initialize" => PortState::Init,

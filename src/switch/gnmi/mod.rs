@@ -62,7 +62,7 @@ pub enum GnmiValue {
 impl GnmiValue {
     /// The value as a counter: unsigned integers, non-negative integers, and decimal strings
     /// (SONiC's COUNTERS_DB returns every number as a string).
-    pub fn as_counter(&self) -> Option<u64> {
+    pub(crate) fn as_counter(&self) -> Option<u64> {
         match self {
             GnmiValue::Uint(v) => Some(*v),
             GnmiValue::Int(v) => u64::try_from(*v).ok(),
@@ -413,7 +413,7 @@ pub(crate) async fn connect(target: &GnmiTarget) -> Result<GNmiClient<Channel>, 
 }
 
 /// Upper bound of one gNMI message; a larger one fails the read instead of growing memory.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The encoding to ask for: JSON_IETF where the target supports it (or does not say), else
 /// PROTO, else JSON. Capabilities is optional for a target; its failure is not an error.
@@ -463,7 +463,7 @@ pub async fn fetch_once(
 
 /// [`fetch_once`] that fails with `too_many_leaves` past `max_leaves` leaves, rather than
 /// collecting whatever a target sends before its sync response.
-pub async fn fetch_once_capped(
+pub(crate) async fn fetch_once_capped(
     target: &GnmiTarget,
     paths: &[proto::Path],
     max_leaves: usize,
@@ -547,7 +547,7 @@ async fn fetch(
 /// session for the switch to keep. A path the target has no data under (NOT_FOUND, which
 /// sonic-gnmi answers for a table with no entries: a switch without PFC configured) reads as
 /// no leaves.
-pub async fn get_once_capped(
+pub(crate) async fn get_once_capped(
     target: &GnmiTarget,
     paths: &[proto::Path],
     max_leaves: usize,

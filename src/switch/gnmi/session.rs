@@ -22,7 +22,7 @@ use crate::switch::poll_error::{PollError, PollErrorReason};
 /// Leaves one target may hold; a target that floods more ends its session instead of growing
 /// memory without bound. A 64-port SONiC switch sends about 20 000; at roughly 270 bytes a
 /// held leaf, 200 000 bounds a flooding target near 55 MiB (1 000 000 let it take 270 MiB).
-pub const MAX_LEAVES: usize = 200_000;
+pub(crate) const MAX_LEAVES: usize = 200_000;
 
 pub(crate) fn too_many_leaves(max_leaves: usize) -> PollError {
     PollError {
@@ -155,7 +155,7 @@ pub async fn run(
 }
 
 /// [`run`] with at most `max_leaves` leaves held (a profile's `max_leaves`).
-pub async fn run_capped(
+pub(crate) async fn run_capped(
     target: &GnmiTarget,
     paths: &[proto::Path],
     mode: SessionMode,
