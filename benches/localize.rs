@@ -243,6 +243,7 @@ fn port(h: usize, n: usize) -> Port {
         device: format!("mlx5_{n}"),
         port: 1,
         rail: n as u32,
+        leaf: None,
     }
 }
 

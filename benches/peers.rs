@@ -51,6 +51,7 @@ fn published(n: usize, incarnation: u32) -> Published {
                     device: format!("mlx5_{rail}"),
                     port: 1,
                     rail,
+                    leaf: None,
                     address: Address {
                         gid,
                         qpn: 0x100 + 64 * incarnation + rail,

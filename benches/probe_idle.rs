@@ -48,6 +48,7 @@ fn ports(memory: &MemoryFabric, host: usize) -> Vec<LocalPort> {
                 device: format!("mlx5_{n}"),
                 port: 1,
                 rail: n as u32,
+                leaf: None,
             },
             netdev: String::new(),
             traffic_class: 104,

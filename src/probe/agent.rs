@@ -1057,6 +1057,7 @@ mod tests {
                     device: format!("rxe{n}"),
                     port: 1,
                     rail: u32::from(n),
+                    leaf: None,
                 },
                 netdev: format!("veth{n}"),
                 traffic_class: 104,
@@ -1297,6 +1298,7 @@ mod tests {
                 device: "rxe0".into(),
                 port: 1,
                 rail: 0,
+                leaf: None,
             },
             address: Address {
                 gid: target_gid,

@@ -212,6 +212,7 @@ mod tests {
                         device: format!("rxe{n}"),
                         port: 1,
                         rail: u32::from(n),
+                        leaf: None,
                     },
                     netdev: String::new(),
                     traffic_class: 104,

@@ -296,6 +296,13 @@ fn local_ports(
         .collect();
     devices.sort();
     let rails = device_rails(config, sysfs, &devices);
+    let leaves = config.leaves_of(host).unwrap_or_else(|e| {
+        tracing::warn!("{e}: the plan takes no leaves from it");
+        config.leaves.clone()
+    });
+    if !leaves.is_empty() {
+        tracing::info!("probe leaves: {leaves:?}");
+    }
     let dcb = crate::node::dcb::KernelDcb::new(DCB_TIMEOUT);
     let mut ports = Vec::new();
     for device in &devices {
@@ -331,6 +338,7 @@ fn local_ports(
                             device: device.clone(),
                             port: u32::from(number),
                             rail,
+                            leaf: leaves.get(device).cloned(),
                         },
                         netdev,
                         traffic_class: chosen.traffic_class,

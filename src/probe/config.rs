@@ -1,6 +1,7 @@
 //! `probe:` in the config file and `--collector.probe*` on the command line: the `probe`
 //! collector, off by default.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -24,14 +25,25 @@ pub struct ProbeConfig {
     /// beside it in the PCI tree (NIC i beside GPU i, as rail-optimized servers pair them); a
     /// device beside none is off the rails (100 and on); without accelerators, its place in
     /// the sorted device list ([`super::rails`]).
-    pub rails: std::collections::BTreeMap<String, u32>,
+    pub rails: BTreeMap<String, u32>,
+    /// The leaf switch each device is cabled to, by device name (`mlx5_0: su1-leaf0`).
+    /// Published with the port's address: ports that know their leaf probe their leaf's
+    /// other hosts (`leaf_sample`) and cover the leaf pairs ([`super::targets`]).
+    pub leaves: BTreeMap<String, String>,
+    /// The fleet's leaves in one file, for one config everywhere (a ConfigMap): a YAML map of
+    /// host name to `{device: leaf}`; this host's entries are read at startup, and `leaves`
+    /// wins over them.
+    pub leaves_file: Option<PathBuf>,
     /// The Q_Key every probe endpoint uses: peers must agree on it.
     pub qkey: u32,
     /// A probe without its answer after this long is lost.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub timeout: Duration,
-    /// Same-rail ports on other hosts probed per round, per local port.
+    /// Same-rail ports on other hosts probed per round, per local port (with leaves known:
+    /// other leaves of the rail).
     pub rail_sample: usize,
+    /// With leaves known: other hosts' ports under the same leaf probed per round, per port.
+    pub leaf_sample: usize,
     /// Other-rail ports on other hosts probed per round, per local port.
     pub cross_rail_sample: usize,
     /// Flow labels (UDP source ports) rotated over, to cover ECMP members.
@@ -83,9 +95,12 @@ impl Default for ProbeConfig {
             host: None,
             device_include: None,
             rails: Default::default(),
+            leaves: Default::default(),
+            leaves_file: None,
             qkey: DEFAULT_QKEY,
             timeout: agent::Settings::default().timeout,
             rail_sample: targets.rail_sample,
+            leaf_sample: targets.leaf_sample,
             cross_rail_sample: targets.cross_sample,
             flow_labels: targets.flow_labels,
             per_port_rate: targets.per_port_rate,
@@ -110,11 +125,32 @@ impl Default for ProbeConfig {
 pub(crate) const DEFAULT_QKEY: u32 = 0x5246_4550;
 
 impl ProbeConfig {
+    /// Each local device's leaf for `host`: `leaves_file`'s entries for it under `leaves`.
+    pub fn leaves_of(&self, host: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut leaves = BTreeMap::new();
+        let mut problem = Ok(());
+        if let Some(path) = &self.leaves_file {
+            let read = std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    serde_yaml::from_str::<BTreeMap<String, BTreeMap<String, String>>>(&text)
+                        .map_err(|e| e.to_string())
+                });
+            match read {
+                Ok(mut fleet) => leaves = fleet.remove(host).unwrap_or_default(),
+                Err(e) => problem = Err(format!("probe.leaves_file {}: {e}", path.display())),
+            }
+        }
+        leaves.extend(self.leaves.iter().map(|(d, l)| (d.clone(), l.clone())));
+        problem.map(|()| leaves)
+    }
+
     /// The loop's settings.
     pub fn settings(&self) -> agent::Settings {
         agent::Settings {
             targets: targets::Settings {
                 rail_sample: self.rail_sample,
+                leaf_sample: self.leaf_sample,
                 cross_sample: self.cross_rail_sample,
                 flow_labels: self.flow_labels,
                 per_port_rate: self.per_port_rate,
@@ -168,5 +204,37 @@ impl ProbeConfig {
             problems.push(("timeout", "probe.timeout: must be above 0".to_string()));
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One file for the fleet: each host takes its own entries, the config's `leaves` win, and
+    /// a file that cannot be read or parsed is an error naming it.
+    #[test]
+    fn a_host_takes_its_leaves_from_the_fleets_file_under_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("leaves.yml");
+        std::fs::write(
+            &file,
+            "gpu-01: {mlx5_0: su1-leaf0, mlx5_1: su1-leaf1}\ngpu-40: {mlx5_0: su2-leaf0}\n",
+        )
+        .unwrap();
+        let mut config = ProbeConfig {
+            leaves_file: Some(file.clone()),
+            ..ProbeConfig::default()
+        };
+        config.leaves.insert("mlx5_1".into(), "spare-leaf".into());
+        let mine = config.leaves_of("gpu-01").unwrap();
+        assert_eq!(mine["mlx5_0"], "su1-leaf0");
+        assert_eq!(mine["mlx5_1"], "spare-leaf");
+        assert_eq!(config.leaves_of("gpu-99").unwrap().len(), 1);
+        std::fs::write(&file, "gpu-01: [not, a, map]\n").unwrap();
+        let error = config.leaves_of("gpu-01").unwrap_err();
+        assert!(error.contains("leaves.yml"), "{error}");
+        config.leaves_file = Some(dir.path().join("gone.yml"));
+        assert!(config.leaves_of("gpu-01").unwrap_err().contains("gone.yml"));
     }
 }

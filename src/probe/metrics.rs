@@ -191,6 +191,7 @@ mod tests {
             device: format!("mlx5_{n}"),
             port: 1,
             rail: n,
+            leaf: None,
         }
     }
 

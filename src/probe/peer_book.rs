@@ -233,6 +233,7 @@ mod tests {
                     device: format!("mlx5_{rail}"),
                     port: 1,
                     rail,
+                    leaf: None,
                     address: Address {
                         gid: [
                             n as u8,

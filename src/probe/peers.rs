@@ -33,6 +33,10 @@ pub struct PublishedPort {
     pub device: String,
     pub port: u32,
     pub rail: u32,
+    /// The leaf switch, where the config names it; left out of the JSON when unknown, so an
+    /// older agent's JSON still parses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<String>,
     pub address: Address,
 }
 
@@ -46,6 +50,7 @@ impl Published {
                     device: p.port.device.clone(),
                     port: p.port.port,
                     rail: p.port.rail,
+                    leaf: p.port.leaf.clone(),
                     address: p.address,
                 })
                 .collect(),
@@ -61,6 +66,7 @@ impl Published {
                     device: p.device.clone(),
                     port: p.port,
                     rail: p.rail,
+                    leaf: p.leaf.clone(),
                 },
                 address: p.address,
             })
@@ -321,6 +327,7 @@ mod tests {
             device: "mlx5_0".into(),
             port: 1,
             rail: 0,
+            leaf: None,
             address: Address {
                 gid: [3; 16],
                 qpn,
@@ -380,6 +387,7 @@ mod tests {
             device: device.into(),
             port: 1,
             rail: 0,
+            leaf: None,
             address: Address {
                 gid: [1; 16],
                 qpn: 7,
@@ -387,17 +395,22 @@ mod tests {
                 lid,
             },
         };
-        let published = Published {
+        let mut published = Published {
             host: "gpu-02".into(),
             ports: vec![port("mlx5_0", None), port("mlx5_1", Some(0x2a))],
         };
+        published.ports[0].leaf = Some("su1-leaf0".into());
         let json = serde_json::to_string(&published).unwrap();
         assert_eq!(json.matches("\"lid\":42").count(), 1, "{json}");
+        // Only a known leaf is written: an older agent's JSON has none and still parses.
+        assert_eq!(json.matches("\"leaf\"").count(), 1, "{json}");
         let back: Published = serde_json::from_str(&json).unwrap();
         assert_eq!(back, published);
         let peers = back.peers();
         assert_eq!(peers[0].port.host, "gpu-02");
         assert_eq!(peers[0].address.lid, None);
         assert_eq!(peers[1].address.lid, Some(0x2a));
+        assert_eq!(peers[0].port.leaf.as_deref(), Some("su1-leaf0"));
+        assert_eq!(peers[1].port.leaf, None);
     }
 }

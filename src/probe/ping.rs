@@ -398,6 +398,7 @@ mod tests {
                 device: format!("mlx5_{rail}"),
                 port: 1,
                 rail,
+                leaf: None,
             },
             address: Address {
                 gid: [1; 16],
@@ -490,6 +491,7 @@ mod tests {
                 device: "rxe0".into(),
                 port: 1,
                 rail: 0,
+                leaf: None,
             },
             netdev: String::new(),
             traffic_class: 104,

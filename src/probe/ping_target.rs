@@ -135,6 +135,7 @@ fn target(
                         device: String::new(),
                         port: 0,
                         rail: u32::MAX,
+                        leaf: None,
                     },
                     address: Address {
                         gid,
@@ -230,6 +231,7 @@ mod tests {
                 device: format!("mlx5_{device}"),
                 port: 1,
                 rail,
+                leaf: None,
             },
             address: Address {
                 gid,

@@ -300,6 +300,7 @@ mod tests {
             device: format!("mlx5_{n}"),
             port: 1,
             rail: u32::from(n),
+            leaf: None,
         }
     }
 

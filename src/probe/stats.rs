@@ -367,6 +367,7 @@ mod tests {
                 device: device.into(),
                 port: 1,
                 rail: 0,
+                leaf: None,
             },
             netdev: String::new(),
             traffic_class: 104,
@@ -393,6 +394,7 @@ mod tests {
                 device: to.into(),
                 port: 1,
                 rail: 0,
+                leaf: None,
             },
         }
     }

@@ -249,6 +249,7 @@ pub fn local_ports(
                 device: nic.spec.name.clone(),
                 port: 1,
                 rail: n as u32,
+                leaf: None,
             },
             // The NIC's own netdev: the one its leaf port's LLDP neighbour names.
             netdev: nic.spec.netdev.clone().unwrap_or_default(),
