@@ -14,17 +14,12 @@
 
 use std::time::Instant;
 
-use anyhow::Context;
 use rdma_fabric_exporter::probe::targets::{Planner, Port, Settings};
 
-const RAILS: usize = 8;
+mod common;
+use common::proc::env_number;
 
-fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(text) => text.parse().with_context(|| format!("{name}={text:?}")),
-        Err(_) => Ok(default),
-    }
-}
+const RAILS: usize = 8;
 
 /// The fabric's ports, host-major, and each port's leaf number.
 fn fabric(hosts: usize, per_leaf: usize, leaves_known: bool) -> (Vec<Port>, Vec<u32>) {

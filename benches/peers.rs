@@ -18,21 +18,16 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use rdma_fabric_exporter::probe::peer_book::{self, PeerBook};
 use rdma_fabric_exporter::probe::peers::{self, Answer, Published, PublishedPort};
 use rdma_fabric_exporter::probe::targets::{self, Port, Settings};
 use rdma_fabric_exporter::probe::transport::Address;
 
+mod common;
+use common::proc::env_number;
+
 const RAILS: u32 = 8;
 const PERIOD: Duration = Duration::from_secs(60);
-
-fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(text) => text.parse().with_context(|| format!("{name}={text:?}")),
-        Err(_) => Ok(default),
-    }
-}
 
 /// Host `n`'s answer; `incarnation` moves its QPNs as a restart does.
 fn published(n: usize, incarnation: u32) -> Published {

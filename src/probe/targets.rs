@@ -221,7 +221,7 @@ impl<'p> Planner<'p> {
         // may or may not hold this host's own ports: every agent counts alike).
         let place = mates.iter().filter(|p| **p < me).count() as u64;
         let sharing = (mates.len() + usize::from(!mates.contains(&me))) as u64;
-        let leaf_offset = spread_name(own_leaf);
+        let leaf_offset = spread(own_leaf);
         for (same_rail, size) in [(true, settings.rail_sample), (false, settings.cross_sample)] {
             // The other leaves with a port of this rail (or, for `cross_rail`, of another).
             let lists = match same_rail {
@@ -327,17 +327,11 @@ fn window<'p>(all: &[&'p Port], size: usize, round: u64, offset: u64) -> Vec<&'p
         .collect()
 }
 
-/// A stable number of a port (FxHash has no random seed: the same on every agent and run).
-fn spread(port: &Port) -> u64 {
+/// A stable number of a port, or of a leaf where its ports' windows start (FxHash has no
+/// random seed: the same on every agent and run).
+fn spread(value: &(impl Hash + ?Sized)) -> u64 {
     let mut hasher = rustc_hash::FxHasher::default();
-    port.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// A stable number of a leaf, where its ports' windows start.
-fn spread_name(name: &str) -> u64 {
-    let mut hasher = rustc_hash::FxHasher::default();
-    name.hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 
