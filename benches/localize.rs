@@ -14,7 +14,9 @@
 //! way), an optic (1-20 %), a leaf port (5-100 % one way), a leaf that blackholes one ECMP
 //! member, an uplink that drops 2-10 %, a busy host (answers 20 ms late, 20 % of its probes
 //! time out) and a host that is down; a rolling restart of a tenth of the agents (each silent
-//! 10-40 s, then restarted within the window). The faults start 120-150 s in; the vote runs
+//! 10-40 s, then restarted within the window; each says it is leaving first, as `serve` does on
+//! SIGTERM, and a host down does not). A silent host is seen silent from the first scrape that
+//! fails. The faults start 120-150 s in; the vote runs
 //! on what every 15 s scrape brings over the last 120 s, and a verdict reaches the alerts as
 //! the shipped deployment carries it (the localizer's 5 s rounds, Prometheus scraping it every
 //! 5 s, the verdict alerts evaluated every 5 s, `for: 0s`; each clock's phase random per
@@ -405,17 +407,21 @@ impl<'f> Run<'f> {
         }
     }
 
-    fn down(&self, host: usize, t: usize) -> Option<usize> {
+    /// How long the localizer has seen `host` silent at scrape `t`, and whether its agent said
+    /// it was leaving: a restart does, a host that goes down does not. Its series stay live
+    /// until the first scrape that fails, so the silence counts from there.
+    fn silence(&self, host: usize, t: usize) -> Option<(usize, bool)> {
+        let since = |at: usize| t.checked_sub(at.div_ceil(SCRAPE_S) * SCRAPE_S);
         let fault = self
             .faults
             .iter()
             .filter(|f| f.kind == FaultKind::Down && f.at == host && t >= f.start)
-            .map(|f| t - f.start);
+            .filter_map(|f| Some((since(f.start)?, false)));
         let restart = self
             .restarts
             .iter()
             .filter(|r| r.host == host && t >= r.at && t < r.at + r.down)
-            .map(|r| t - r.at);
+            .filter_map(|r| Some((since(r.at)?, true)));
         fault.chain(restart).max()
     }
 
@@ -427,8 +433,11 @@ impl<'f> Run<'f> {
     }
 
     fn state(&self, host: usize, t: usize) -> PortState {
-        if let Some(s) = self.down(host, t) {
-            return PortState::Silent(s as f64);
+        if let Some((seconds, left)) = self.silence(host, t) {
+            return PortState::Silent {
+                seconds: seconds as f64,
+                left,
+            };
         }
         if self
             .restarts

@@ -157,7 +157,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let listener = rdma_fabric_exporter::server::bind(&listen_address)
             .await
             .with_context(|| format!("listening on {listen_address}"))?;
-        let shutdown = shutdown_signal(false);
+        let shutdown = serve_shutdown(serving.clone());
         tracing::info!(
             address = %listener.local_addr()?,
             telemetry_path = %serving.state().telemetry_path,
@@ -316,20 +316,11 @@ fn shutdown_signal(note_hangup: bool) -> impl std::future::Future<Output = ()> +
                 .ok()
         })
         .flatten();
-    let term = signal(SignalKind::terminate())
-        .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
-        .ok();
-    let interrupt = signal(SignalKind::interrupt())
-        .inspect_err(|e| tracing::warn!("SIGINT handler not installed: {e}"))
-        .ok();
+    let mut stop = StopSignals::install();
     async move {
-        let terminate = received(term);
-        let interrupted = received(interrupt);
-        tokio::pin!(terminate, interrupted);
         loop {
             tokio::select! {
-                _ = &mut interrupted => break,
-                _ = &mut terminate => break,
+                () = stop.next() => break,
                 Some(()) = async {
                     match &mut hangup {
                         Some(hangup) => hangup.recv().await,
@@ -342,10 +333,65 @@ fn shutdown_signal(note_hangup: bool) -> impl std::future::Future<Output = ()> +
     }
 }
 
-/// Completes at the first signal `sig` receives; never without a handler.
-async fn received(sig: Option<tokio::signal::unix::Signal>) {
+/// `serve`'s [`shutdown_signal`]: at SIGTERM or SIGINT a probing agent first announces its
+/// leave (`rdma_probe_leaving` 1) and keeps serving until a scrape has carried it, at most
+/// `probe.leave_wait`, so that the localizer tells a restart from a dead host. A second signal
+/// ends the wait. Handlers installed at the call, as there.
+fn serve_shutdown(serving: Arc<Serving>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut stop = StopSignals::install();
+    async move {
+        stop.next().await;
+        // The collector in force now: a reload may have replaced the one of startup.
+        let probe = serving.state().probe.clone();
+        if let Some(probe) = probe.filter(|p| !p.leave_wait().is_zero()) {
+            let wait = probe.leave_wait();
+            tracing::info!(
+                "leaving: serving rdma_probe_leaving until the next scrape (at most {wait:?})"
+            );
+            tokio::select! {
+                carried = probe.leave_and_wait(wait) => if !carried {
+                    tracing::warn!("leaving: no scrape within {wait:?}; stopping unannounced");
+                },
+                () = stop.next() => tracing::info!("leaving: a second signal; not waiting for a scrape"),
+            }
+        }
+        tracing::info!("shutting down");
+    }
+}
+
+/// The SIGTERM and SIGINT handlers, installed when made.
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals {
+            term: signal(SignalKind::terminate())
+                .inspect_err(|e| tracing::warn!("SIGTERM handler not installed: {e}"))
+                .ok(),
+            interrupt: signal(SignalKind::interrupt())
+                .inspect_err(|e| tracing::warn!("SIGINT handler not installed: {e}"))
+                .ok(),
+        }
+    }
+
+    /// Completes at the next SIGTERM or SIGINT; never without a handler. Cancel-safe: a signal
+    /// that arrives while it is not awaited is seen at the next call.
+    async fn next(&mut self) {
+        tokio::select! {
+            () = received(&mut self.term) => {}
+            () = received(&mut self.interrupt) => {}
+        }
+    }
+}
+
+/// Completes at the next signal `sig` receives; never without a handler.
+async fn received(sig: &mut Option<tokio::signal::unix::Signal>) {
     match sig {
-        Some(mut sig) => {
+        Some(sig) => {
             sig.recv().await;
         }
         None => std::future::pending().await,

@@ -11,13 +11,14 @@
 //! own series, not the recording rules made of them (`alerts/rdma-rules.yml`, group
 //! `rdma-probe-localization`, which `RdmaProbePathLoss` reads): a rule's evaluation would be one
 //! more interval between a lost probe and its page. Paths toward busy responders are left out
-//! by the vote, which knows each port's answer delay.
+//! by the vote, which knows each port's answer delay; so are paths toward ports gone silent
+//! (kept here, so that the vote can tell a host that is down: [`super::liveness`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId, SLOW_RESPONDER_SECONDS};
+use crate::probe::localize::{Leaf, LivePort, PathCounts, PortId, Silence, SLOW_RESPONDER_SECONDS};
 use crate::prom_query::{self, Labels, QueryError, Sample};
 
 /// The window a round reads: that of the recording rules the other alerts read.
@@ -38,6 +39,7 @@ impl Source for prom_query::Client {
 #[derive(Debug, Clone)]
 pub struct Queries {
     live: String,
+    leaving: String,
     wiring: String,
     rail: String,
     port_sent: String,
@@ -67,31 +69,10 @@ fn young_counted(series: &str) -> String {
 const PATH_LABELS: &str =
     "cluster, host, device, port, path, target_host, target_device, target_port";
 
-/// `per_path`, summed per path, kept only toward ports whose agent is scraped and probing: a
-/// host that is down is not the network's fault, and its paths would only swell the answer.
-fn toward_live(per_path: &str, selector: &str) -> String {
-    let target = |label: &str, from: &str, expr: String| {
-        format!(r#"label_replace({expr}, "{label}", "$1", "{from}", "([^:]+).*")"#)
-    };
-    let live_targets = target(
-        "target_port",
-        "port",
-        target(
-            "target_device",
-            "device",
-            target(
-                "target_host",
-                "instance",
-                format!("rdma_probe_up{selector} == 1"),
-            ),
-        ),
-    );
-    format!(
-        "sum by ({PATH_LABELS}) ({}) \
-         and on (cluster, target_host, target_device, target_port) \
-         max by (cluster, target_host, target_device, target_port) ({live_targets})",
-        with_host(per_path)
-    )
+/// `per_path`, summed per path. Paths toward ports that are not live are kept: the vote leaves
+/// them out of the network's counts, and reads them to tell a host that is down.
+fn per_path_sum(per_path: &str) -> String {
+    format!("sum by ({PATH_LABELS}) ({})", with_host(per_path))
 }
 
 impl Queries {
@@ -102,15 +83,18 @@ impl Queries {
         // its last loss, and those quiet since are counted with the port's other probes.
         let path_lost = format!(
             "({}) > 0",
-            toward_live(
-                &young_counted(&format!("rdma_probe_target_lost_total{s}")),
-                &s
-            )
+            per_path_sum(&young_counted(&format!("rdma_probe_target_lost_total{s}")))
         );
         Queries {
             live: format!(
                 "max by (cluster, host, device, port) ({})",
                 with_host(&format!("rdma_probe_up{s} == 1"))
+            ),
+            // A minute back: the last scrape before an agent stops carries it, and a round
+            // may fall after the next, failed one.
+            leaving: format!(
+                "max by (cluster, host, device, port) ({}) == 1",
+                with_host(&format!("last_over_time(rdma_probe_leaving{s}[1m])"))
             ),
             wiring: format!("rdma:probe_port_switch:info{s}"),
             rail: format!(
@@ -123,10 +107,9 @@ impl Queries {
             ),
             path_sent: format!(
                 "{} and on ({PATH_LABELS}) ({path_lost})",
-                toward_live(
-                    &format!("increase(rdma_probe_target_sent_total{s}[{WINDOW}])"),
-                    &s
-                ),
+                per_path_sum(&format!(
+                    "increase(rdma_probe_target_sent_total{s}[{WINDOW}])"
+                )),
             ),
             path_lost,
             // Only busy responders: the vote needs no other delay.
@@ -140,9 +123,10 @@ impl Queries {
     }
 
     /// Every query, in the order a round asks them.
-    pub fn all(&self) -> [&str; 7] {
+    pub fn all(&self) -> [&str; 8] {
         [
             &self.live,
+            &self.leaving,
             &self.wiring,
             &self.rail,
             &self.port_sent,
@@ -162,6 +146,7 @@ impl Queries {
         kept: &mut KeptLabels,
     ) -> Result<Answers, QueryError> {
         let live = source.query(&self.live, time)?;
+        let leaving = source.query(&self.leaving, time)?;
         let labels_read = kept.read_at.is_none_or(|at| at.elapsed() >= LABELS_EVERY)
             || keyed(&live)
                 .iter()
@@ -180,6 +165,7 @@ impl Queries {
         }
         Ok(Answers {
             live,
+            leaving,
             wiring: kept.wiring.clone(),
             rail: kept.rail.clone(),
             labels_read,
@@ -211,6 +197,8 @@ pub struct KeptLabels {
 #[derive(Debug, Clone, Default)]
 pub struct Answers {
     pub live: Vec<Sample>,
+    /// Ports whose agent said it is leaving, within the last minute.
+    pub leaving: Vec<Sample>,
     /// Shared with the rounds until they are read again ([`KeptLabels`]).
     pub wiring: Arc<Vec<Sample>>,
     pub rail: Arc<Vec<Sample>>,
@@ -233,6 +221,7 @@ impl Answers {
         labels
             + [
                 &self.live,
+                &self.leaving,
                 &self.port_sent,
                 &self.path_sent,
                 &self.path_lost,
@@ -248,6 +237,8 @@ impl Answers {
 #[derive(Debug, Clone, Default)]
 pub struct ClusterInput {
     pub ports: Vec<LivePort>,
+    /// Ports seen live in an earlier round and silent now.
+    pub silent: Vec<(PortId, Silence)>,
     pub paths: Vec<PathCounts>,
 }
 
@@ -282,20 +273,26 @@ fn count(value: Option<f64>) -> u64 {
 #[derive(Default)]
 struct Cluster {
     live: Vec<PortId>,
+    /// Ports seen live in an earlier round, silent now.
+    silent: Vec<(PortId, Silence)>,
     /// (from, to, kind) -> (sent, lost) of the paths with per-target series.
     paths: BTreeMap<(PortId, PortId, String), (u64, u64)>,
 }
 
 /// Samples keyed by their cluster and port (those without a port left out).
-fn keyed(samples: &[Sample]) -> Vec<((String, PortId), &Sample)> {
+pub(crate) fn keyed(samples: &[Sample]) -> Vec<((String, PortId), &Sample)> {
     samples
         .iter()
         .filter_map(|s| Some(((cluster(&s.labels), port_id(&s.labels, "")?), s)))
         .collect()
 }
 
-/// Per cluster, the vote's input (clusters without a live port left out).
-pub fn assemble(answers: &Answers) -> BTreeMap<String, ClusterInput> {
+/// Per cluster, the vote's input (clusters without a live port left out); `silent`: the ports
+/// [`Liveness`](super::liveness::Liveness) saw live before and not now.
+pub fn assemble(
+    answers: &Answers,
+    silent: &HashMap<(String, PortId), Silence>,
+) -> BTreeMap<String, ClusterInput> {
     type Keyed<T> = HashMap<(String, PortId), T>;
     let mut clusters: BTreeMap<String, Cluster> = BTreeMap::new();
     let mut seen: HashSet<(String, PortId)> = HashSet::new();
@@ -303,6 +300,14 @@ pub fn assemble(answers: &Answers) -> BTreeMap<String, ClusterInput> {
         if seen.insert(key.clone()) {
             clusters.entry(key.0).or_default().live.push(key.1);
         }
+    }
+    for ((cluster, id), silence) in silent {
+        if let Some(c) = clusters.get_mut(cluster) {
+            c.silent.push((id.clone(), *silence));
+        }
+    }
+    for c in clusters.values_mut() {
+        c.silent.sort_by(|a, b| a.0.cmp(&b.0));
     }
     let leaves: Keyed<Leaf> = keyed(&answers.wiring)
         .into_iter()
@@ -387,6 +392,7 @@ pub fn assemble(answers: &Answers) -> BTreeMap<String, ClusterInput> {
                 name,
                 ClusterInput {
                     ports,
+                    silent: c.silent.clone(),
                     paths: input.paths,
                 },
             )
@@ -407,6 +413,7 @@ fn spread<'r>(
     port_sent: impl Fn(&PortId, &str) -> u64,
 ) -> Spread {
     let live: HashSet<&PortId> = c.live.iter().collect();
+    let silent: HashSet<&PortId> = c.silent.iter().map(|(id, _)| id).collect();
     let mut out = Spread {
         paths: Vec::new(),
         sent_from: HashMap::new(),
@@ -416,13 +423,17 @@ fn spread<'r>(
     let mut named: HashMap<(&PortId, &str), u64> = HashMap::new();
     let mut named_targets: HashSet<(&PortId, &PortId)> = HashSet::new();
     for ((from, to, kind), (sent, lost)) in &c.paths {
-        if !live.contains(from) || !live.contains(to) {
+        let toward_silent = silent.contains(to);
+        if !live.contains(from) || !(live.contains(to) || toward_silent) {
             continue;
         }
         *named.entry((from, kind.as_str())).or_default() += sent;
         named_targets.insert((from, to));
         *out.sent_from.entry(from.clone()).or_default() += sent;
-        *out.lost_from.entry(from.clone()).or_default() += lost;
+        // A port's loss is toward live targets: a silent one's probes were missing, not lost.
+        if !toward_silent {
+            *out.lost_from.entry(from.clone()).or_default() += lost;
+        }
         out.paths.push(PathCounts {
             from: from.clone(),
             to: to.clone(),
@@ -530,7 +541,7 @@ mod tests {
 
     #[test]
     fn named_paths_are_kept_and_the_other_probes_spread_over_the_kind_s_targets() {
-        let inputs = assemble(&answers());
+        let inputs = assemble(&answers(), &HashMap::new());
         let input = &inputs["c"];
         assert_eq!(input.ports.len(), 4);
         let id = |h: &str, d: &str| PortId {
@@ -563,13 +574,49 @@ mod tests {
         let mut a = answers();
         a.live
             .retain(|s| !(s.labels["host"] == "h2" && s.labels["device"] == "mlx5_0"));
-        let input = &assemble(&a)["c"];
+        let input = &assemble(&a, &HashMap::new())["c"];
         assert_eq!(input.ports.len(), 3);
         assert!(input.paths.iter().all(|p| p.lost == 0));
         assert!(input
             .paths
             .iter()
             .all(|p| p.to.host != "h2" || p.to.device != "mlx5_0"));
+    }
+
+    #[test]
+    fn paths_toward_ports_gone_silent_are_kept_for_the_vote_but_not_as_loss() {
+        let mut a = answers();
+        a.live
+            .retain(|s| !(s.labels["host"] == "h2" && s.labels["device"] == "mlx5_0"));
+        let gone = PortId {
+            host: "h2".into(),
+            device: "mlx5_0".into(),
+            port: 1,
+        };
+        let silence = Silence {
+            seconds: 40.0,
+            left: false,
+        };
+        let silent = HashMap::from([(("c".to_string(), gone.clone()), silence)]);
+        let input = &assemble(&a, &silent)["c"];
+        assert_eq!(input.ports.len(), 3);
+        assert_eq!(input.silent, [(gone.clone(), silence)]);
+        let toward: Vec<(u64, u64)> = input
+            .paths
+            .iter()
+            .filter(|p| p.to == gone)
+            .map(|p| (p.sent, p.lost))
+            .collect();
+        assert_eq!(toward, [(30, 6)]);
+        // The source's own loss is toward live targets only.
+        let source = input
+            .ports
+            .iter()
+            .find(|p| p.id.host == "h1" && p.id.device == "mlx5_0");
+        assert_eq!(source.unwrap().lost, 0);
+        // A silent port of a cluster with no live port left is not voted on.
+        let other = HashMap::from([(("elsewhere".to_string(), gone), silence)]);
+        assert!(!assemble(&a, &other).contains_key("elsewhere"));
     }
 
     /// Counts the queries it answers, each with nothing.
@@ -591,7 +638,7 @@ mod tests {
         assert!(q.read(&source, 0.0, &mut kept).unwrap().labels_read);
         assert!(!q.read(&source, 5.0, &mut kept).unwrap().labels_read);
         let asked = source.0.borrow().clone();
-        assert_eq!(asked.len(), 7 + 5, "{asked:#?}");
+        assert_eq!(asked.len(), 8 + 6, "{asked:#?}");
         assert_eq!(asked.iter().filter(|e| **e == q.wiring).count(), 1);
         assert_eq!(asked.iter().filter(|e| **e == q.rail).count(), 1);
         kept.read_at = Instant::now().checked_sub(LABELS_EVERY);

@@ -9,6 +9,7 @@
 //! `--max-age`) and `rdma_localization_up 0`.
 
 pub mod input;
+pub mod liveness;
 pub mod metrics;
 pub mod serve;
 pub mod state;
@@ -20,6 +21,7 @@ use crate::probe::localize;
 use crate::prom_query::{self, Client, Endpoint, QueryError};
 
 use input::{KeptLabels, Queries, Source};
+use liveness::Liveness;
 use state::{ClusterVerdicts, State, Verdicts};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -36,7 +38,7 @@ pub struct LocalizeArgs {
     /// come more often than scrapes; Prometheus should scrape the localizer as often.
     #[arg(long, default_value = "5s", value_parser = crate::yaml::parse_duration)]
     pub interval: Duration,
-    /// Deadline of each query (a round asks 7; a slow Prometheus makes rounds longer, never
+    /// Deadline of each query (a round asks 8; a slow Prometheus makes rounds longer, never
     /// overlapping).
     #[arg(long = "query-timeout", default_value = "10s", value_parser = crate::yaml::parse_duration)]
     pub query_timeout: Duration,
@@ -102,10 +104,10 @@ impl Localizer {
                     }
                 };
                 let queries = Queries::new(&matchers);
-                let mut kept = KeptLabels::default();
+                let mut memory = Memory::default();
                 loop {
                     let started = Instant::now();
-                    round(&client, &queries, &mut kept, &state);
+                    round(&client, &queries, &mut memory, &state);
                     std::thread::sleep(interval.saturating_sub(started.elapsed()));
                 }
             })?;
@@ -113,14 +115,21 @@ impl Localizer {
     }
 }
 
+/// What rounds keep between them: the labels read less often, and when each port was last live.
+#[derive(Debug, Default)]
+pub struct Memory {
+    pub labels: KeptLabels,
+    pub liveness: Liveness,
+}
+
 /// One round: read, vote per cluster, keep.
-pub fn round(source: &dyn Source, queries: &Queries, kept: &mut KeptLabels, state: &State) {
+pub fn round(source: &dyn Source, queries: &Queries, memory: &mut Memory, state: &State) {
     let started = Instant::now();
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    let answers = match queries.read(source, unix, kept) {
+    let answers = match queries.read(source, unix, &mut memory.labels) {
         Ok(answers) => answers,
         Err(e) => {
             tracing::warn!("localizer: {e}");
@@ -129,12 +138,15 @@ pub fn round(source: &dyn Source, queries: &Queries, kept: &mut KeptLabels, stat
         }
     };
     let voting = Instant::now();
-    let clusters = input::assemble(&answers)
+    let silent = memory
+        .liveness
+        .update(&answers.live, &answers.leaving, unix);
+    let clusters = input::assemble(&answers, &silent)
         .into_iter()
         .map(|(name, input)| {
             let verdicts = ClusterVerdicts {
                 live_ports: input.ports.len(),
-                localization: localize::localize(&input.ports, &input.paths),
+                localization: localize::localize_among(&input.ports, &input.silent, &input.paths),
             };
             (name, verdicts)
         })
@@ -184,13 +196,13 @@ mod tests {
             fail: Cell::new(false),
         };
         let queries = Queries::new("");
-        let mut labels = KeptLabels::default();
-        round(&source, &queries, &mut labels, &state);
+        let mut memory = Memory::default();
+        round(&source, &queries, &mut memory, &state);
         let first = state.snapshot();
         assert!(first.up);
         let kept = first.last.clone().unwrap();
         source.fail.set(true);
-        round(&source, &queries, &mut labels, &state);
+        round(&source, &queries, &mut memory, &state);
         let after = state.snapshot();
         assert!(!after.up);
         assert_eq!(after.rounds, 2);

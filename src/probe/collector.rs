@@ -4,7 +4,7 @@
 //! the log and stays off; every other collector runs.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,13 @@ pub struct ProbeCollector {
     started: Instant,
     /// Dropping it ends the peers thread at its next wake-up.
     _refresh: Option<mpsc::Sender<()>>,
+    /// Set by [`ProbeCollector::leave`]: scrapes serve `rdma_probe_leaving` 1 from then on.
+    leaving: AtomicBool,
+    /// True once a scrape has carried `rdma_probe_leaving` 1. A watch keeps the value, so a
+    /// waiter that subscribes after the scrape still sees it.
+    left: tokio::sync::watch::Sender<bool>,
+    /// `probe.leave_wait`.
+    leave_wait: Duration,
 }
 
 impl std::fmt::Debug for ProbeCollector {
@@ -82,6 +89,9 @@ impl ProbeCollector {
             pings_running: Arc::default(),
             started,
             _refresh: refresh,
+            leaving: AtomicBool::new(false),
+            left: tokio::sync::watch::Sender::new(false),
+            leave_wait: config.leave_wait,
         })
     }
 
@@ -142,6 +152,33 @@ impl ProbeCollector {
     /// When the loop started, its counts all zero.
     pub fn started(&self) -> Instant {
         self.started
+    }
+
+    /// Says in every scrape from now on that this agent was asked to stop
+    /// (`rdma_probe_leaving` 1): the silence that follows is a restart's, not a dead host's.
+    /// The loop keeps probing and answering until the process ends.
+    pub fn leave(&self) {
+        self.leaving.store(true, Ordering::Release);
+    }
+
+    /// Completes once a scrape has carried `rdma_probe_leaving` 1 (at once if one has); never
+    /// before [`ProbeCollector::leave`].
+    pub async fn left(&self) {
+        let mut left = self.left.subscribe();
+        // The sender lives as long as `self`, so this only ends when the value is true.
+        let _ = left.wait_for(|&left| left).await;
+    }
+
+    /// [`ProbeCollector::leave`], then waits until a scrape has carried it or `wait` has
+    /// passed; whether one did.
+    pub async fn leave_and_wait(&self, wait: Duration) -> bool {
+        self.leave();
+        tokio::time::timeout(wait, self.left()).await.is_ok()
+    }
+
+    /// `probe.leave_wait`: how long `serve` waits, on SIGTERM, for a scrape to carry the leave.
+    pub fn leave_wait(&self) -> Duration {
+        self.leave_wait
     }
 
     /// Starts an on-demand ping (`/probe-ping`): `query`'s ports resolved against this agent's
@@ -266,9 +303,14 @@ impl Collector for ProbeCollector {
         let Some(stats) = self.agent.lock().unwrap().as_ref().map(|a| a.stats()) else {
             return Ok(Outcome::ok(false));
         };
+        // Read once: what this scrape encodes is what `left` reports.
+        let leaving = self.leaving.load(Ordering::Acquire);
         let mut families = Families::default();
-        super::metrics::encode(&stats, self.per_target, &mut families);
+        super::metrics::encode(&stats, self.per_target, leaving, &mut families);
         out.encode(&families)?;
+        if leaving {
+            self.left.send_replace(true);
+        }
         Ok(Outcome::ok(stats.ports.iter().any(|p| !p.gone)))
     }
 
@@ -495,6 +537,91 @@ fn jittered(period: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A collector probing from one port of the memory fabric, without peers.
+    fn lone_collector() -> Arc<ProbeCollector> {
+        let config = ProbeConfig::default();
+        let fabric = crate::probe::memory::MemoryFabric::new(Box::new(|_, _, _| Some(1_000)));
+        let gid = [7u8; 16];
+        let ports = vec![LocalPort {
+            port: Port {
+                host: "gpu-01".into(),
+                device: "rxe0".into(),
+                port: 1,
+                rail: 0,
+                leaf: None,
+            },
+            netdev: String::new(),
+            traffic_class: 104,
+            responder: Box::new(fabric.endpoint(gid, 100, config.qkey)),
+            prober: Box::new(fabric.endpoint(gid, 200, config.qkey)),
+        }];
+        Arc::new(ProbeCollector::start(&config, "gpu-01".into(), ports).unwrap())
+    }
+
+    /// `rdma_probe_leaving`'s sample in one scrape of `collector`.
+    fn leaving_sample(collector: &Arc<ProbeCollector>) -> String {
+        let text = crate::testutil::scrape(collector);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("rdma_probe_leaving{"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        lines[0].to_string()
+    }
+
+    /// Once a scrape has carried the leave, and only then, `left` completes; leave_wait is the
+    /// config's.
+    #[tokio::test]
+    async fn left_completes_once_a_scrape_has_carried_the_leave() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let collector = lone_collector();
+        assert_eq!(collector.leave_wait(), Duration::from_secs(20));
+        assert_eq!(
+            leaving_sample(&collector),
+            r#"rdma_probe_leaving{device="rxe0",port="1"} 0"#
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut left = std::pin::pin!(collector.left());
+        // A scrape before the leave carries 0: it does not count.
+        assert!(left.as_mut().poll(&mut cx).is_pending());
+        collector.leave();
+        assert!(left.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            leaving_sample(&collector),
+            r#"rdma_probe_leaving{device="rxe0",port="1"} 1"#
+        );
+        assert_eq!(left.as_mut().poll(&mut cx), Poll::Ready(()));
+        // A waiter that comes after the scrape is not left waiting.
+        tokio::time::timeout(Duration::from_secs(5), collector.left())
+            .await
+            .expect("left() after the scrape");
+    }
+
+    /// Without a scrape the wait ends at its bound and says so; with one it ends at the scrape.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_leave_wait_ends_at_the_scrape_or_at_its_bound() {
+        let collector = lone_collector();
+        let started = Instant::now();
+        assert!(!collector.leave_and_wait(Duration::from_millis(50)).await);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(leaving_sample(&collector).ends_with(" 1"));
+
+        let collector = lone_collector();
+        let scraper = collector.clone();
+        let scrape = tokio::task::spawn_blocking(move || {
+            // The scrape comes once the leave is said.
+            crate::testutil::wait_for("the leave", Duration::from_secs(10), || {
+                scraper.leaving.load(Ordering::Acquire)
+            });
+            leaving_sample(&scraper)
+        });
+        let started = Instant::now();
+        assert!(collector.leave_and_wait(Duration::from_secs(30)).await);
+        assert!(started.elapsed() < Duration::from_secs(20));
+        assert!(scrape.await.unwrap().ends_with(" 1"));
+    }
 
     /// The netdev is the one the kernel binds to the GID the port probes on; none is empty.
     #[test]

@@ -84,6 +84,11 @@ pub struct ProbeConfig {
     /// (not lost) from a fault's (lost): longer than the agents take to restart.
     #[serde(deserialize_with = "crate::yaml::duration")]
     pub restart_grace: Duration,
+    /// On SIGTERM or SIGINT, how long the agent keeps serving until a scrape has carried
+    /// `rdma_probe_leaving` 1, so that the localizer tells a restart from a dead host; 0 stops at
+    /// once. With the HTTP shutdown's grace, under the pod's terminationGracePeriodSeconds.
+    #[serde(deserialize_with = "crate::yaml::duration_or_zero")]
+    pub leave_wait: Duration,
 }
 
 impl Default for ProbeConfig {
@@ -117,9 +122,14 @@ impl Default for ProbeConfig {
             peers_refresh: Duration::from_secs(60),
             ping_unlisted: false,
             restart_grace: agent::Settings::default().restart_grace,
+            leave_wait: DEFAULT_LEAVE_WAIT,
         }
     }
 }
+
+/// Longer than a 15 s scrape interval, and with the HTTP shutdown's 10 s under Kubernetes'
+/// default 30 s terminationGracePeriodSeconds (the chart sets 40).
+pub(crate) const DEFAULT_LEAVE_WAIT: Duration = Duration::from_secs(20);
 
 /// "RFEP" in ASCII: a Q_Key no other UD user of the port is likely to pick.
 pub(crate) const DEFAULT_QKEY: u32 = 0x5246_4550;
@@ -210,6 +220,20 @@ impl ProbeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `leave_wait` is 20 s unless set; `0` turns the wait off.
+    #[test]
+    fn leave_wait_defaults_to_20s_and_0_turns_it_off() {
+        let parse = |text: &str| {
+            serde_yaml::from_str::<ProbeConfig>(text)
+                .unwrap()
+                .leave_wait
+        };
+        assert_eq!(parse("enabled: true"), Duration::from_secs(20));
+        assert_eq!(parse("leave_wait: 5s"), Duration::from_secs(5));
+        assert_eq!(parse("leave_wait: 0"), Duration::ZERO);
+        assert!(serde_yaml::from_str::<ProbeConfig>("leave_wait: soon").is_err());
+    }
 
     /// One file for the fleet: each host takes its own entries, the config's `leaves` win, and
     /// a file that cannot be read or parsed is an error naming it.

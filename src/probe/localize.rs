@@ -51,6 +51,14 @@ pub struct LivePort {
     pub answer_delay_seconds: Option<f64>,
 }
 
+/// How long a port's agent has been silent, as the localizer has seen it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Silence {
+    pub seconds: f64,
+    /// Its last word was that it was leaving (`rdma_probe_leaving`: a restart).
+    pub left: bool,
+}
+
 impl LivePort {
     /// Lost toward live targets over all it sent; `None` when it sent nothing.
     pub fn loss_ratio(&self) -> Option<f64> {
@@ -247,6 +255,29 @@ pub struct Localization {
 /// responder (its probes time out because its host is busy); the same path given twice (one
 /// entry per path kind) counts once, with its counts summed.
 pub fn localize(ports: &[LivePort], paths: &[PathCounts]) -> Localization {
+    localize_among(ports, &[], paths)
+}
+
+/// [`localize`] with the ports that went silent: the probes toward them are missing, not lost,
+/// and a host whose every port has been silent long enough with those probes lost is named
+/// `host` (down); sooner when its agent did not say it was leaving (`vote::HOST_DOWN_SECONDS`).
+pub fn localize_among(
+    live: &[LivePort],
+    silent: &[(PortId, Silence)],
+    paths: &[PathCounts],
+) -> Localization {
+    let ports: Vec<LivePort> = live
+        .iter()
+        .cloned()
+        .chain(silent.iter().map(|(id, _)| LivePort {
+            id: id.clone(),
+            leaf: None,
+            sent: 0,
+            lost: 0,
+            answer_delay_seconds: None,
+        }))
+        .collect();
+    let ports = ports.as_slice();
     let index: HashMap<&PortId, u32> = ports
         .iter()
         .enumerate()
@@ -276,9 +307,13 @@ pub fn localize(ports: &[LivePort], paths: &[PathCounts]) -> Localization {
         p.answer_delay_seconds
             .filter(|d| *d > SLOW_RESPONDER_SECONDS)
     };
-    let states: Vec<PortState> = ports
+    let states: Vec<PortState> = live
         .iter()
         .map(|p| busy(p).map_or(PortState::Live, PortState::Busy))
+        .chain(silent.iter().map(|(_, s)| PortState::Silent {
+            seconds: s.seconds,
+            left: s.left,
+        }))
         .collect();
 
     let mut summed: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
@@ -642,6 +677,57 @@ mod tests {
         assert!(l.verdicts.is_empty(), "{:?}", l.verdicts);
         assert!(l.failing.is_empty());
         assert_eq!(l.paths, 24 * 23);
+    }
+
+    #[test]
+    fn a_host_gone_silent_is_down_unless_its_agent_said_it_was_leaving() {
+        // Host 3 (index 2) silent; every other port probes every port SENT times, and every
+        // probe toward host 3 is lost.
+        let mut paths = Vec::new();
+        let mut live = Vec::new();
+        for a in (0..4).flat_map(|h| (0..NICS).map(move |n| (h, n))) {
+            if a.0 != 2 {
+                live.push(LivePort {
+                    id: id(a.0, a.1),
+                    leaf: None,
+                    sent: SENT * 31,
+                    lost: 0,
+                    answer_delay_seconds: None,
+                });
+            }
+            for b in (0..4).flat_map(|h| (0..NICS).map(move |n| (h, n))) {
+                if a != b && a.0 != 2 {
+                    let lost = if b.0 == 2 { SENT } else { 0 };
+                    paths.push(PathCounts {
+                        from: id(a.0, a.1),
+                        to: id(b.0, b.1),
+                        sent: SENT,
+                        lost,
+                    });
+                }
+            }
+        }
+        let silent = |seconds, left| -> Vec<(PortId, Silence)> {
+            (0..NICS)
+                .map(|n| (id(2, n), Silence { seconds, left }))
+                .collect()
+        };
+        let down = localize_among(&live, &silent(45.0, false), &paths);
+        assert_eq!(down.verdicts.len(), 1, "{:?}", down.verdicts);
+        let v = &down.verdicts[0];
+        assert_eq!(
+            (v.kind, v.host.as_deref()),
+            (Kind::Host, Some("gpu-node-03"))
+        );
+        assert_eq!(v.failing_paths, 24 * 8, "every path toward it lost");
+        assert_eq!(v.host_ports, Some((8, 0)));
+        // Missing, not lost: nothing else is blamed, and the fabric's background stays low.
+        assert!(down.failing.is_empty());
+        assert!(down.background_loss < 1e-4);
+        let restarting = localize_among(&live, &silent(45.0, true), &paths);
+        assert!(restarting.verdicts.is_empty(), "{:?}", restarting.verdicts);
+        let briefly = localize_among(&live, &silent(20.0, false), &paths);
+        assert!(briefly.verdicts.is_empty(), "{:?}", briefly.verdicts);
     }
 
     #[test]

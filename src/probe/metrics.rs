@@ -1,7 +1,7 @@
 //! The probe families, from a copy of the loop's [`Stats`]. Names in docs/metrics.md ("Probes").
 //!
-//! Per local port: 20 series (an info, up, sent and lost per path kind, the RTT histogram, its
-//! own responder's answer delay), 160 for an 8-NIC node. Per target only for targets that lost a probe
+//! Per local port: 21 series (an info, up, leaving, sent and lost per path kind, the RTT
+//! histogram, its own responder's answer delay), 168 for an 8-NIC node. Per target only for targets that lost a probe
 //! lately, or for every target with `per_target` (small fabrics, the real-kernel tests).
 
 use std::borrow::Cow;
@@ -20,14 +20,16 @@ fn port_labels(port: &PortStats) -> [Label<'_>; 2] {
 }
 
 /// Encodes `stats` into `families`; the answer delay is the mean of the 10 seconds up to now.
-pub fn encode<'s>(stats: &'s Stats, per_target: bool, families: &mut Families<'s>) {
-    encode_at(stats, per_target, Instant::now(), families);
+/// `leaving`: the agent has been asked to stop ([`super::collector::ProbeCollector::leave`]).
+pub fn encode<'s>(stats: &'s Stats, per_target: bool, leaving: bool, families: &mut Families<'s>) {
+    encode_at(stats, per_target, leaving, Instant::now(), families);
 }
 
 /// [`encode`] with the answer delay's window ending at `now`.
 pub(crate) fn encode_at<'s>(
     stats: &'s Stats,
     per_target: bool,
+    leaving: bool,
     now: Instant,
     families: &mut Families<'s>,
 ) {
@@ -51,6 +53,13 @@ pub(crate) fn encode_at<'s>(
             "1 while the port probes; 0 once its device is gone (removed, rdma link delete, driver unloaded).",
             labels.clone(),
             Value::U64(u64::from(!port.gone)),
+        );
+        // Per port, as rdma_probe_up, so that the localizer reads both with one join.
+        families.gauge(
+            "rdma_probe_leaving",
+            "1 once the agent has been asked to stop (SIGTERM, a rolling restart): the localizer reads it so that the silence that follows is not called a host down; 0 otherwise.",
+            labels.clone(),
+            Value::U64(u64::from(leaving)),
         );
         for (i, kind) in KINDS.iter().enumerate() {
             let with_path = || {
@@ -221,13 +230,13 @@ mod tests {
     /// Series as a scraper counts them: the lines of the text format that are not comments.
     fn count(stats: &Stats, per_target: bool) -> usize {
         let mut families = Families::default();
-        encode(stats, per_target, &mut families);
+        encode(stats, per_target, false, &mut families);
         let text = families.text(crate::exposition::Format::PrometheusText);
         text.lines().filter(|l| !l.starts_with('#')).count()
     }
 
     #[test]
-    fn an_eight_nic_node_costs_160_series_and_targets_only_when_they_lose() {
+    fn an_eight_nic_node_costs_168_series_and_targets_only_when_they_lose() {
         let mut stats = eight_ports();
         let path = |to: u32| PathKey {
             from: 0,
@@ -245,13 +254,13 @@ mod tests {
                 },
             );
         }
-        assert_eq!(count(&stats, false), 160);
-        assert_eq!(count(&stats, true), 160 + 7 * 4);
+        assert_eq!(count(&stats, false), 168);
+        assert_eq!(count(&stats, true), 168 + 7 * 4);
         stats.sent(&path(3), 500);
         stats.lost(&path(3), 1_000);
-        assert_eq!(count(&stats, false), 160 + 4);
+        assert_eq!(count(&stats, false), 168 + 4);
         let mut families = Families::default();
-        encode(&stats, false, &mut families);
+        encode(&stats, false, false, &mut families);
         let lost: Vec<_> = families
             .samples()
             .filter(|(name, _, _)| *name == "rdma_probe_target_lost_total")
@@ -276,7 +285,7 @@ mod tests {
         stats.answer_sent(5, 4_000);
         let gauges = |now: Instant| -> Vec<f64> {
             let mut families = Families::default();
-            encode_at(&stats, false, now, &mut families);
+            encode_at(&stats, false, false, now, &mut families);
             families
                 .samples()
                 .filter(|(name, _, _)| *name == "rdma_probe_answer_delay_seconds")
@@ -294,7 +303,7 @@ mod tests {
         let later = gauges(Instant::now() + std::time::Duration::from_secs(11));
         assert_eq!(later, vec![0.0; 8]);
         let mut families = Families::default();
-        encode(&stats, false, &mut families);
+        encode(&stats, false, false, &mut families);
         let netdevs: Vec<String> = families
             .samples()
             .filter(|(name, _, _)| *name == "rdma_probe_port_info")
@@ -309,13 +318,36 @@ mod tests {
         assert_eq!(netdevs[3], "ens4f0np0");
     }
 
+    /// Every port says whether the agent is leaving, 0 while it runs and 1 once told to stop.
+    #[test]
+    fn every_port_says_whether_the_agent_is_leaving() {
+        let stats = eight_ports();
+        let leaving = |leaving: bool| -> Vec<u64> {
+            let mut families = Families::default();
+            encode(&stats, false, leaving, &mut families);
+            families
+                .samples()
+                .filter(|(name, _, _)| *name == "rdma_probe_leaving")
+                .map(|(_, labels, value)| {
+                    assert_eq!(labels.len(), 2, "{labels:?}");
+                    match value {
+                        Value::U64(v) => v,
+                        Value::F64(v) => v as u64,
+                    }
+                })
+                .collect()
+        };
+        assert_eq!(leaving(false), vec![0; 8]);
+        assert_eq!(leaving(true), vec![1; 8]);
+    }
+
     /// The info says which traffic class each port probes on.
     #[test]
     fn the_info_names_the_class_a_port_probes_on() {
         let mut stats = eight_ports();
         stats.ports[1].traffic_class = 96;
         let mut families = Families::default();
-        encode(&stats, false, &mut families);
+        encode(&stats, false, false, &mut families);
         let classes: Vec<String> = families
             .samples()
             .filter(|(name, _, _)| *name == "rdma_probe_port_info")
@@ -336,7 +368,7 @@ mod tests {
         stats.ports[0].timestamps = Timestamps::Cycles;
         stats.ports[1].timestamps = Timestamps::Wallclock;
         let mut families = Families::default();
-        encode(&stats, false, &mut families);
+        encode(&stats, false, false, &mut families);
         let conversions: Vec<String> = families
             .samples()
             .filter(|(name, _, _)| *name == "rdma_probe_port_info")

@@ -15,12 +15,14 @@
 //!   are both named and a third fault does not make them "the spine".
 //! - **Specific before broad.** A host, a leaf or the spine stands only when its loss is spread:
 //!   taking out its [`MAX_CHILD_FAULTS`] worst ports (and for the spine its worst leaves too)
-//!   leaves a loss that is still anomalous. Else those ports are the faults, and they are named
-//!   one by one.
+//!   leaves a loss that is still anomalous (and for the spine, at least a [`MIN_RATIO`]-th of its
+//!   whole rate: a spine's loss reaches every leaf alike). Else those ports (or leaves) are the
+//!   faults, and they are named one by one.
 //! - **Not the network.** Paths toward a port whose agent restarted within the window, toward a
 //!   busy responder, or toward a port whose agent is silent are left out: their probes were
 //!   missing, not lost. A whole host silent for [`HOST_DOWN_SECONDS`] whose probes are all lost is
-//!   named `host` (down); a busy responder `responder`.
+//!   named `host` (down); one whose agent said it was leaving (a rolling restart, Serf's "leave"
+//!   rather than "fail") only after [`LEFT_DOWN_SECONDS`]. A busy responder is `responder`.
 
 use super::localize::Kind;
 
@@ -39,8 +41,12 @@ pub(crate) const MAX_CHILD_FAULTS: usize = 3;
 /// (`uplink`).
 pub const LEAF_LOSS: f64 = 0.2;
 /// A host whose every port has been silent this long (seconds) and whose probes are lost is
-/// `host` (down). A rolling restart takes less.
-pub(crate) const HOST_DOWN_SECONDS: f64 = 60.0;
+/// `host` (down). Its agent did not say it was leaving: it crashed, or the host did. Two missed
+/// 15 s scrapes; the page then comes within a minute of the fault.
+pub(crate) const HOST_DOWN_SECONDS: f64 = 30.0;
+/// ... and this long when its agent said it was leaving (`rdma_probe_leaving`): a restart, which
+/// pulls an image and starts in well under this, is not a host down.
+pub(crate) const LEFT_DOWN_SECONDS: f64 = 300.0;
 /// ... and this share of the probes sent toward it in the window must have been lost.
 pub(crate) const DOWN_LOSS: f64 = 0.9;
 /// A path fails when it lost at least this many probes ...
@@ -49,6 +55,9 @@ pub(crate) const PATH_MIN_LOST: u64 = 2;
 pub(crate) const PATH_ALPHA: f64 = 1e-4;
 /// At most this many loss verdicts a window (the loop's bound).
 pub(crate) const MAX_VERDICTS: usize = 32;
+/// The chance the background of the paths avoiding a candidate is above the rate it is weighed
+/// against ([`background_bound`]).
+pub(crate) const P_BOUND_ALPHA: f64 = 1e-3;
 /// The lowest background rate the vote assumes (a path set that lost nothing).
 const P_FLOOR: f64 = 1e-7;
 
@@ -332,13 +341,14 @@ pub enum PortState {
     /// Its responder answers late (this mean delay, seconds): a busy host. Paths toward it are
     /// left out; `responder`.
     Busy(f64),
-    /// Its agent has not reported for this long (seconds). Paths toward it are left out.
-    Silent(f64),
+    /// Its agent has not reported for `seconds`; `left`: its last word was that it was leaving
+    /// (a restart). Paths toward it are left out.
+    Silent { seconds: f64, left: bool },
 }
 
 impl PortState {
     fn source(self) -> bool {
-        !matches!(self, PortState::Silent(_))
+        !matches!(self, PortState::Silent { .. })
     }
 
     fn target(self) -> bool {
@@ -396,6 +406,17 @@ pub struct Outcome {
 /// lost nothing is not taken for a perfect one.
 fn background(out: Counts) -> f64 {
     ((out.lost as f64 + 0.5) / (out.sent as f64 + 1.0)).clamp(P_FLOOR, 0.5)
+}
+
+/// The highest loss rate of the paths `out` counts that their probes leave plausible (a chance
+/// of [`P_BOUND_ALPHA`] that it is higher): `lambda = k + L + sqrt(L^2 + 2kL)` solves the
+/// Poisson Chernoff bound's quadratic form `(lambda - k)^2 / (2 lambda) = L`, which is the
+/// smaller side, so the bound errs high. A candidate is weighed against it, not against the
+/// estimate: few paths avoid the spine of a rail-optimized fabric (those inside one leaf), and
+/// their estimate alone can read the background several times too low.
+fn background_bound(out: Counts) -> f64 {
+    let (k, l) = (out.lost as f64, -P_BOUND_ALPHA.ln());
+    ((k + l + (l * l + 2.0 * k * l).sqrt()) / (out.sent as f64 + 1.0)).clamp(P_FLOOR, 0.5)
 }
 
 /// Kullback-Leibler divergence of Bernoulli(r) from Bernoulli(p).
@@ -485,7 +506,7 @@ impl Ballot<'_> {
         let tallies = &self.window.tallies;
         let mut out = Vec::new();
         let mut consider = |subject: Subject, counts: Counts| {
-            let p = background(self.total.minus(counts));
+            let p = background_bound(self.total.minus(counts));
             if let Some(g) = score(counts, p).filter(|g| *g >= self.g_min) {
                 out.push(Candidate {
                     subject,
@@ -625,7 +646,12 @@ impl Ballot<'_> {
             sent: sent.max(0.0) as u64,
             lost,
         };
-        score(residual, spine.p).is_some_and(|g| g >= self.g_min)
+        // Loss at the spine reaches every leaf alike: where the worst leaves carry most of it
+        // (the rest's rate under a MIN_RATIO-th of the whole), those leaves are the faults. The
+        // test against `spine.p` alone is not enough: few paths avoid the spine in a
+        // rail-optimized fabric, so at low background `p` can read several times too low.
+        residual.rate() * MIN_RATIO >= spine.counts.rate()
+            && score(residual, spine.p).is_some_and(|g| g >= self.g_min)
     }
 
     /// Takes out the lossy paths through `subject`.
@@ -677,6 +703,7 @@ pub fn vote(topology: &Topology, states: &[PortState], window: &Window) -> Outco
     let mut lossy = Vec::new();
     // Probes toward silent ports, per port: a host that is down.
     let mut toward_silent = vec![Counts::default(); topology.ports()];
+    let mut paths_toward_silent = vec![0usize; topology.ports()];
     for path in window.lossy_paths() {
         let (from, to) = (states[path.from as usize], states[path.to as usize]);
         if from.source() && to.target() {
@@ -685,8 +712,9 @@ pub fn vote(topology: &Topology, states: &[PortState], window: &Window) -> Outco
         }
         // Missing, not lost: out of every count.
         kept.count(topology, &path, false);
-        if from.source() && matches!(to, PortState::Silent(_)) {
+        if from.source() && matches!(to, PortState::Silent { .. }) {
             toward_silent[path.to as usize].add(path.counts());
+            paths_toward_silent[path.to as usize] += 1;
         }
     }
     let total = kept
@@ -755,25 +783,31 @@ pub fn vote(topology: &Topology, states: &[PortState], window: &Window) -> Outco
     // Hosts that are down: every port silent long enough, the probes toward them lost.
     for (h, ports) in topology.host_ports.iter().enumerate() {
         let silent = ports.iter().map(|i| match states[*i as usize] {
-            PortState::Silent(s) => Some(s),
+            PortState::Silent { seconds, left } => Some((seconds, left)),
             _ => None,
         });
-        let Some(least) = silent
-            .collect::<Option<Vec<f64>>>()
-            .and_then(|s| s.into_iter().reduce(f64::min))
+        // The ports share one agent: its word of leaving on any of them is the host's.
+        let Some((least, left)) = silent
+            .collect::<Option<Vec<(f64, bool)>>>()
+            .and_then(|s| s.into_iter().reduce(|a, b| (a.0.min(b.0), a.1 || b.1)))
         else {
             continue;
         };
         let toward = ports
             .iter()
             .fold(Counts::default(), |a, i| a.plus(toward_silent[*i as usize]));
-        if least < HOST_DOWN_SECONDS || toward.lost < MIN_LOST || toward.rate() < DOWN_LOSS {
+        let down_after = if left {
+            LEFT_DOWN_SECONDS
+        } else {
+            HOST_DOWN_SECONDS
+        };
+        if least < down_after || toward.lost < MIN_LOST || toward.rate() < DOWN_LOSS {
             continue;
         }
         verdicts.push(Found {
             kind: Kind::Host,
             subject: Subject::Host(h as u32),
-            lossy_paths: 0,
+            lossy_paths: ports.iter().map(|i| paths_toward_silent[*i as usize]).sum(),
             through: toward,
             background: residual,
             share: 0.0,
@@ -829,6 +863,74 @@ mod tests {
         assert!((log_tail(2, 120, p).exp() / direct - 1.0).abs() < 1e-6);
         assert_eq!(log_tail(1, 1000, 0.01), 0.0, "at or under the mean");
         assert!((log_tail(5, 5, 0.5).exp() - 1.0 / 32.0).abs() < 1e-12);
+    }
+
+    /// Four hosts of two ports, no leaves known, each port probing every other 30 times; the
+    /// last host silent in `state` with every probe toward it lost.
+    fn one_host_silent(state: PortState) -> Outcome {
+        let topology = Topology::new(vec![0, 0, 1, 1, 2, 2, 3, 3], vec![None; 8]);
+        let mut window = Window::new(&topology);
+        for from in 0..6 {
+            for to in 0..8 {
+                window.add(&topology, from, to, 30, if to >= 6 { 30 } else { 0 });
+            }
+        }
+        let mut states = vec![PortState::Live; 8];
+        states[6] = state;
+        states[7] = state;
+        vote(&topology, &states, &window)
+    }
+
+    #[test]
+    fn a_silent_host_is_down_sooner_when_its_agent_did_not_say_it_was_leaving() {
+        let named = |seconds, left| {
+            let outcome = one_host_silent(PortState::Silent { seconds, left });
+            assert!(outcome
+                .verdicts
+                .iter()
+                .all(|v| v.subject == Subject::Host(3)));
+            !outcome.verdicts.is_empty()
+        };
+        assert!(
+            !named(HOST_DOWN_SECONDS - 1.0, false),
+            "a missed scrape or two"
+        );
+        assert!(named(HOST_DOWN_SECONDS, false), "crashed, or the host did");
+        assert!(!named(HOST_DOWN_SECONDS * 2.0, true), "restarting");
+        assert!(!named(LEFT_DOWN_SECONDS - 1.0, true), "a slow restart");
+        assert!(named(LEFT_DOWN_SECONDS, true), "left and never came back");
+        let down = one_host_silent(PortState::Silent {
+            seconds: 45.0,
+            left: false,
+        });
+        assert_eq!(down.verdicts[0].kind, Kind::Host);
+        assert_eq!(down.verdicts[0].silent_seconds, Some(45.0));
+        assert_eq!(down.verdicts[0].through.lost, 6 * 2 * 30);
+        assert_eq!(down.verdicts[0].lossy_paths, 6 * 2);
+        // Missing, not lost: the live hosts are not blamed for the silent one.
+        assert_eq!(down.total.lost, 0);
+    }
+
+    #[test]
+    fn the_background_bound_is_above_the_estimate_most_where_few_probes_say_it() {
+        let c = |sent, lost| Counts { sent, lost };
+        let l = -P_BOUND_ALPHA.ln();
+        // Nothing lost in 250 000: up to 2L / n, not the estimate's 0.5 / n.
+        assert!((background_bound(c(250_000, 0)) - 2.0 * l / 250_001.0).abs() < 1e-12);
+        assert!(background_bound(c(250_000, 0)) > 20.0 * background(c(250_000, 0)));
+        // 160 lost in 16 million: a third above the estimate; 16 000: a few percent.
+        let ratio = |sent, lost| background_bound(c(sent, lost)) / background(c(sent, lost));
+        assert!((1.2..1.5).contains(&ratio(16_000_000, 160)));
+        assert!((1.0..1.05).contains(&ratio(16_000_000, 16_000)));
+        // P(Poisson(lambda) <= 3) at the bound for 3 lost is under the alpha.
+        let lambda = background_bound(c(1_000_000, 3)) * 1_000_001.0;
+        let cdf: f64 = (0..=3)
+            .map(|i| {
+                (-lambda + i as f64 * lambda.ln() - (1..=i).map(|j| (j as f64).ln()).sum::<f64>())
+                    .exp()
+            })
+            .sum();
+        assert!(cdf < P_BOUND_ALPHA, "{cdf}");
     }
 
     #[test]

@@ -938,3 +938,31 @@ fn a_restarted_peer_is_answered_within_seconds_and_its_downtime_is_not_loss() {
     let log = run.file("peer.log");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Asked to stop (SIGTERM), an agent serves `rdma_probe_leaving 1` to a scrape before it goes,
+/// so that the localizer calls its silence a restart, not a host down; then it exits at once.
+#[test]
+fn a_stopped_agent_says_it_is_leaving_to_a_scrape_before_it_exits() {
+    let _exclusive = common::exclusive(module_path!());
+    let Some(run) = run() else { return };
+    // The peer was stopped twice (the restart, then for the link-delete phase).
+    let peer = run.file("peer-leaving.txt");
+    let said = peer
+        .lines()
+        .filter(|l| *l == r#"rdma_probe_leaving{device="rxe4",port="1"} 1"#)
+        .count();
+    assert_eq!(said, 2, "{peer}");
+    let serve = run.file("serve-leaving.txt");
+    assert!(
+        serve
+            .lines()
+            .any(|l| l.starts_with("rdma_probe_leaving{") && l.ends_with(" 1")),
+        "{serve}"
+    );
+    assert!(
+        !serve.lines().any(|l| l.ends_with(" 0")),
+        "every port says it: {serve}"
+    );
+    let log = run.file("serve.log");
+    assert!(log.contains("leaving: serving rdma_probe_leaving"), "{log}");
+}

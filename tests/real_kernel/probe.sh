@@ -100,8 +100,20 @@ start_peer() {
     done
     err "the peer exporter did not serve within 30 s"
 }
+# Asked to stop, an agent serves rdma_probe_leaving 1 until a scrape carries it (at most
+# probe.leave_wait): scrapes `port` until one does (at most 5 s), appending it to `file`.
+scrape_leaving() {
+    for _ in $(seq 25); do
+        busybox wget -q -O - "http://127.0.0.1:$1/metrics" 2>/dev/null |
+            grep '^rdma_probe_leaving{' >"$O/leaving.tmp"
+        if grep -q ' 1$' "$O/leaving.tmp"; then cat "$O/leaving.tmp" >>"$O/$2"; return 0; fi
+        sleep 0.2
+    done
+    err "no scrape of :$1 carried rdma_probe_leaving 1 within 5 s of SIGTERM"
+}
 stop_peer() {
     kill -TERM $peer_pid
+    scrape_leaving 9867 peer-leaving.txt
     for _ in $(seq 50); do kill -0 $peer_pid 2>/dev/null || break; sleep 0.2; done
     kill -0 $peer_pid 2>/dev/null && { err "the peer exporter did not exit on SIGTERM"; kill -KILL $peer_pid; }
     wait $peer_pid
@@ -279,6 +291,7 @@ kill -0 $exporter_pid 2>/dev/null || err "the exporter exited after rmmod"
 scrape after-rmmod
 
 kill -TERM $exporter_pid
+scrape_leaving 9866 serve-leaving.txt
 for _ in $(seq 50); do kill -0 $exporter_pid 2>/dev/null || break; sleep 0.2; done
 if kill -0 $exporter_pid 2>/dev/null; then
     err "the exporter did not exit within 10 s of SIGTERM"
