@@ -955,6 +955,36 @@ mod tests {
         }
 
         #[test]
+        fn two_lossy_uplinks_on_a_quiet_fabric_are_two_uplinks_not_the_spine() {
+            // A background near 1e-4 whose draws happened to spare the few paths inside a leaf
+            // (an eighth of them here, fewer in a large fabric): their estimate alone read the
+            // background far too low, and the spine stood out for the rest of it, or for what
+            // the two uplinks lose.
+            let fabric = Fabric::new(HOSTS, NICS);
+            let random = std::cell::RefCell::new(Random(0x9e37_79b9_7f4a_7c15));
+            let l = fabric.run(|a, b| {
+                if a.1 == b.1 {
+                    return 0;
+                }
+                let mut random = random.borrow_mut();
+                let crosses = |leaf| (a.1 == leaf) != (b.1 == leaf);
+                let chance = if crosses(2) || crosses(5) { 0.01 } else { 0.0 };
+                random.lost(chance) + u64::from(random.unit() < 0.01)
+            });
+            let mut names = named(&l);
+            names.sort();
+            assert_eq!(
+                names,
+                [
+                    (Kind::Uplink, "leaf3".to_string()),
+                    (Kind::Uplink, "leaf6".to_string())
+                ],
+                "{:?}",
+                l.verdicts
+            );
+        }
+
+        #[test]
         fn a_dead_host_and_a_bad_nic_elsewhere() {
             let l = run(|a, b| {
                 if a.0 == 7 || b.0 == 7 {

@@ -55,8 +55,8 @@ pub(crate) const PATH_MIN_LOST: u64 = 2;
 pub(crate) const PATH_ALPHA: f64 = 1e-4;
 /// At most this many loss verdicts a window (the loop's bound).
 pub(crate) const MAX_VERDICTS: usize = 32;
-/// The chance the background of the paths avoiding a candidate is above the rate it is weighed
-/// against ([`background_bound`]).
+/// The chance that the background of the paths avoiding the spine is above the rate it is
+/// weighed against ([`background_bound`]).
 pub(crate) const P_BOUND_ALPHA: f64 = 1e-3;
 /// The lowest background rate the vote assumes (a path set that lost nothing).
 const P_FLOOR: f64 = 1e-7;
@@ -411,9 +411,11 @@ fn background(out: Counts) -> f64 {
 /// The highest loss rate of the paths `out` counts that their probes leave plausible (a chance
 /// of [`P_BOUND_ALPHA`] that it is higher): `lambda = k + L + sqrt(L^2 + 2kL)` solves the
 /// Poisson Chernoff bound's quadratic form `(lambda - k)^2 / (2 lambda) = L`, which is the
-/// smaller side, so the bound errs high. A candidate is weighed against it, not against the
+/// smaller side, so the bound errs high. The spine is weighed against it, not against the
 /// estimate: few paths avoid the spine of a rail-optimized fabric (those inside one leaf), and
-/// their estimate alone can read the background several times too low.
+/// their estimate alone can read the background several times too low. Every other candidate
+/// has most of the fabric around it, where the bound would only cost sensitivity (a 2 % uplink
+/// on a small, quiet fabric needs most of its window as it is).
 fn background_bound(out: Counts) -> f64 {
     let (k, l) = (out.lost as f64, -P_BOUND_ALPHA.ln());
     ((k + l + (l * l + 2.0 * k * l).sqrt()) / (out.sent as f64 + 1.0)).clamp(P_FLOOR, 0.5)
@@ -506,7 +508,14 @@ impl Ballot<'_> {
         let tallies = &self.window.tallies;
         let mut out = Vec::new();
         let mut consider = |subject: Subject, counts: Counts| {
-            let p = background_bound(self.total.minus(counts));
+            // The spine is weighed against the bound of what avoids it, every other candidate
+            // against the estimate: only the spine has few paths around it.
+            let around = self.total.minus(counts);
+            let p = if subject == Subject::Spine {
+                background_bound(around)
+            } else {
+                background(around)
+            };
             if let Some(g) = score(counts, p).filter(|g| *g >= self.g_min) {
                 out.push(Candidate {
                     subject,
