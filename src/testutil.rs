@@ -8,6 +8,31 @@ use std::time::{Duration, Instant};
 use crate::collector::{Collector, Collectors, Scrape, Selection};
 use crate::exposition::Format;
 
+/// One port on host `host` of `fabric`, on rail 0, answering at GID `n` with Q_Key `qkey`: a
+/// probe agent's or collector's ports in a test.
+pub(crate) fn lone_port(
+    fabric: &crate::probe::memory::MemoryFabric,
+    host: &str,
+    n: u8,
+    qkey: u32,
+) -> Vec<crate::probe::agent::LocalPort> {
+    let mut gid = [0u8; 16];
+    gid[15] = n;
+    vec![crate::probe::agent::LocalPort {
+        port: crate::probe::targets::Port {
+            host: host.into(),
+            device: "rxe0".into(),
+            port: 1,
+            rail: 0,
+            leaf: None,
+        },
+        netdev: String::new(),
+        traffic_class: 104,
+        responder: Box::new(fabric.endpoint(gid, 100, qkey)),
+        prober: Box::new(fabric.endpoint(gid, 200, qkey)),
+    }]
+}
+
 /// One scrape of `collector` alone, its own self-metrics included, as OpenMetrics text.
 pub(crate) fn scrape<C: Collector + 'static>(collector: &Arc<C>) -> String {
     scrape_selected(Collectors::new(vec![collector.clone()]), Selection::All)

@@ -542,20 +542,7 @@ mod tests {
     fn lone_collector() -> Arc<ProbeCollector> {
         let config = ProbeConfig::default();
         let fabric = crate::probe::memory::MemoryFabric::new(Box::new(|_, _, _| Some(1_000)));
-        let gid = [7u8; 16];
-        let ports = vec![LocalPort {
-            port: Port {
-                host: "gpu-01".into(),
-                device: "rxe0".into(),
-                port: 1,
-                rail: 0,
-                leaf: None,
-            },
-            netdev: String::new(),
-            traffic_class: 104,
-            responder: Box::new(fabric.endpoint(gid, 100, config.qkey)),
-            prober: Box::new(fabric.endpoint(gid, 200, config.qkey)),
-        }];
+        let ports = crate::testutil::lone_port(&fabric, "gpu-01", 7, config.qkey);
         Arc::new(ProbeCollector::start(&config, "gpu-01".into(), ports).unwrap())
     }
 

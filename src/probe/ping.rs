@@ -477,29 +477,6 @@ mod tests {
             .is_none());
     }
 
-    /// One port on host `host` of `fabric`, on rail 0, answering at GID `n`.
-    fn lone_port(
-        fabric: &crate::probe::memory::MemoryFabric,
-        host: &str,
-        n: u8,
-    ) -> Vec<crate::probe::agent::LocalPort> {
-        let mut gid = [0u8; 16];
-        gid[15] = n;
-        vec![crate::probe::agent::LocalPort {
-            port: Port {
-                host: host.into(),
-                device: "rxe0".into(),
-                port: 1,
-                rail: 0,
-                leaf: None,
-            },
-            netdev: String::new(),
-            traffic_class: 104,
-            responder: Box::new(fabric.endpoint(gid, 100, 9)),
-            prober: Box::new(fabric.endpoint(gid, 200, 9)),
-        }]
-    }
-
     /// Through the real loop on the memory fabric: a ping to a live port is answered with the
     /// fabric's round trip, one to a port nobody answers on is lost probe by probe, and
     /// neither moves the loop's own counts (a host alone, without peers, sends no rounds).
@@ -508,12 +485,17 @@ mod tests {
         use crate::probe::agent::{Agent, Settings};
         // 1 ms one way.
         let fabric = crate::probe::memory::MemoryFabric::new(Box::new(|_, _, _| Some(1_000_000)));
-        let far = Agent::spawn(lone_port(&fabric, "far", 2), Settings::default()).unwrap();
+        let far = Agent::spawn(
+            crate::testutil::lone_port(&fabric, "far", 2, 9),
+            Settings::default(),
+        )
+        .unwrap();
         let settings = Settings {
             timeout: Duration::from_millis(200),
             ..Settings::default()
         };
-        let near = Agent::spawn(lone_port(&fabric, "near", 1), settings).unwrap();
+        let near =
+            Agent::spawn(crate::testutil::lone_port(&fabric, "near", 1, 9), settings).unwrap();
         let (_, from) = near.local_ports().remove(0);
         let (_, to) = far.local_ports().remove(0);
         let ask = |to: Peer| {
